@@ -1,0 +1,50 @@
+//! Arguments shared by the subcommands: the convolution options, written as in PyTorch (`2` or `2,3`).
+
+use clap::Args;
+use convt::ConvTranspose2dParams;
+
+/// Parses `N` (both axes) or `H,W` into a pair; negative values pass through so the library can reject them
+/// with PyTorch's message.
+pub fn parse_pair(text: &str) -> Result<[i64; 2], String> {
+    let parts: Vec<&str> = text.split(',').map(str::trim).collect();
+    let num = |s: &str| {
+        s.parse::<i64>()
+            .map_err(|_| format!("`{s}` is not an integer"))
+    };
+    match parts.as_slice() {
+        [v] => Ok([num(v)?; 2]),
+        [h, w] => Ok([num(h)?, num(w)?]),
+        _ => Err(format!("expected N or H,W, got `{text}`")),
+    }
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ConvArgs {
+    /// Stride, N or H,W.
+    #[arg(long, value_parser = parse_pair, default_value = "1", allow_hyphen_values = true)]
+    pub stride: [i64; 2],
+    /// Zero-padding removed from each side of the output, N or H,W.
+    #[arg(long, value_parser = parse_pair, default_value = "0", allow_hyphen_values = true)]
+    pub padding: [i64; 2],
+    /// Extra rows/columns added to one side of the output, N or H,W (must be < max(stride, dilation)).
+    #[arg(long, value_parser = parse_pair, default_value = "0", allow_hyphen_values = true)]
+    pub output_padding: [i64; 2],
+    /// Spacing between kernel taps, N or H,W.
+    #[arg(long, value_parser = parse_pair, default_value = "1", allow_hyphen_values = true)]
+    pub dilation: [i64; 2],
+    /// Number of blocked connections from input to output channels.
+    #[arg(long, default_value_t = 1, allow_hyphen_values = true)]
+    pub groups: i64,
+}
+
+impl ConvArgs {
+    pub fn params(&self) -> ConvTranspose2dParams {
+        ConvTranspose2dParams {
+            stride: self.stride,
+            padding: self.padding,
+            output_padding: self.output_padding,
+            dilation: self.dilation,
+            groups: self.groups,
+        }
+    }
+}

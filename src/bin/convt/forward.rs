@@ -1,0 +1,56 @@
+//! `convt forward`: safetensors in (`input`, `weight`, optional `bias`), safetensors out (`output`).
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::{Args, ValueEnum};
+use convt::io::{save_tensors, TensorFile};
+use convt::GpuContext;
+
+use crate::args::ConvArgs;
+use crate::Outcome;
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Backend {
+    Gpu,
+    Cpu,
+}
+
+#[derive(Args, Debug)]
+pub struct ForwardArgs {
+    /// Safetensors file with f32 tensors `input` [N,Cin,H,W] (or [Cin,H,W]), `weight` [Cin,Cout/G,kH,kW], optional `bias` [Cout].
+    #[arg(long)]
+    tensors: PathBuf,
+    /// Where to write the f32 tensor `output`.
+    #[arg(long)]
+    out: PathBuf,
+    #[command(flatten)]
+    conv: ConvArgs,
+    /// Where to compute: the GPU (wgpu) or the CPU reference (f64 accumulation).
+    #[arg(long, value_enum, default_value = "gpu")]
+    backend: Backend,
+}
+
+pub fn run(a: ForwardArgs) -> Result<Outcome> {
+    let file = TensorFile::load(&a.tensors)?;
+    let input = file.get("input", &a.tensors)?;
+    let weight = file.get("weight", &a.tensors)?;
+    let bias = file.tensors.get("bias");
+    let params = a.conv.params();
+    // Validate before touching the GPU, so bad input fails fast and the same way on both backends.
+    let shape = params.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?;
+    let output = match a.backend {
+        Backend::Cpu => convt::cpu::conv_transpose2d(input, weight, bias, &params)?,
+        Backend::Gpu => {
+            let ctx = GpuContext::new()?;
+            convt::gpu::conv_transpose2d_host(&ctx, input, weight, bias, &params)?
+        }
+    };
+    save_tensors(&a.out, &[("output", &output)], None)?;
+    eprintln!(
+        "wrote output {:?} to {}",
+        shape.output_dims_as_given(),
+        a.out.display()
+    );
+    Ok(Outcome::Ok)
+}

@@ -1,0 +1,58 @@
+//! `convt`: the command-line tool. One file per subcommand; this one parses arguments and turns every error
+//! into one readable line and a non-zero exit (2 for bad input or files, 1 for a failed verification).
+
+mod args;
+mod forward;
+mod info;
+mod verify;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "convt",
+    version,
+    about = "PyTorch's ConvTranspose2d as WGSL compute shaders on wgpu"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Show the GPU adapters found, the one chosen, its driver, limits and features.
+    Info(info::InfoArgs),
+    /// Run conv_transpose2d on tensors from a safetensors file and write the output to another.
+    Forward(forward::ForwardArgs),
+    /// Check the GPU against the CPU reference on random inputs (suite cases or a shape given by flags).
+    Verify(verify::VerifyArgs),
+}
+
+/// What a subcommand reports besides success.
+pub enum Outcome {
+    Ok,
+    /// The check ran and found a mismatch (exit code 1).
+    Mismatch,
+}
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Info(a) => info::run(a),
+        Command::Forward(a) => forward::run(a),
+        Command::Verify(a) => verify::run(a),
+    };
+    match result {
+        Ok(Outcome::Ok) => ExitCode::SUCCESS,
+        Ok(Outcome::Mismatch) => ExitCode::from(1),
+        Err(e) => {
+            // One line: the error and its causes, joined.
+            eprintln!("error: {}", format!("{e:#}").replace('\n', " "));
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,264 @@
+//! `convt verify`: the GPU against the CPU reference on fresh random inputs, for suite cases or a shape given
+//! by flags. Small problems are checked element by element against the full f64 reference; large ones at
+//! randomly sampled output positions (the reference evaluated there), and every element is checked to be
+//! finite (outputs are poisoned with NaN before the kernel runs, so an unwritten element fails).
+
+use std::time::Instant;
+
+use anyhow::{bail, Result};
+use clap::{Args, ValueEnum};
+use convt::suite::{self, Case};
+use convt::{cpu, ConvShape, ErrorStats, GpuContext, GpuOptions, Tensor};
+use rand::{Rng, SeedableRng};
+use serde_json::json;
+
+use crate::args::{parse_pair, ConvArgs};
+use crate::Outcome;
+
+#[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]
+pub enum Check {
+    /// Full reference when it costs at most --full-check-gflop, else sampled.
+    Auto,
+    /// Every output element against the f64 reference.
+    Full,
+    /// --samples random output elements against the f64 reference, and every element finite.
+    Sampled,
+}
+
+#[derive(Args, Debug)]
+pub struct VerifyArgs {
+    /// Suite case(s) to check (kb57 kb65 kb69 kb71 kb75 kb78 kb81 up2x dcgan, or `all`). Without a case and
+    /// without --in-channels, all cases are checked.
+    #[arg(long, num_args = 1..)]
+    case: Vec<String>,
+    /// Override the batch size (of a case or of the shape given by flags).
+    #[arg(long)]
+    batch: Option<usize>,
+    /// Run cases at their full size even on a software adapter (otherwise they are scaled down to
+    /// --max-gflop there).
+    #[arg(long)]
+    full_size: bool,
+    /// On a software (CPU) adapter, scale cases down to about this many GFLOP (batch first, then H and W).
+    #[arg(long, default_value_t = 2.0)]
+    max_gflop: f64,
+    /// A shape by flags: input channels.
+    #[arg(long, requires_all = ["out_channels", "size", "kernel"])]
+    in_channels: Option<usize>,
+    /// Output channels.
+    #[arg(long)]
+    out_channels: Option<usize>,
+    /// Input H,W (or N for both).
+    #[arg(long, value_parser = parse_pair)]
+    size: Option<[i64; 2]>,
+    /// Kernel H,W (or N for both).
+    #[arg(long, value_parser = parse_pair)]
+    kernel: Option<[i64; 2]>,
+    /// Add a bias.
+    #[arg(long)]
+    bias: bool,
+    #[command(flatten)]
+    conv: ConvArgs,
+    #[arg(long, value_enum, default_value = "auto")]
+    check: Check,
+    /// In auto mode, the largest problem (GFLOP) checked against the full reference.
+    #[arg(long, default_value_t = 2.0)]
+    full_check_gflop: f64,
+    /// Output elements compared in sampled mode.
+    #[arg(long, default_value_t = 100_000)]
+    samples: usize,
+    /// Seed for the inputs (fresh each run by default).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Relative L2 error above which the check fails.
+    #[arg(long, default_value_t = 1e-5)]
+    tolerance: f64,
+    /// Print one JSON object per case instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+fn shape_case(a: &VerifyArgs) -> Result<Option<Case>> {
+    let Some(cin) = a.in_channels else {
+        return Ok(None);
+    };
+    let (Some(cout), Some(size), Some(kernel)) = (a.out_channels, a.size, a.kernel) else {
+        bail!("a shape needs --in-channels, --out-channels, --size and --kernel")
+    };
+    let to_usize = |v: [i64; 2], what: &str| -> Result<[usize; 2]> {
+        match v.map(usize::try_from) {
+            [Ok(h), Ok(w)] => Ok([h, w]),
+            _ => bail!("{what} must be non-negative, got {v:?}"),
+        }
+    };
+    let params = a.conv.params();
+    params.validate()?;
+    if cout % params.groups as usize != 0 {
+        bail!(convt::ConvtError::OutChannelsNotDivisible {
+            out_channels: cout,
+            groups: params.groups
+        });
+    }
+    Ok(Some(Case {
+        name: "custom",
+        batch: a.batch.unwrap_or(1),
+        in_channels: cin,
+        out_channels: cout,
+        in_hw: to_usize(size, "--size")?,
+        kernel: to_usize(kernel, "--kernel")?,
+        params,
+        bias: a.bias,
+    }))
+}
+
+/// Halves batch, then the larger spatial side, until the problem costs at most `max_gflop`.
+fn scale_down(mut c: Case, max_gflop: f64) -> Result<Case> {
+    let gflop = |c: &Case| -> Result<f64> { Ok(shape_of(c)?.useful_flops() as f64 / 1e9) };
+    while gflop(&c)? > max_gflop {
+        if c.batch > 1 {
+            c.batch = c.batch.div_ceil(2);
+        } else if c.in_hw[0].max(c.in_hw[1]) > 4 {
+            let a = if c.in_hw[0] >= c.in_hw[1] { 0 } else { 1 };
+            c.in_hw[a] = c.in_hw[a].div_ceil(2);
+        } else {
+            break;
+        }
+    }
+    Ok(c)
+}
+
+fn shape_of(c: &Case) -> Result<ConvShape> {
+    Ok(c.params.resolve(
+        &c.input_dims(),
+        &c.weight_dims(),
+        c.bias.then_some(&[c.out_channels][..]),
+    )?)
+}
+
+pub fn run(a: VerifyArgs) -> Result<Outcome> {
+    let mut cases: Vec<Case> = match shape_case(&a)? {
+        Some(c) => vec![c],
+        None if a.case.is_empty() || a.case.iter().any(|c| c == "all") => suite::CASES.to_vec(),
+        None => a
+            .case
+            .iter()
+            .map(|name| {
+                suite::find(name).copied().ok_or_else(|| {
+                    let known: Vec<&str> = suite::CASES.iter().map(|c| c.name).collect();
+                    anyhow::anyhow!("unknown case `{name}` (known: {})", known.join(", "))
+                })
+            })
+            .collect::<Result<_>>()?,
+    };
+    let mut opts = GpuOptions::from_env()?;
+    opts.poison_outputs = true;
+    let ctx = GpuContext::with_options(opts)?;
+    let software = ctx.adapter_info().device_type == wgpu::DeviceType::Cpu;
+    if !a.json {
+        println!(
+            "adapter: {} ({:?})",
+            ctx.adapter_info().name,
+            ctx.adapter_info().backend
+        );
+    }
+    let mut failed = 0;
+    for case in cases.iter_mut() {
+        if let Some(b) = a.batch {
+            *case = case.with_batch(b);
+        }
+        if software && !a.full_size {
+            *case = scale_down(*case, a.max_gflop)?;
+        }
+        let seed = a.seed.unwrap_or_else(rand::random);
+        let r = verify_case(&ctx, case, seed, &a)?;
+        let ok = r.stats.rel_l2 <= a.tolerance && r.stats.non_finite == 0 && r.all_finite;
+        failed += usize::from(!ok);
+        let shape = shape_of(case)?;
+        if a.json {
+            println!(
+                "{}",
+                json!({"case": case.name, "input": shape.input_dims(), "output": shape.output_dims(), "seed": seed,
+                       "check": r.mode, "compared": r.stats.compared, "rel_l2": r.stats.rel_l2,
+                       "max_abs": r.stats.max_abs, "all_finite": r.all_finite, "gpu_s": r.gpu_s,
+                       "reference_s": r.reference_s, "ok": ok})
+            );
+        } else {
+            println!(
+                "{:<6} in {:?} -> out {:?}  {} check of {} elements: rel L2 {:.2e}, max abs {:.2e}{}  (gpu {:.2}s, reference {:.2}s, seed {seed})  {}",
+                case.name,
+                shape.input_dims(),
+                shape.output_dims(),
+                r.mode,
+                r.stats.compared,
+                r.stats.rel_l2,
+                r.stats.max_abs,
+                if r.all_finite { "" } else { ", NON-FINITE OUTPUT" },
+                r.gpu_s,
+                r.reference_s,
+                if ok { "ok" } else { "MISMATCH" }
+            );
+        }
+    }
+    Ok(if failed == 0 {
+        Outcome::Ok
+    } else {
+        Outcome::Mismatch
+    })
+}
+
+struct CaseResult {
+    mode: &'static str,
+    stats: ErrorStats,
+    all_finite: bool,
+    gpu_s: f64,
+    reference_s: f64,
+}
+
+fn verify_case(ctx: &GpuContext, case: &Case, seed: u64, a: &VerifyArgs) -> Result<CaseResult> {
+    let shape = shape_of(case)?;
+    let input = Tensor::uniform(shape.input_dims(), -1.0, 1.0, seed)?;
+    let weight = Tensor::uniform(shape.weight_dims(), -1.0, 1.0, seed ^ 1)?;
+    let bias = case
+        .bias
+        .then(|| Tensor::uniform(vec![shape.out_channels], -1.0, 1.0, seed ^ 2))
+        .transpose()?;
+    let t = Instant::now();
+    let out = convt::gpu::conv_transpose2d_host(ctx, &input, &weight, bias.as_ref(), &case.params)?;
+    let gpu_s = t.elapsed().as_secs_f64();
+    let all_finite = out.data().iter().all(|v| v.is_finite());
+    let gflop = shape.useful_flops() as f64 / 1e9;
+    let full = match a.check {
+        Check::Full => true,
+        Check::Sampled => false,
+        Check::Auto => gflop <= a.full_check_gflop,
+    };
+    let t = Instant::now();
+    let bias_data = bias.as_ref().map(|b| b.data());
+    let stats = if full {
+        let reference = cpu::conv_transpose2d_f64(&shape, input.data(), weight.data(), bias_data);
+        ErrorStats::compare(out.data(), &reference)
+    } else {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 3);
+        let dims = shape.output_dims();
+        let (mut got, mut want) = (Vec::with_capacity(a.samples), Vec::with_capacity(a.samples));
+        for _ in 0..a.samples.min(out.numel()) {
+            let idx = [0, 1, 2, 3].map(|d| rng.random_range(0..dims[d]));
+            let flat = ((idx[0] * dims[1] + idx[1]) * dims[2] + idx[2]) * dims[3] + idx[3];
+            got.push(out.data()[flat]);
+            want.push(cpu::output_at(
+                &shape,
+                input.data(),
+                weight.data(),
+                bias_data,
+                idx,
+            ));
+        }
+        ErrorStats::compare(&got, &want)
+    };
+    Ok(CaseResult {
+        mode: if full { "full" } else { "sampled" },
+        stats,
+        all_finite,
+        gpu_s,
+        reference_s: t.elapsed().as_secs_f64(),
+    })
+}

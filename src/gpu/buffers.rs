@@ -1,0 +1,311 @@
+//! The one place that creates, reuses, fills and reads GPU buffers.
+//!
+//! A [`GpuTensor`] is a tensor resident on the GPU. A storage binding holds at most
+//! [`GpuContext::binding_limit`] bytes (2 GiB on NVIDIA, 128 MiB on Mesa's software driver), so a tensor is
+//! stored as one or more *chunks*, each its own buffer. Chunk boundaries fall between *planes*: for
+//! `[N, C, H, W]` a plane is one `H x W` channel image. When a whole sample (`C` planes) fits, chunks hold
+//! whole samples; otherwise they hold runs of one sample's channels. Kernels get slices of work that never
+//! straddle a chunk (src/gpu/plan.rs).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+
+use crate::error::{ConvtError, Result};
+use crate::gpu::context::{lock, GpuContext};
+use crate::params::checked_numel;
+use crate::tensor::Tensor;
+
+/// Idle buffers kept for reuse, by (size, usage). Bounded: at most `MAX_IDLE_BYTES` wait in the pool.
+#[derive(Default)]
+pub(crate) struct BufferPool {
+    inner: Arc<Mutex<PoolInner>>,
+}
+
+#[derive(Default)]
+struct PoolInner {
+    idle: HashMap<(u64, wgpu::BufferUsages), Vec<wgpu::Buffer>>,
+    idle_bytes: u64,
+    created: u64,
+}
+
+const MAX_IDLE_BYTES: u64 = 1 << 30;
+
+/// A buffer that goes back to its pool when dropped.
+pub struct PooledBuffer {
+    buffer: Option<wgpu::Buffer>,
+    pool: Weak<Mutex<PoolInner>>,
+    /// False while a staging buffer may be mapped: such a buffer is dropped instead of reused.
+    reusable: bool,
+}
+
+impl std::ops::Deref for PooledBuffer {
+    type Target = wgpu::Buffer;
+    fn deref(&self) -> &wgpu::Buffer {
+        self.buffer
+            .as_ref()
+            .expect("a pooled buffer is present until dropped")
+    }
+}
+
+impl Drop for PooledBuffer {
+    fn drop(&mut self) {
+        let (Some(buffer), Some(pool)) = (self.buffer.take(), self.pool.upgrade()) else {
+            return;
+        };
+        let mut p = lock(&pool);
+        if self.reusable && p.idle_bytes + buffer.size() <= MAX_IDLE_BYTES {
+            p.idle_bytes += buffer.size();
+            p.idle
+                .entry((buffer.size(), buffer.usage()))
+                .or_default()
+                .push(buffer);
+        }
+    }
+}
+
+impl BufferPool {
+    /// A buffer of exactly `size` bytes and `usage`, reused when one is idle. Errors (out of memory) surface
+    /// through the caller's error scope.
+    pub(crate) fn get(
+        &self,
+        device: &wgpu::Device,
+        size: u64,
+        usage: wgpu::BufferUsages,
+    ) -> PooledBuffer {
+        let reused = {
+            let mut p = lock(&self.inner);
+            let b = p.idle.get_mut(&(size, usage)).and_then(|v| v.pop());
+            if let Some(b) = &b {
+                p.idle_bytes -= b.size();
+            } else {
+                p.created += 1;
+            }
+            b
+        };
+        let buffer = reused.unwrap_or_else(|| {
+            device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("convt"),
+                size,
+                usage,
+                mapped_at_creation: false,
+            })
+        });
+        PooledBuffer {
+            buffer: Some(buffer),
+            pool: Arc::downgrade(&self.inner),
+            reusable: true,
+        }
+    }
+
+    /// (buffers created so far, idle buffers, idle bytes): for soak tests and diagnostics.
+    pub fn stats(&self) -> (u64, usize, u64) {
+        let p = lock(&self.inner);
+        (p.created, p.idle.values().map(Vec::len).sum(), p.idle_bytes)
+    }
+}
+
+pub(crate) const STORAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
+    .union(wgpu::BufferUsages::COPY_DST)
+    .union(wgpu::BufferUsages::COPY_SRC);
+
+/// A run of consecutive planes stored in one buffer.
+pub struct Chunk {
+    pub(crate) buffer: PooledBuffer,
+    /// Index of the first plane (in `[N*C]` order) held by this chunk.
+    pub first_plane: usize,
+    pub planes: usize,
+}
+
+/// A tensor resident on the GPU, split into chunks that each fit one storage binding.
+pub struct GpuTensor {
+    shape: Vec<usize>,
+    plane_elems: usize,
+    chunks: Vec<Chunk>,
+}
+
+impl GpuTensor {
+    /// An uninitialised tensor of this shape on the GPU. With `poison_outputs` set in the context, it is
+    /// filled with NaN, so that elements a kernel fails to write show up.
+    pub fn empty(ctx: &GpuContext, shape: &[usize]) -> Result<Self> {
+        let t = Self::empty_unpoisoned(ctx, shape)?;
+        if ctx.options().poison_outputs {
+            t.fill(ctx, f32::NAN)?;
+        }
+        Ok(t)
+    }
+
+    /// Copies a host tensor to the GPU.
+    pub fn upload(ctx: &GpuContext, tensor: &Tensor) -> Result<Self> {
+        let t = Self::empty_unpoisoned(ctx, tensor.shape())?;
+        ctx.scoped(|| {
+            for c in &t.chunks {
+                let range =
+                    c.first_plane * t.plane_elems..(c.first_plane + c.planes) * t.plane_elems;
+                ctx.queue
+                    .write_buffer(&c.buffer, 0, bytemuck::cast_slice(&tensor.data()[range]));
+            }
+            Ok(())
+        })?;
+        Ok(t)
+    }
+
+    fn empty_unpoisoned(ctx: &GpuContext, shape: &[usize]) -> Result<Self> {
+        let (planes_per_row, plane_elems) = plane_layout(shape);
+        let numel = checked_numel(shape)?;
+        let planes = if plane_elems == 0 {
+            0
+        } else {
+            numel / plane_elems
+        };
+        let per_chunk = chunk_planes(ctx.binding_limit(), planes_per_row, plane_elems, shape)?;
+        ctx.scoped(|| {
+            let mut chunks = Vec::new();
+            let mut first = 0;
+            while first < planes {
+                let n = per_chunk.min(planes - first);
+                let bytes = (n * plane_elems * 4) as u64;
+                chunks.push(Chunk {
+                    buffer: ctx.pool.get(&ctx.device, bytes, STORAGE),
+                    first_plane: first,
+                    planes: n,
+                });
+                first += n;
+            }
+            Ok(Self {
+                shape: shape.to_vec(),
+                plane_elems,
+                chunks,
+            })
+        })
+    }
+
+    /// Writes `value` into every element.
+    pub fn fill(&self, ctx: &GpuContext, value: f32) -> Result<()> {
+        const PIECE: usize = 1 << 22; // elements per write: 16 MiB of host memory at most
+        let piece = vec![value; PIECE.min(self.numel())];
+        ctx.scoped(|| {
+            for c in &self.chunks {
+                let elems = c.planes * self.plane_elems;
+                let mut done = 0;
+                while done < elems {
+                    let n = PIECE.min(elems - done);
+                    ctx.queue.write_buffer(
+                        &c.buffer,
+                        (done * 4) as u64,
+                        bytemuck::cast_slice(&piece[..n]),
+                    );
+                    done += n;
+                }
+            }
+            Ok(())
+        })?;
+        Ok(())
+    }
+
+    /// Copies the tensor back to the host through a MAP_READ staging buffer per chunk.
+    pub fn download(&self, ctx: &GpuContext) -> Result<Tensor> {
+        let mut data = vec![0f32; self.numel()];
+        for c in &self.chunks {
+            let bytes = (c.planes * self.plane_elems * 4) as u64;
+            let staging = ctx.scoped(|| {
+                let staging = ctx.pool.get(
+                    &ctx.device,
+                    bytes,
+                    wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                );
+                let mut encoder = ctx.device.create_command_encoder(&Default::default());
+                encoder.copy_buffer_to_buffer(&c.buffer, 0, &staging, 0, bytes);
+                ctx.queue.submit([encoder.finish()]);
+                Ok(staging)
+            })?;
+            let mut staging = staging;
+            staging.reusable = false; // until it is unmapped again
+            let (tx, rx) = futures_intrusive::channel::shared::oneshot_channel();
+            staging.map_async(wgpu::MapMode::Read, .., move |r| {
+                let _ = tx.send(r);
+            });
+            ctx.wait()?;
+            match pollster::block_on(rx.receive()) {
+                Some(Ok(())) => {}
+                Some(Err(e)) => return Err(ConvtError::Gpu(format!("reading back a result: {e}"))),
+                None => {
+                    return Err(ConvtError::Gpu(
+                        "reading back a result: the map request was dropped".into(),
+                    ))
+                }
+            }
+            {
+                let view = staging
+                    .get_mapped_range(..)
+                    .map_err(|e| ConvtError::Gpu(format!("reading back a result: {e}")))?;
+                let dst =
+                    &mut data[c.first_plane * self.plane_elems..][..c.planes * self.plane_elems];
+                dst.copy_from_slice(bytemuck::cast_slice(&view));
+            }
+            staging.unmap();
+            staging.reusable = true;
+        }
+        Tensor::new(self.shape.clone(), data)
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+    pub fn chunks(&self) -> &[Chunk] {
+        &self.chunks
+    }
+    pub(crate) fn plane_elems(&self) -> usize {
+        self.plane_elems
+    }
+
+    /// The single buffer of a tensor that must sit in one binding (weights, bias), or an error naming it.
+    pub(crate) fn single_buffer(&self, what: &str, ctx: &GpuContext) -> Result<&wgpu::Buffer> {
+        match self.chunks.as_slice() {
+            [c] => Ok(&c.buffer),
+            _ => Err(ConvtError::TooLargeForBinding {
+                what: format!("{what} of size {:?}", self.shape),
+                bytes: self.numel() as u64 * 4,
+                limit: ctx.binding_limit(),
+            }),
+        }
+    }
+}
+
+/// (planes per row, elements per plane) for a shape. For rank 3 and more a plane is the last two dimensions
+/// and a row the third-last: `[N, C, H, W]` and `[C, H, W]` give `(C, H*W)`, a weight `[Cin, Cog, kH, kW]`
+/// gives `(Cog, kH*kW)`. A tensor of rank 0 to 2 is one plane.
+fn plane_layout(shape: &[usize]) -> (usize, usize) {
+    match shape {
+        [.., c, h, w] => (*c, h * w),
+        _ => (1, shape.iter().product()),
+    }
+}
+
+/// How many planes one chunk holds: whole rows (samples) when one fits, else as many planes as fit.
+fn chunk_planes(
+    limit: u64,
+    planes_per_row: usize,
+    plane_elems: usize,
+    shape: &[usize],
+) -> Result<usize> {
+    let plane_bytes = plane_elems as u64 * 4;
+    if plane_bytes == 0 {
+        return Ok(1);
+    }
+    if plane_bytes > limit {
+        return Err(ConvtError::TooLargeForBinding {
+            what: format!("one {plane_elems}-element plane of the tensor of size {shape:?}"),
+            bytes: plane_bytes,
+            limit,
+        });
+    }
+    let row_bytes = plane_bytes * planes_per_row as u64;
+    Ok(if row_bytes > 0 && row_bytes <= limit {
+        (limit / row_bytes) as usize * planes_per_row
+    } else {
+        (limit / plane_bytes) as usize
+    })
+}

@@ -1,0 +1,410 @@
+//! The GPU context: chooses an adapter, opens the device with the adapter's own limits, turns wgpu's errors
+//! into [`ConvtError`]s, and owns the caches (shader modules, pipelines, buffers) that every call reuses.
+//! Build it once and share it (`&GpuContext` is `Send + Sync`).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::error::{ConvtError, Result};
+use crate::gpu::buffers::BufferPool;
+
+/// How shader modules are created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum ShaderChecks {
+    /// wgpu's runtime checks on (bounds clamping, loop bounding): safe for any shader, slower.
+    #[default]
+    Checked,
+    /// `create_shader_module_trusted` with the checks off: for kernels whose indexing is proven by tests.
+    Trusted,
+}
+
+/// Options for [`GpuContext::with_options`]. [`GpuOptions::from_env`] reads them from the environment.
+#[derive(Debug, Clone, Default)]
+pub struct GpuOptions {
+    /// Backends to consider (`CONVT_BACKEND=vulkan|metal|dx12|gl`, comma separated); all by default.
+    pub backends: Option<wgpu::Backends>,
+    /// Choose the first adapter whose name contains this text, case-insensitive (`CONVT_ADAPTER`).
+    pub adapter: Option<String>,
+    /// Cap on the bytes of one storage binding, below the adapter's own limit (`CONVT_MAX_BINDING_BYTES`).
+    /// Used to exercise the splitting of large tensors on small test problems.
+    pub max_binding_bytes: Option<u64>,
+    /// Runtime checks in shaders (`CONVT_SHADER_CHECKS=checked|trusted`).
+    pub shader_checks: ShaderChecks,
+    /// Fill every output with NaN before a kernel writes it, so that unwritten elements show (tests).
+    pub poison_outputs: bool,
+    /// Longest wait for the GPU before giving up with an error instead of hanging (default 10 minutes).
+    pub timeout: Option<Duration>,
+}
+
+impl GpuOptions {
+    pub fn from_env() -> Result<Self> {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let mut opts = Self::default();
+        if let Some(b) = var("CONVT_BACKEND") {
+            opts.backends = Some(parse_backends(&b)?);
+        }
+        opts.adapter = var("CONVT_ADAPTER");
+        if let Some(v) = var("CONVT_MAX_BINDING_BYTES") {
+            let bytes = v.trim().parse::<u64>().map_err(|_| {
+                ConvtError::InvalidArgument(format!(
+                    "CONVT_MAX_BINDING_BYTES must be a byte count, got `{v}`"
+                ))
+            })?;
+            opts.max_binding_bytes = Some(bytes);
+        }
+        if let Some(v) = var("CONVT_SHADER_CHECKS") {
+            opts.shader_checks = match v.trim().to_ascii_lowercase().as_str() {
+                "checked" => ShaderChecks::Checked,
+                "trusted" => ShaderChecks::Trusted,
+                _ => {
+                    return Err(ConvtError::InvalidArgument(format!(
+                        "CONVT_SHADER_CHECKS must be `checked` or `trusted`, got `{v}`"
+                    )))
+                }
+            };
+        }
+        Ok(opts)
+    }
+}
+
+/// Parses `vulkan`, `metal`, `dx12`, `gl` (comma separated) into wgpu backends.
+pub fn parse_backends(text: &str) -> Result<wgpu::Backends> {
+    let mut backends = wgpu::Backends::empty();
+    for part in text.split(',').map(|p| p.trim().to_ascii_lowercase()) {
+        backends |= match part.as_str() {
+            "vulkan" | "vk" => wgpu::Backends::VULKAN,
+            "metal" | "mtl" => wgpu::Backends::METAL,
+            "dx12" | "d3d12" => wgpu::Backends::DX12,
+            "gl" | "gles" | "opengl" => wgpu::Backends::GL,
+            "all" => wgpu::Backends::all(),
+            _ => {
+                return Err(ConvtError::InvalidArgument(format!(
+                    "unknown GPU backend `{part}` (expected vulkan, metal, dx12, gl or all)"
+                )))
+            }
+        };
+    }
+    Ok(backends)
+}
+
+/// What `convt info` shows of one adapter.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct AdapterSummary {
+    pub name: String,
+    pub backend: String,
+    pub device_type: String,
+    pub driver: String,
+    pub driver_info: String,
+}
+
+impl From<&wgpu::AdapterInfo> for AdapterSummary {
+    fn from(i: &wgpu::AdapterInfo) -> Self {
+        Self {
+            name: i.name.clone(),
+            backend: format!("{:?}", i.backend),
+            device_type: format!("{:?}", i.device_type),
+            driver: i.driver.clone(),
+            driver_info: i.driver_info.clone(),
+        }
+    }
+}
+
+/// Every adapter wgpu finds for these options' backends, in preference order (the first is the one chosen).
+/// Without a backend named, the primary ones (Vulkan, Metal, DX12) are asked first and GL only if they find
+/// nothing, which keeps GL's probing (and its noise) off machines that have a proper driver.
+pub fn list_adapters(opts: &GpuOptions) -> Vec<wgpu::Adapter> {
+    let find = |backends: wgpu::Backends| {
+        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+        desc.backends = backends;
+        let instance = wgpu::Instance::new(desc);
+        pollster::block_on(instance.enumerate_adapters(backends))
+    };
+    let mut adapters = match opts.backends {
+        Some(b) => find(b),
+        None => {
+            let primary = find(wgpu::Backends::PRIMARY);
+            if primary.is_empty() {
+                find(wgpu::Backends::all())
+            } else {
+                primary
+            }
+        }
+    };
+    adapters.sort_by_key(|a| preference(&a.get_info()));
+    adapters
+}
+
+/// Lower is better: discrete GPUs first, then integrated, virtual, software; Vulkan before other backends.
+fn preference(info: &wgpu::AdapterInfo) -> (u8, u8) {
+    let kind = match info.device_type {
+        wgpu::DeviceType::DiscreteGpu => 0,
+        wgpu::DeviceType::IntegratedGpu => 1,
+        wgpu::DeviceType::VirtualGpu => 2,
+        wgpu::DeviceType::Cpu => 3,
+        wgpu::DeviceType::Other => 4,
+    };
+    let backend = match info.backend {
+        wgpu::Backend::Vulkan => 0,
+        wgpu::Backend::Metal | wgpu::Backend::Dx12 => 1,
+        _ => 2,
+    };
+    (kind, backend)
+}
+
+/// Errors that wgpu reports outside an error scope (and device loss) land here, to be returned by the next call.
+#[derive(Default)]
+struct DeviceHealth {
+    lost: Option<String>,
+    uncaptured: Option<String>,
+}
+
+pub struct GpuContext {
+    pub(crate) device: wgpu::Device,
+    pub(crate) queue: wgpu::Queue,
+    adapter: wgpu::Adapter,
+    info: wgpu::AdapterInfo,
+    options: GpuOptions,
+    binding_limit: u64,
+    health: Arc<Mutex<DeviceHealth>>,
+    modules: Mutex<HashMap<&'static str, Arc<wgpu::ShaderModule>>>,
+    pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
+    pub(crate) pool: BufferPool,
+}
+
+impl GpuContext {
+    /// A context with options from the environment (see [`GpuOptions::from_env`]).
+    pub fn new() -> Result<Self> {
+        Self::with_options(GpuOptions::from_env()?)
+    }
+
+    pub fn with_options(options: GpuOptions) -> Result<Self> {
+        let adapters = list_adapters(&options);
+        let found: Vec<String> = adapters
+            .iter()
+            .map(|a| format!("{} ({:?})", a.get_info().name, a.get_info().backend))
+            .collect();
+        let adapter = match &options.adapter {
+            Some(want) => {
+                let want = want.to_lowercase();
+                adapters
+                    .into_iter()
+                    .find(|a| a.get_info().name.to_lowercase().contains(&want))
+                    .ok_or_else(|| ConvtError::NoAdapter {
+                        detail: format!(
+                            " whose name contains `{want}` (found: {})",
+                            found.join(", ")
+                        ),
+                    })?
+            }
+            None => adapters
+                .into_iter()
+                .next()
+                .ok_or_else(|| ConvtError::NoAdapter {
+                    detail: match options.backends {
+                        Some(b) => format!(" for backends {b:?}"),
+                        None => String::new(),
+                    },
+                })?,
+        };
+        let info = adapter.get_info();
+        log::info!(
+            "convt: using adapter {} ({:?}, {:?})",
+            info.name,
+            info.backend,
+            info.device_type
+        );
+
+        // The adapter's own limits: wgpu's defaults cap storage bindings at 128 MiB.
+        let limits = adapter.limits();
+        let features = adapter.features() & wgpu::Features::TIMESTAMP_QUERY;
+        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+            label: Some("convt"),
+            required_features: features,
+            required_limits: limits.clone(),
+            ..Default::default()
+        }))
+        .map_err(|e| ConvtError::Gpu(format!("could not open device on {}: {e}", info.name)))?;
+
+        let health = Arc::new(Mutex::new(DeviceHealth::default()));
+        let h = health.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            log::error!("convt: uncaptured wgpu error: {e}");
+            lock(&h).uncaptured.get_or_insert_with(|| e.to_string());
+        }));
+        let h = health.clone();
+        device.set_device_lost_callback(move |reason, message| {
+            lock(&h)
+                .lost
+                .get_or_insert_with(|| format!("{reason:?}: {message}"));
+        });
+
+        let adapter_limit = limits
+            .max_storage_buffer_binding_size
+            .min(limits.max_buffer_size);
+        let binding_limit = options
+            .max_binding_bytes
+            .map_or(adapter_limit, |m| m.min(adapter_limit))
+            & !3;
+        if binding_limit < 4 {
+            return Err(ConvtError::InvalidArgument(format!(
+                "binding limit of {binding_limit} bytes is too small"
+            )));
+        }
+        Ok(Self {
+            device,
+            queue,
+            adapter,
+            info,
+            options,
+            binding_limit,
+            health,
+            modules: Mutex::new(HashMap::new()),
+            pipelines: Mutex::new(HashMap::new()),
+            pool: BufferPool::default(),
+        })
+    }
+
+    pub fn adapter_info(&self) -> &wgpu::AdapterInfo {
+        &self.info
+    }
+    pub fn adapter(&self) -> &wgpu::Adapter {
+        &self.adapter
+    }
+    pub fn options(&self) -> &GpuOptions {
+        &self.options
+    }
+    pub fn device(&self) -> &wgpu::Device {
+        &self.device
+    }
+    pub fn queue(&self) -> &wgpu::Queue {
+        &self.queue
+    }
+    /// The most bytes one storage binding may hold here (the adapter's limit, or the configured cap).
+    pub fn binding_limit(&self) -> u64 {
+        self.binding_limit
+    }
+
+    /// Runs `f`, capturing the wgpu errors it raises (validation, out of memory, internal) as a [`ConvtError`].
+    pub(crate) fn scoped<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        self.check_health()?;
+        let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let internal = self.device.push_error_scope(wgpu::ErrorFilter::Internal);
+        let result = f();
+        let errors = [internal.pop(), validation.pop(), oom.pop()].map(pollster::block_on);
+        for e in errors.into_iter().flatten() {
+            return Err(match e {
+                wgpu::Error::OutOfMemory { .. } => ConvtError::OutOfMemory(e.to_string()),
+                other => ConvtError::Gpu(other.to_string()),
+            });
+        }
+        let value = result?;
+        self.check_health()?;
+        Ok(value)
+    }
+
+    fn check_health(&self) -> Result<()> {
+        let mut h = lock(&self.health);
+        if let Some(lost) = &h.lost {
+            return Err(ConvtError::DeviceLost(lost.clone()));
+        }
+        if let Some(e) = h.uncaptured.take() {
+            return Err(ConvtError::Gpu(e));
+        }
+        Ok(())
+    }
+
+    /// Blocks until the queue is idle (bounded by the configured timeout).
+    pub(crate) fn wait(&self) -> Result<()> {
+        let timeout = self.options.timeout.unwrap_or(Duration::from_secs(600));
+        self.device
+            .poll(wgpu::PollType::Wait {
+                submission_index: None,
+                timeout: Some(timeout),
+            })
+            .map_err(|e| ConvtError::Gpu(format!("waiting for the GPU: {e}")))?;
+        self.check_health()
+    }
+
+    /// The shader module `name` (WGSL `source`), created once per context, validated by wgpu.
+    pub(crate) fn module(
+        &self,
+        name: &'static str,
+        source: &'static str,
+    ) -> Result<Arc<wgpu::ShaderModule>> {
+        if let Some(m) = lock(&self.modules).get(name) {
+            return Ok(m.clone());
+        }
+        let desc = wgpu::ShaderModuleDescriptor {
+            label: Some(name),
+            source: wgpu::ShaderSource::Wgsl(source.into()),
+        };
+        let module = self
+            .scoped(|| {
+                Ok(match self.options.shader_checks {
+                    ShaderChecks::Checked => self.device.create_shader_module(desc),
+                    // SAFETY: only the kernels in shaders/, whose every index is bounded by the slice plan and
+                    // whose results the test suite checks against the CPU reference with poisoned outputs.
+                    ShaderChecks::Trusted => unsafe {
+                        self.device.create_shader_module_trusted(
+                            desc,
+                            wgpu::ShaderRuntimeChecks::unchecked(),
+                        )
+                    },
+                })
+            })
+            .map_err(|e| ConvtError::Shader {
+                name: name.into(),
+                message: e.to_string(),
+            })?;
+        let module = Arc::new(module);
+        lock(&self.modules).insert(name, module.clone());
+        Ok(module)
+    }
+
+    /// A compute pipeline for `module` specialised by its override `constants`, cached under `key`.
+    pub(crate) fn pipeline(
+        &self,
+        key: String,
+        module: &wgpu::ShaderModule,
+        constants: &[(&str, f64)],
+    ) -> Result<Arc<wgpu::ComputePipeline>> {
+        if let Some(p) = lock(&self.pipelines).get(&key) {
+            return Ok(p.clone());
+        }
+        let pipeline = self.scoped(|| {
+            Ok(self
+                .device
+                .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                    label: Some(&key),
+                    layout: None,
+                    module,
+                    entry_point: Some("main"),
+                    compilation_options: wgpu::PipelineCompilationOptions {
+                        constants,
+                        zero_initialize_workgroup_memory: false,
+                    },
+                    cache: None,
+                }))
+        })?;
+        let pipeline = Arc::new(pipeline);
+        lock(&self.pipelines).insert(key, pipeline.clone());
+        Ok(pipeline)
+    }
+
+    /// (buffers created so far, idle buffers kept for reuse, their bytes).
+    pub fn buffer_stats(&self) -> (u64, usize, u64) {
+        self.pool.stats()
+    }
+
+    /// Pipelines cached so far (bounded by the distinct shapes used).
+    pub fn cached_pipelines(&self) -> usize {
+        lock(&self.pipelines).len()
+    }
+}
+
+/// Locks a mutex, recovering the data if another thread panicked while holding it (the caches stay valid).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}

@@ -1,0 +1,61 @@
+//! The GPU backend: context ([`context`]), buffers ([`buffers`]), the slice plan for large tensors, and one
+//! module per algorithm. [`conv_transpose2d`] is the single entry point; [`select`] the single place that
+//! picks the algorithm for a shape.
+
+pub mod buffers;
+pub mod context;
+pub mod direct;
+pub(crate) mod plan;
+
+pub use buffers::GpuTensor;
+pub use context::{GpuContext, GpuOptions, ShaderChecks};
+
+use crate::error::Result;
+use crate::params::{ConvShape, ConvTranspose2dParams};
+use crate::tensor::Tensor;
+
+/// The algorithms convt can run a transposed convolution with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Strategy {
+    /// Gather form, one invocation per output pixel and channel block (`shaders/direct.wgsl`).
+    Direct,
+}
+
+/// Every shader of the GPU backend, by name (validated by naga in the tests).
+pub const SHADERS: &[(&str, &str)] = &[(direct::SHADER_NAME, direct::SHADER)];
+
+/// Picks the algorithm for a shape on this context's adapter.
+pub fn select(_ctx: &GpuContext, _shape: &ConvShape) -> Strategy {
+    Strategy::Direct
+}
+
+/// `conv_transpose2d` on GPU-resident tensors; the output stays on the GPU.
+pub fn conv_transpose2d(
+    ctx: &GpuContext,
+    input: &GpuTensor,
+    weight: &GpuTensor,
+    bias: Option<&GpuTensor>,
+    params: &ConvTranspose2dParams,
+) -> Result<GpuTensor> {
+    let shape = params.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?;
+    let output = GpuTensor::empty(ctx, &shape.output_dims_as_given())?;
+    match select(ctx, &shape) {
+        Strategy::Direct => direct::run(ctx, &shape, input, weight, bias, &output)?,
+    }
+    Ok(output)
+}
+
+/// `conv_transpose2d` on host tensors: upload, run, read back.
+pub fn conv_transpose2d_host(
+    ctx: &GpuContext,
+    input: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    params: &ConvTranspose2dParams,
+) -> Result<Tensor> {
+    params.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?;
+    let x = GpuTensor::upload(ctx, input)?;
+    let w = GpuTensor::upload(ctx, weight)?;
+    let b = bias.map(|b| GpuTensor::upload(ctx, b)).transpose()?;
+    conv_transpose2d(ctx, &x, &w, b.as_ref(), params)?.download(ctx)
+}

@@ -1,0 +1,339 @@
+//! Shape math and validation, shared by every backend: [`ConvTranspose2dParams`] holds the operator's options
+//! exactly as `torch.nn.functional.conv_transpose2d` takes them, and [`ConvShape`] is one validated problem
+//! (input, weight, bias and options resolved together), from which every kernel reads its sizes.
+
+use crate::error::{ConvtError, Result};
+
+/// A per-axis (height, width) pair. Converts from a single value (both axes, as in PyTorch) or a pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Hw(pub [i64; 2]);
+
+impl From<i64> for Hw {
+    fn from(v: i64) -> Self {
+        Hw([v, v])
+    }
+}
+impl From<(i64, i64)> for Hw {
+    fn from((h, w): (i64, i64)) -> Self {
+        Hw([h, w])
+    }
+}
+impl From<[i64; 2]> for Hw {
+    fn from(v: [i64; 2]) -> Self {
+        Hw(v)
+    }
+}
+
+/// The options of a 2-D transposed convolution, per axis as `[height, width]`. Signed like PyTorch's, so the
+/// same rules reject the same values; [`ConvTranspose2dParams::validate`] applies them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ConvTranspose2dParams {
+    pub stride: [i64; 2],
+    pub padding: [i64; 2],
+    pub output_padding: [i64; 2],
+    pub dilation: [i64; 2],
+    pub groups: i64,
+}
+
+impl Default for ConvTranspose2dParams {
+    /// PyTorch's defaults: stride 1, padding 0, output_padding 0, dilation 1, groups 1.
+    fn default() -> Self {
+        Self {
+            stride: [1, 1],
+            padding: [0, 0],
+            output_padding: [0, 0],
+            dilation: [1, 1],
+            groups: 1,
+        }
+    }
+}
+
+impl ConvTranspose2dParams {
+    pub fn stride(mut self, v: impl Into<Hw>) -> Self {
+        self.stride = v.into().0;
+        self
+    }
+    pub fn padding(mut self, v: impl Into<Hw>) -> Self {
+        self.padding = v.into().0;
+        self
+    }
+    pub fn output_padding(mut self, v: impl Into<Hw>) -> Self {
+        self.output_padding = v.into().0;
+        self
+    }
+    pub fn dilation(mut self, v: impl Into<Hw>) -> Self {
+        self.dilation = v.into().0;
+        self
+    }
+    pub fn groups(mut self, groups: i64) -> Self {
+        self.groups = groups;
+        self
+    }
+
+    /// The rules PyTorch applies to the options alone (no tensor sizes involved).
+    pub fn validate(&self) -> Result<()> {
+        if self.groups < 1 {
+            return Err(ConvtError::NonPositiveGroups {
+                groups: self.groups,
+            });
+        }
+        if self.stride.iter().any(|&s| s < 1) {
+            return Err(ConvtError::NonPositiveStride {
+                stride: self.stride,
+            });
+        }
+        if self.dilation.iter().any(|&d| d < 1) {
+            return Err(ConvtError::NonPositiveDilation {
+                dilation: self.dilation,
+            });
+        }
+        if self.padding.iter().any(|&p| p < 0) {
+            return Err(ConvtError::NegativePadding {
+                padding: self.padding,
+            });
+        }
+        if self.output_padding.iter().any(|&p| p < 0) {
+            return Err(ConvtError::NegativeOutputPadding {
+                output_padding: self.output_padding,
+            });
+        }
+        for axis in 0..2 {
+            if self.output_padding[axis] >= self.stride[axis].max(self.dilation[axis]) {
+                return Err(ConvtError::OutputPaddingTooLarge {
+                    output_padding: self.output_padding,
+                    stride: self.stride,
+                    dilation: self.dilation,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// `(in - 1) * stride - 2 * padding + dilation * (kernel - 1) + output_padding + 1` per axis, which may be
+    /// zero or negative (then the problem is rejected by [`Self::resolve`]).
+    pub fn output_size(&self, input_hw: [usize; 2], kernel_hw: [usize; 2]) -> [i64; 2] {
+        let mut out = [0i64; 2];
+        for axis in 0..2 {
+            // i128 so that absurd sizes cannot overflow before they are rejected.
+            let v = (input_hw[axis] as i128 - 1) * self.stride[axis] as i128
+                - 2 * self.padding[axis] as i128
+                + self.dilation[axis] as i128 * (kernel_hw[axis] as i128 - 1)
+                + self.output_padding[axis] as i128
+                + 1;
+            out[axis] = v.clamp(i64::MIN as i128, i64::MAX as i128) as i64;
+        }
+        out
+    }
+
+    /// Checks a weight `[Cin, Cout/groups, kH, kW]` and optional bias `[Cout]` against these options (which must
+    /// already be valid); returns the weight's dimensions and `Cout`.
+    pub fn check_weight(
+        &self,
+        weight: &[usize],
+        bias: Option<&[usize]>,
+    ) -> Result<([usize; 4], usize)> {
+        let dims = match weight {
+            [a, b, c, d] => [*a, *b, *c, *d],
+            _ => {
+                return Err(ConvtError::WeightRank {
+                    shape: weight.to_vec(),
+                })
+            }
+        };
+        if dims.contains(&0) {
+            return Err(ConvtError::EmptyWeight {
+                shape: weight.to_vec(),
+            });
+        }
+        let groups = self.groups as usize;
+        if dims[0] % groups != 0 {
+            return Err(ConvtError::InChannelsNotDivisible {
+                in_channels: dims[0],
+                groups: self.groups,
+            });
+        }
+        let out_channels = dims[1]
+            .checked_mul(groups)
+            .ok_or(ConvtError::SizeOverflow {
+                shape: weight.to_vec(),
+            })?;
+        if let Some(b) = bias {
+            if b != [out_channels] {
+                return Err(ConvtError::BiasShape {
+                    expected: out_channels,
+                    shape: b.to_vec(),
+                });
+            }
+        }
+        Ok((dims, out_channels))
+    }
+
+    /// Validates one problem the way PyTorch does and resolves every size the kernels need.
+    /// `input` is `[N, Cin, H, W]` or unbatched `[Cin, H, W]`; `weight` is `[Cin, Cout/groups, kH, kW]`;
+    /// `bias`, when given, is `[Cout]`.
+    pub fn resolve(
+        &self,
+        input: &[usize],
+        weight: &[usize],
+        bias: Option<&[usize]>,
+    ) -> Result<ConvShape> {
+        let (batch, in_dims, unbatched) = match input {
+            [n, c, h, w] => (*n, [*c, *h, *w], false),
+            [c, h, w] => (1, [*c, *h, *w], true),
+            _ => {
+                return Err(ConvtError::InputRank {
+                    shape: input.to_vec(),
+                })
+            }
+        };
+        self.validate()?;
+        let ([wc, _, kh, kw], out_channels) = self.check_weight(weight, bias)?;
+        let [cin, h, w] = in_dims;
+        if cin != wc {
+            return Err(ConvtError::ChannelMismatch {
+                input: input.to_vec(),
+                weight: weight.to_vec(),
+                expected: wc,
+                actual: cin,
+            });
+        }
+        if h == 0 || w == 0 {
+            return Err(ConvtError::EmptyInput {
+                shape: input.to_vec(),
+            });
+        }
+        let groups = self.groups as usize;
+        let [out_h, out_w] = self.output_size([h, w], [kh, kw]);
+        if out_h < 1 || out_w < 1 {
+            return Err(ConvtError::OutputTooSmall {
+                in_h: h,
+                in_w: w,
+                out_h,
+                out_w,
+            });
+        }
+        let shape = ConvShape {
+            batch,
+            in_channels: cin,
+            out_channels,
+            groups,
+            in_hw: [h, w],
+            out_hw: [out_h as usize, out_w as usize],
+            kernel: [kh, kw],
+            stride: self.stride.map(|v| v as usize),
+            padding: self.padding.map(|v| v as usize),
+            output_padding: self.output_padding.map(|v| v as usize),
+            dilation: self.dilation.map(|v| v as usize),
+            unbatched,
+        };
+        // Every element count must be addressable; a tensor whose size overflows is rejected here, once.
+        for dims in [shape.input_dims(), shape.output_dims(), shape.weight_dims()] {
+            checked_numel(&dims)?;
+        }
+        Ok(shape)
+    }
+}
+
+/// The number of elements of a tensor of these dimensions, or an error if it overflows `usize` (or the
+/// byte count overflows `u64`).
+pub fn checked_numel(dims: &[usize]) -> Result<usize> {
+    let n = dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
+    match n {
+        Some(n) if n.checked_mul(4).is_some() => Ok(n),
+        _ => Err(ConvtError::SizeOverflow {
+            shape: dims.to_vec(),
+        }),
+    }
+}
+
+/// One validated transposed-convolution problem: every size a kernel needs, as unsigned values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ConvShape {
+    pub batch: usize,
+    pub in_channels: usize,
+    pub out_channels: usize,
+    pub groups: usize,
+    pub in_hw: [usize; 2],
+    pub out_hw: [usize; 2],
+    pub kernel: [usize; 2],
+    pub stride: [usize; 2],
+    pub padding: [usize; 2],
+    pub output_padding: [usize; 2],
+    pub dilation: [usize; 2],
+    /// The input was `[Cin, H, W]`: the output is `[Cout, Ho, Wo]` (computed as a batch of one).
+    pub unbatched: bool,
+}
+
+impl ConvShape {
+    pub fn in_per_group(&self) -> usize {
+        self.in_channels / self.groups
+    }
+    pub fn out_per_group(&self) -> usize {
+        self.out_channels / self.groups
+    }
+    /// `[N, Cin, H, W]` (always batched).
+    pub fn input_dims(&self) -> Vec<usize> {
+        vec![self.batch, self.in_channels, self.in_hw[0], self.in_hw[1]]
+    }
+    /// `[N, Cout, Ho, Wo]` (always batched).
+    pub fn output_dims(&self) -> Vec<usize> {
+        vec![
+            self.batch,
+            self.out_channels,
+            self.out_hw[0],
+            self.out_hw[1],
+        ]
+    }
+    /// The output's dimensions as the caller sees them: unbatched in, unbatched out.
+    pub fn output_dims_as_given(&self) -> Vec<usize> {
+        let d = self.output_dims();
+        if self.unbatched {
+            d[1..].to_vec()
+        } else {
+            d
+        }
+    }
+    /// `[Cin, Cout/groups, kH, kW]`.
+    pub fn weight_dims(&self) -> Vec<usize> {
+        vec![
+            self.in_channels,
+            self.out_per_group(),
+            self.kernel[0],
+            self.kernel[1],
+        ]
+    }
+
+    /// Multiply-adds whose product lands inside the output (taps cropped by padding are not counted).
+    pub fn useful_macs(&self) -> u64 {
+        let axis_taps = |axis: usize| -> u64 {
+            let mut taps = 0u64;
+            for i in 0..self.in_hw[axis] {
+                for k in 0..self.kernel[axis] {
+                    let o = (i * self.stride[axis] + k * self.dilation[axis]) as i64
+                        - self.padding[axis] as i64;
+                    if o >= 0 && (o as usize) < self.out_hw[axis] {
+                        taps += 1;
+                    }
+                }
+            }
+            taps
+        };
+        axis_taps(0) * axis_taps(1) * (self.batch * self.in_channels * self.out_per_group()) as u64
+    }
+
+    /// Useful floating-point operations (two per multiply-add), as the benchmark tables count them.
+    pub fn useful_flops(&self) -> u64 {
+        2 * self.useful_macs()
+    }
+
+    /// Bytes of f32 data if each tensor (input, weight, bias, output) is moved once.
+    pub fn min_bytes(&self, has_bias: bool) -> u64 {
+        let n = |d: Vec<usize>| d.iter().product::<usize>() as u64;
+        4 * (n(self.input_dims()) + n(self.weight_dims()) + n(self.output_dims()))
+            + if has_bias {
+                4 * self.out_channels as u64
+            } else {
+                0
+            }
+    }
+}

@@ -1,0 +1,42 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::sync::OnceLock;
+
+use convt::gpu::{GpuContext, GpuOptions};
+
+/// Relative L2 error every f32 path must reach against the f64 reference.
+pub const F32_TOLERANCE: f64 = 1e-5;
+
+/// One GPU context for the whole test binary, with outputs poisoned (NaN) before every kernel writes them.
+/// Honours CONVT_BACKEND / CONVT_ADAPTER / CONVT_SHADER_CHECKS, so CI can run the suite on any backend.
+pub fn ctx() -> &'static GpuContext {
+    static CTX: OnceLock<GpuContext> = OnceLock::new();
+    CTX.get_or_init(|| {
+        let mut opts = GpuOptions::from_env().expect("valid CONVT_* environment");
+        opts.poison_outputs = true;
+        GpuContext::with_options(opts)
+            .unwrap_or_else(|e| panic!("the GPU tests need an adapter: {e}"))
+    })
+}
+
+/// A context whose storage bindings are capped at `bytes`, to force large-tensor splitting on small problems.
+pub fn ctx_with_binding_limit(bytes: u64) -> GpuContext {
+    let mut opts = GpuOptions::from_env().expect("valid CONVT_* environment");
+    opts.poison_outputs = true;
+    opts.max_binding_bytes = Some(bytes);
+    GpuContext::with_options(opts).unwrap_or_else(|e| panic!("the GPU tests need an adapter: {e}"))
+}
+
+/// A fresh seed per call, so every run draws new inputs; printed by the tests on failure for reproduction.
+pub fn fresh_seed() -> u64 {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let t = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    t ^ COUNTER
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}

@@ -1,0 +1,194 @@
+//! Golden files written by real PyTorch (`scripts/make_fixtures.py`): both backends must reproduce PyTorch's
+//! output within 1e-5 relative L2, and the validation rules must accept and reject what PyTorch does.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use convt::io::TensorFile;
+use convt::{ConvTranspose2dParams, ErrorStats, Tensor};
+
+struct Fixture {
+    name: String,
+    input: Tensor,
+    weight: Tensor,
+    bias: Option<Tensor>,
+    expected: Tensor,
+    params: ConvTranspose2dParams,
+}
+
+fn fixtures_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+fn load_fixtures() -> Vec<Fixture> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(fixtures_dir())
+        .expect("tests/fixtures exists")
+        .map(|e| e.expect("readable entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "safetensors"))
+        .collect();
+    paths.sort();
+    assert!(
+        paths.len() >= 20,
+        "expected the PyTorch fixtures in tests/fixtures, found {}",
+        paths.len()
+    );
+    paths
+        .iter()
+        .map(|path| {
+            let mut file = TensorFile::load(path).expect("fixture loads");
+            let meta: serde_json::Value = serde_json::from_str(&file.metadata["params"])
+                .expect("fixture metadata holds params JSON");
+            let pair = |k: &str| -> [i64; 2] {
+                let v = meta[k].as_array().expect("pair");
+                [v[0].as_i64().expect("int"), v[1].as_i64().expect("int")]
+            };
+            let params = ConvTranspose2dParams {
+                stride: pair("stride"),
+                padding: pair("padding"),
+                output_padding: pair("output_padding"),
+                dilation: pair("dilation"),
+                groups: meta["groups"].as_i64().expect("groups"),
+            };
+            Fixture {
+                name: path.file_stem().unwrap().to_string_lossy().into_owned(),
+                input: file.take("input").expect("input"),
+                weight: file.take("weight").expect("weight"),
+                bias: file.take("bias"),
+                expected: file.take("output").expect("output"),
+                params,
+            }
+        })
+        .collect()
+}
+
+fn stats(result: &Tensor, expected: &Tensor) -> ErrorStats {
+    assert_eq!(result.shape(), expected.shape());
+    let reference: Vec<f64> = expected.data().iter().map(|&v| v as f64).collect();
+    ErrorStats::compare(result.data(), &reference)
+}
+
+#[test]
+fn cpu_reference_matches_pytorch() {
+    for f in load_fixtures() {
+        let out =
+            convt::cpu::conv_transpose2d(&f.input, &f.weight, f.bias.as_ref(), &f.params).unwrap();
+        let s = stats(&out, &f.expected);
+        assert!(
+            s.rel_l2 <= common::F32_TOLERANCE,
+            "{}: rel L2 {:e}",
+            f.name,
+            s.rel_l2
+        );
+    }
+}
+
+#[test]
+fn gpu_matches_pytorch() {
+    let ctx = common::ctx();
+    for f in load_fixtures() {
+        let out =
+            convt::gpu::conv_transpose2d_host(ctx, &f.input, &f.weight, f.bias.as_ref(), &f.params)
+                .unwrap();
+        let s = stats(&out, &f.expected);
+        assert!(
+            s.rel_l2 <= common::F32_TOLERANCE,
+            "{}: rel L2 {:e} ({} non-finite)",
+            f.name,
+            s.rel_l2,
+            s.non_finite
+        );
+    }
+}
+
+#[test]
+fn gpu_matches_pytorch_with_tensors_split_over_many_bindings() {
+    // Bindings just large enough for the weight and one plane: inputs and outputs span many chunks, samples
+    // are split between chunks, so sliced dispatches and accumulation across input-channel chunks run.
+    let mut split = 0;
+    for f in load_fixtures() {
+        let plane = |t: &Tensor| t.shape()[t.shape().len() - 2..].iter().product::<usize>();
+        let limit = 4 * [
+            f.weight.numel(),
+            plane(&f.input),
+            plane(&f.expected),
+            f.bias.as_ref().map_or(1, |b| b.numel()),
+        ]
+        .into_iter()
+        .max()
+        .unwrap();
+        let ctx = common::ctx_with_binding_limit(limit as u64);
+        let x = convt::GpuTensor::upload(&ctx, &f.input).unwrap();
+        let w = convt::GpuTensor::upload(&ctx, &f.weight).unwrap();
+        let b = f
+            .bias
+            .as_ref()
+            .map(|b| convt::GpuTensor::upload(&ctx, b).unwrap());
+        let y = convt::gpu::conv_transpose2d(&ctx, &x, &w, b.as_ref(), &f.params).unwrap();
+        if x.chunks().len() > 1 || y.chunks().len() > 1 {
+            split += 1;
+        }
+        let s = stats(&y.download(&ctx).unwrap(), &f.expected);
+        assert!(
+            s.rel_l2 <= common::F32_TOLERANCE,
+            "{}: rel L2 {:e} ({} non-finite)",
+            f.name,
+            s.rel_l2,
+            s.non_finite
+        );
+    }
+    assert!(
+        split >= 15,
+        "only {split} fixtures were split over several bindings"
+    );
+}
+
+/// PyTorch's own verdicts on edge and invalid configurations (`torch_behaviour.json`): convt must accept what
+/// PyTorch accepts, with the same output shape, and reject what it rejects.
+#[test]
+fn validation_agrees_with_pytorch() {
+    let text = std::fs::read_to_string(fixtures_dir().join("torch_behaviour.json")).unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let pair = |v: &serde_json::Value| -> [i64; 2] {
+        match v.as_array() {
+            Some(a) => [a[0].as_i64().unwrap(), a[1].as_i64().unwrap()],
+            None => [v.as_i64().unwrap(); 2],
+        }
+    };
+    let dims = |v: &serde_json::Value| -> Vec<usize> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d.as_u64().unwrap() as usize)
+            .collect()
+    };
+    let records = doc["functional"].as_array().unwrap();
+    assert!(records.len() >= 20);
+    for r in records {
+        let params = ConvTranspose2dParams {
+            stride: pair(&r["stride"]),
+            padding: pair(&r["padding"]),
+            output_padding: pair(&r["output_padding"]),
+            dilation: pair(&r["dilation"]),
+            groups: r["groups"].as_i64().unwrap(),
+        };
+        let bias = r["bias"].as_u64().map(|b| vec![b as usize]);
+        let got = params.resolve(&dims(&r["input"]), &dims(&r["weight"]), bias.as_deref());
+        let name = r["name"].as_str().unwrap();
+        if r["ok"].as_bool().unwrap() {
+            let shape =
+                got.unwrap_or_else(|e| panic!("{name}: PyTorch accepts it, convt says: {e}"));
+            assert_eq!(
+                shape.output_dims_as_given(),
+                dims(&r["output_shape"]),
+                "{name}"
+            );
+        } else {
+            assert!(
+                got.is_err(),
+                "{name}: PyTorch rejects it ({}), convt accepts it",
+                r["error"]
+            );
+        }
+    }
+}
