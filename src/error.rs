@@ -39,6 +39,8 @@ pub enum ConvtError {
         "non-empty weight expected (every dimension at least 1), but got weight of size {shape:?}"
     )]
     EmptyWeight { shape: Vec<usize> },
+    #[error("kernel size should be greater than zero, but got kernel_size = {kernel:?}")]
+    NonPositiveKernel { kernel: [i64; 2] },
     #[error("only zero batch inputs are supported, but got input of size {shape:?} (channels, height and width must be at least 1)")]
     EmptyInput { shape: Vec<usize> },
     #[error(

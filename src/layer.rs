@@ -77,18 +77,10 @@ impl ConvTranspose2d {
             });
         }
         let k = kernel_size.into().0;
-        let kernel: Vec<usize> = k
-            .iter()
-            .map(|&v| usize::try_from(v).ok().filter(|&v| v > 0))
-            .collect::<Option<_>>()
-            .ok_or_else(|| ConvtError::EmptyWeight {
-                shape: vec![
-                    in_channels,
-                    out_channels / groups,
-                    k[0].max(0) as usize,
-                    k[1].max(0) as usize,
-                ],
-            })?;
+        if k.iter().any(|&v| v < 1) {
+            return Err(ConvtError::NonPositiveKernel { kernel: k });
+        }
+        let kernel = k.map(|v| v as usize);
         let weight_dims = vec![in_channels, out_channels / groups, kernel[0], kernel[1]];
         if weight_dims.contains(&0) {
             return Err(ConvtError::EmptyWeight { shape: weight_dims });

@@ -145,6 +145,11 @@ impl ConvTranspose2dParams {
                 shape: weight.to_vec(),
             });
         }
+        if self.groups < 1 {
+            return Err(ConvtError::NonPositiveGroups {
+                groups: self.groups,
+            });
+        }
         let groups = self.groups as usize;
         if dims[0] % groups != 0 {
             return Err(ConvtError::InChannelsNotDivisible {

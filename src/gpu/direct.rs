@@ -100,14 +100,15 @@ fn blocks(shape: &ConvShape, oc: &std::ops::Range<usize>) -> (usize, usize) {
     (block_of(oc.start), block_of(oc.end - 1) + 1)
 }
 
-/// Encodes and submits the direct kernel over every slice of the plan; `output` must have `shape`'s output size.
-pub(crate) fn run(
+/// Encodes the direct kernel over every slice of the plan into `pass`; `output` has `shape`'s output size.
+pub(crate) fn encode(
     ctx: &GpuContext,
     shape: &ConvShape,
     input: &GpuTensor,
     weight: &GpuTensor,
     bias: Option<&GpuTensor>,
     output: &GpuTensor,
+    pass: &mut wgpu::ComputePass<'_>,
 ) -> Result<()> {
     let slices: Vec<Slice> = plan(shape, input, output);
     if slices.is_empty() {
@@ -136,9 +137,7 @@ pub(crate) fn run(
 
     ctx.scoped(|| {
         let layout = pipeline.get_bind_group_layout(0);
-        let mut encoder = ctx.device.create_command_encoder(&Default::default());
         {
-            let mut pass = encoder.begin_compute_pass(&Default::default());
             pass.set_pipeline(&pipeline);
             for s in &slices {
                 let (b0, b1) = blocks(shape, &s.oc);
@@ -197,7 +196,6 @@ pub(crate) fn run(
                 pass.dispatch_workgroups(width as u32, height as u32, 1);
             }
         }
-        ctx.queue.submit([encoder.finish()]);
         Ok(())
     })
 }

@@ -3,14 +3,17 @@
 //! picks the algorithm for a shape.
 
 pub mod buffers;
+pub mod ceilings;
 pub mod context;
 pub mod direct;
 pub(crate) mod plan;
+pub mod timing;
 
 pub use buffers::GpuTensor;
 pub use context::{GpuContext, GpuOptions, ShaderChecks};
+pub use timing::GpuTimer;
 
-use crate::error::Result;
+use crate::error::{ConvtError, Result};
 use crate::params::{ConvShape, ConvTranspose2dParams};
 use crate::tensor::Tensor;
 
@@ -22,7 +25,11 @@ pub enum Strategy {
 }
 
 /// Every shader of the GPU backend, by name (validated by naga in the tests).
-pub const SHADERS: &[(&str, &str)] = &[(direct::SHADER_NAME, direct::SHADER)];
+pub const SHADERS: &[(&str, &str)] = &[
+    (direct::SHADER_NAME, direct::SHADER),
+    ceilings::FMA_SHADER,
+    ceilings::COPY_SHADER,
+];
 
 /// Picks the algorithm for a shape on this context's adapter.
 pub fn select(_ctx: &GpuContext, _shape: &ConvShape) -> Strategy {
@@ -39,10 +46,45 @@ pub fn conv_transpose2d(
 ) -> Result<GpuTensor> {
     let shape = params.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?;
     let output = GpuTensor::empty(ctx, &shape.output_dims_as_given())?;
-    match select(ctx, &shape) {
-        Strategy::Direct => direct::run(ctx, &shape, input, weight, bias, &output)?,
-    }
+    conv_transpose2d_into(ctx, input, weight, bias, params, &output, None)?;
     Ok(output)
+}
+
+/// `conv_transpose2d` into an existing output tensor (of the output's exact shape), optionally timed into a
+/// [`GpuTimer`] slot. Submits the work; it completes in queue order.
+pub fn conv_transpose2d_into(
+    ctx: &GpuContext,
+    input: &GpuTensor,
+    weight: &GpuTensor,
+    bias: Option<&GpuTensor>,
+    params: &ConvTranspose2dParams,
+    output: &GpuTensor,
+    timer: Option<(&GpuTimer, u32)>,
+) -> Result<()> {
+    let shape = params.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?;
+    if output.shape() != shape.output_dims_as_given() {
+        return Err(ConvtError::ShapeMismatch {
+            expected: shape.output_dims_as_given(),
+            actual: output.shape().to_vec(),
+        });
+    }
+    let strategy = select(ctx, &shape);
+    let mut encoder = ctx.device.create_command_encoder(&Default::default());
+    {
+        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some("convt conv_transpose2d"),
+            timestamp_writes: timer.map(|(t, slot)| t.pass_writes(slot)),
+        });
+        match strategy {
+            Strategy::Direct => {
+                direct::encode(ctx, &shape, input, weight, bias, output, &mut pass)?
+            }
+        }
+    }
+    ctx.scoped(|| {
+        ctx.queue.submit([encoder.finish()]);
+        Ok(())
+    })
 }
 
 /// `conv_transpose2d` on host tensors: upload, run, read back.

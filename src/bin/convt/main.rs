@@ -2,6 +2,7 @@
 //! into one readable line and a non-zero exit (2 for bad input or files, 1 for a failed verification).
 
 mod args;
+mod bench;
 mod forward;
 mod info;
 mod verify;
@@ -29,6 +30,8 @@ enum Command {
     Forward(forward::ForwardArgs),
     /// Check the GPU against the CPU reference on random inputs (suite cases or a shape given by flags).
     Verify(verify::VerifyArgs),
+    /// Time the suite cases with GPU timestamps (median of many runs), optionally against measured ceilings.
+    Bench(bench::BenchArgs),
 }
 
 /// What a subcommand reports besides success.
@@ -45,13 +48,20 @@ fn main() -> ExitCode {
         Command::Info(a) => info::run(a),
         Command::Forward(a) => forward::run(a),
         Command::Verify(a) => verify::run(a),
+        Command::Bench(a) => bench::run(a),
     };
     match result {
         Ok(Outcome::Ok) => ExitCode::SUCCESS,
         Ok(Outcome::Mismatch) => ExitCode::from(1),
         Err(e) => {
-            // One line: the error and its causes, joined.
-            eprintln!("error: {}", format!("{e:#}").replace('\n', " "));
+            // One line: the error and those of its causes that it does not already quote.
+            let mut line = e.to_string();
+            for cause in e.chain().skip(1).map(|c| c.to_string()) {
+                if !line.contains(&cause) {
+                    line = format!("{line}: {cause}");
+                }
+            }
+            eprintln!("error: {}", line.replace('\n', " "));
             ExitCode::from(2)
         }
     }

@@ -149,6 +149,10 @@ pub fn run(a: VerifyArgs) -> Result<Outcome> {
             })
             .collect::<Result<_>>()?,
     };
+    // Every case must be a valid problem before the GPU is touched.
+    for case in &cases {
+        shape_of(case)?;
+    }
     let mut opts = GpuOptions::from_env()?;
     opts.poison_outputs = true;
     let ctx = GpuContext::with_options(opts)?;

@@ -1,0 +1,130 @@
+//! The adapter's two ceilings, measured through wgpu with GPU timestamps: the fp32 FMA rate
+//! (`shaders/ceiling_fma.wgsl`) and the copy bandwidth (`shaders/ceiling_copy.wgsl`). The benchmark reports
+//! each kernel's time against them.
+
+use crate::error::Result;
+use crate::gpu::buffers::STORAGE;
+use crate::gpu::context::GpuContext;
+use crate::gpu::timing::GpuTimer;
+
+pub const FMA_SHADER: (&str, &str) = (
+    "ceiling_fma.wgsl",
+    include_str!("../../shaders/ceiling_fma.wgsl"),
+);
+pub const COPY_SHADER: (&str, &str) = (
+    "ceiling_copy.wgsl",
+    include_str!("../../shaders/ceiling_copy.wgsl"),
+);
+
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct Ceilings {
+    /// Useful fp32 FLOP per second (2 per FMA), in TFLOP/s.
+    pub fma_tflops: f64,
+    /// Bytes read plus bytes written per second, in GB/s.
+    pub copy_gbs: f64,
+}
+
+const WORKGROUP_SIZE: u32 = 256;
+const FMA_ITERATIONS: u32 = 2048;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Times `dispatch` `runs` times after `warmup` untimed runs; returns the median in ms.
+fn time_passes(
+    ctx: &GpuContext,
+    pipeline: &wgpu::ComputePipeline,
+    bind_group: &wgpu::BindGroup,
+    groups: (u32, u32),
+    warmup: u32,
+    runs: u32,
+) -> Result<f64> {
+    let timer = GpuTimer::new(ctx, runs)?;
+    for i in 0..warmup + runs {
+        let mut encoder = ctx.device().create_command_encoder(&Default::default());
+        {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: None,
+                timestamp_writes: (i >= warmup).then(|| timer.pass_writes(i - warmup)),
+            });
+            pass.set_pipeline(pipeline);
+            pass.set_bind_group(0, bind_group, &[]);
+            pass.dispatch_workgroups(groups.0, groups.1, 1);
+        }
+        ctx.queue().submit([encoder.finish()]);
+    }
+    ctx.wait()?;
+    Ok(median(timer.read_ms(ctx, runs)?))
+}
+
+/// Measures both ceilings (`copy_bytes`: size of the copied buffer; 1 GiB fills a datacenter GPU).
+pub fn measure(ctx: &GpuContext, copy_bytes: u64, warmup: u32, runs: u32) -> Result<Ceilings> {
+    let max_dim = ctx.device().limits().max_compute_workgroups_per_dimension;
+    let grid = |groups: u64| -> (u32, u32) {
+        let w = groups.min(max_dim as u64) as u32;
+        (w, groups.div_ceil(w as u64) as u32)
+    };
+
+    // FMA: enough invocations to fill any GPU several times over.
+    let fma_groups = grid(16 * 1024);
+    let invocations = fma_groups.0 as u64 * fma_groups.1 as u64 * WORKGROUP_SIZE as u64;
+    let sink = ctx.pool.get(ctx.device(), invocations * 16, STORAGE);
+    let module = ctx.module(FMA_SHADER.0, FMA_SHADER.1)?;
+    let consts = [
+        ("ITERATIONS", FMA_ITERATIONS as f64),
+        ("WORKGROUP_SIZE", WORKGROUP_SIZE as f64),
+    ];
+    let pipeline = ctx.pipeline(format!("fma {consts:?}"), &module, &consts)?;
+    let bg = ctx.scoped(|| {
+        Ok(ctx.device().create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &[wgpu::BindGroupEntry {
+                binding: 0,
+                resource: sink.as_entire_binding(),
+            }],
+        }))
+    })?;
+    let ms = time_passes(ctx, &pipeline, &bg, fma_groups, warmup, runs)?;
+    let flop = invocations as f64 * FMA_ITERATIONS as f64 * 64.0;
+    let fma_tflops = flop / (ms * 1e-3) / 1e12;
+
+    // Copy: two buffers of copy_bytes (capped by the binding limit).
+    let bytes = copy_bytes.min(ctx.binding_limit()) / 16 * 16;
+    let src = ctx.pool.get(ctx.device(), bytes, STORAGE);
+    let dst = ctx.pool.get(ctx.device(), bytes, STORAGE);
+    let module = ctx.module(COPY_SHADER.0, COPY_SHADER.1)?;
+    let consts = [("WORKGROUP_SIZE", WORKGROUP_SIZE as f64)];
+    let pipeline = ctx.pipeline(format!("copy {consts:?}"), &module, &consts)?;
+    let bg = ctx.scoped(|| {
+        Ok(ctx.device().create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &[
+                wgpu::BindGroupEntry {
+                    binding: 0,
+                    resource: src.as_entire_binding(),
+                },
+                wgpu::BindGroupEntry {
+                    binding: 1,
+                    resource: dst.as_entire_binding(),
+                },
+            ],
+        }))
+    })?;
+    let ms = time_passes(
+        ctx,
+        &pipeline,
+        &bg,
+        grid((bytes / 16).div_ceil(WORKGROUP_SIZE as u64)),
+        warmup,
+        runs,
+    )?;
+    let copy_gbs = 2.0 * bytes as f64 / (ms * 1e-3) / 1e9;
+    Ok(Ceilings {
+        fma_tflops,
+        copy_gbs,
+    })
+}

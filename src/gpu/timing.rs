@@ -1,0 +1,94 @@
+//! GPU timestamps around compute passes, for the benchmark: each timed call gets a slot (a begin and an end
+//! query), read back together at the end in milliseconds.
+
+use crate::error::{ConvtError, Result};
+use crate::gpu::context::GpuContext;
+
+pub struct GpuTimer {
+    queries: wgpu::QuerySet,
+    resolve: wgpu::Buffer,
+    capacity: u32,
+}
+
+impl GpuTimer {
+    /// A timer for `capacity` timed passes. Needs `Features::TIMESTAMP_QUERY` on the adapter.
+    pub fn new(ctx: &GpuContext, capacity: u32) -> Result<Self> {
+        if !ctx
+            .device()
+            .features()
+            .contains(wgpu::Features::TIMESTAMP_QUERY)
+        {
+            return Err(ConvtError::Gpu(format!(
+                "adapter {} has no timestamp queries (TIMESTAMP_QUERY), so GPU times cannot be measured",
+                ctx.adapter_info().name
+            )));
+        }
+        ctx.scoped(|| {
+            let queries = ctx.device().create_query_set(&wgpu::QuerySetDescriptor {
+                label: Some("convt timer"),
+                ty: wgpu::QueryType::Timestamp,
+                count: 2 * capacity,
+            });
+            let resolve = ctx.device().create_buffer(&wgpu::BufferDescriptor {
+                label: Some("convt timer resolve"),
+                size: 16 * capacity as u64,
+                usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+                mapped_at_creation: false,
+            });
+            Ok(Self {
+                queries,
+                resolve,
+                capacity,
+            })
+        })
+    }
+
+    /// The timestamp writes that time one compute pass into `slot`.
+    pub fn pass_writes(&self, slot: u32) -> wgpu::ComputePassTimestampWrites<'_> {
+        wgpu::ComputePassTimestampWrites {
+            query_set: &self.queries,
+            beginning_of_pass_write_index: Some(2 * slot),
+            end_of_pass_write_index: Some(2 * slot + 1),
+        }
+    }
+
+    pub fn capacity(&self) -> u32 {
+        self.capacity
+    }
+
+    /// Milliseconds between begin and end of the first `slots` slots (all submitted work must be finished).
+    pub fn read_ms(&self, ctx: &GpuContext, slots: u32) -> Result<Vec<f64>> {
+        let bytes = 16 * slots as u64;
+        let staging = ctx.scoped(|| {
+            let staging = ctx.device().create_buffer(&wgpu::BufferDescriptor {
+                label: Some("convt timer read"),
+                size: bytes.max(16),
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            });
+            let mut encoder = ctx.device().create_command_encoder(&Default::default());
+            encoder.resolve_query_set(&self.queries, 0..2 * slots, &self.resolve, 0);
+            encoder.copy_buffer_to_buffer(&self.resolve, 0, &staging, 0, bytes);
+            ctx.queue().submit([encoder.finish()]);
+            Ok(staging)
+        })?;
+        let (tx, rx) = futures_intrusive::channel::shared::oneshot_channel();
+        staging.map_async(wgpu::MapMode::Read, .., move |r| {
+            let _ = tx.send(r);
+        });
+        ctx.wait()?;
+        match pollster::block_on(rx.receive()) {
+            Some(Ok(())) => {}
+            _ => return Err(ConvtError::Gpu("reading timestamps failed".into())),
+        }
+        let period_ns = ctx.queue().get_timestamp_period() as f64;
+        let view = staging
+            .get_mapped_range(..)
+            .map_err(|e| ConvtError::Gpu(e.to_string()))?;
+        let ticks: &[u64] = bytemuck::cast_slice(&view);
+        Ok(ticks[..2 * slots as usize]
+            .chunks(2)
+            .map(|t| t[1].wrapping_sub(t[0]) as f64 * period_ns / 1e6)
+            .collect())
+    }
+}

@@ -1,0 +1,487 @@
+//! The `convt` binary, run as a user runs it: `forward` reproduces PyTorch's output on a fixture with both
+//! backends, bad input fails with exit code 2 and one `error:` line (no panic, no backtrace), `verify` and
+//! `info` succeed and print what they promise.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use convt::io::{save_tensors, TensorFile};
+use convt::{ErrorStats, Tensor};
+
+// ---------------------------------------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------------------------------------
+
+/// Runs `convt` with `args`. RUST_BACKTRACE=1 so that a panic or an error carrying a backtrace would show it;
+/// RUST_LOG unset so the tool's own default (warnings only) applies.
+fn convt(args: &[&str]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_convt"));
+    cmd.args(args)
+        .env_remove("RUST_LOG")
+        .env("RUST_BACKTRACE", "1");
+    if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
+        cmd.env("XDG_RUNTIME_DIR", std::env::temp_dir());
+    }
+    cmd.output().expect("convt runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn describe(args: &[&str], out: &Output) -> String {
+    format!(
+        "convt {}\nexit: {:?}\nstdout:\n{}\nstderr:\n{}",
+        args.join(" "),
+        out.status.code(),
+        text(&out.stdout),
+        text(&out.stderr)
+    )
+}
+
+/// Runs `convt` and asserts it succeeded.
+#[track_caller]
+fn convt_ok(args: &[&str]) -> Output {
+    let out = convt(args);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(args, &out));
+    assert_no_panic(args, &out);
+    out
+}
+
+#[track_caller]
+fn assert_no_panic(args: &[&str], out: &Output) {
+    let stderr = text(&out.stderr).to_lowercase();
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("backtrace"),
+        "{}",
+        describe(args, out)
+    );
+}
+
+/// Runs `convt` and asserts a clean failure: exit code 2, nothing on stdout, exactly one line on stderr that
+/// starts with `error:` and contains each of `mentions`. Returns that line.
+#[track_caller]
+fn convt_fails(args: &[&str], mentions: &[&str]) -> String {
+    let out = convt(args);
+    let what = describe(args, &out);
+    assert_eq!(out.status.code(), Some(2), "{what}");
+    assert_no_panic(args, &out);
+    assert!(out.stdout.is_empty(), "{what}");
+    let stderr = text(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "expected exactly one line on stderr\n{what}"
+    );
+    assert!(lines[0].starts_with("error:"), "{what}");
+    for m in mentions {
+        assert!(lines[0].contains(m), "stderr should mention {m:?}\n{what}");
+    }
+    lines[0].to_string()
+}
+
+/// A fresh, uniquely named directory under the system temp dir, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> Self {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let dir = std::env::temp_dir().join(format!(
+            "convt-cli-{tag}-{}-{nanos}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("UTF-8 path")
+}
+
+/// The fixture's options (its "params" metadata, as tests/fixtures.rs reads it) as `convt` flags.
+fn fixture_flags(file: &TensorFile) -> Vec<String> {
+    let meta: serde_json::Value =
+        serde_json::from_str(&file.metadata["params"]).expect("fixture metadata holds params JSON");
+    let pair = |k: &str| -> String {
+        let v = meta[k].as_array().expect("pair");
+        format!("{},{}", v[0].as_i64().unwrap(), v[1].as_i64().unwrap())
+    };
+    vec![
+        "--stride".into(),
+        pair("stride"),
+        "--padding".into(),
+        pair("padding"),
+        "--output-padding".into(),
+        pair("output_padding"),
+        "--dilation".into(),
+        pair("dilation"),
+        "--groups".into(),
+        meta["groups"].as_i64().expect("groups").to_string(),
+    ]
+}
+
+/// The `output` tensor of a file `convt forward` wrote.
+fn read_output(path: &Path) -> Tensor {
+    let file = TensorFile::load(path).expect("convt wrote a readable file");
+    file.get("output", path).expect("output tensor").clone()
+}
+
+fn rel_l2(result: &Tensor, expected: &Tensor) -> ErrorStats {
+    assert_eq!(result.shape(), expected.shape());
+    let reference: Vec<f64> = expected.data().iter().map(|&v| v as f64).collect();
+    ErrorStats::compare(result.data(), &reference)
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// forward
+// ---------------------------------------------------------------------------------------------------------
+
+fn forward_matches_fixture(backend: &str) {
+    let tensors = fixture("everything.safetensors");
+    let file = TensorFile::load(&tensors).unwrap();
+    let expected = file.get("output", &tensors).unwrap();
+    let dir = TempDir::new(backend);
+    let out_path = dir.path("out.safetensors");
+    let flags = fixture_flags(&file);
+    let mut args = vec![
+        "forward",
+        "--tensors",
+        s(&tensors),
+        "--out",
+        s(&out_path),
+        "--backend",
+        backend,
+    ];
+    args.extend(flags.iter().map(String::as_str));
+    let out = convt_ok(&args);
+    assert!(
+        text(&out.stderr).contains(&format!("{:?}", expected.shape())),
+        "{}",
+        describe(&args, &out)
+    );
+
+    let result = read_output(&out_path);
+    let stats = rel_l2(&result, expected);
+    assert!(
+        stats.rel_l2 <= common::F32_TOLERANCE,
+        "{backend}: rel L2 {:e} ({} non-finite)",
+        stats.rel_l2,
+        stats.non_finite
+    );
+}
+
+#[test]
+fn forward_on_gpu_matches_the_fixture() {
+    forward_matches_fixture("gpu");
+}
+
+#[test]
+fn forward_on_cpu_matches_the_fixture() {
+    forward_matches_fixture("cpu");
+}
+
+#[test]
+fn single_integer_means_the_same_value_for_both_axes() {
+    let tensors = fixture("basic.safetensors");
+    let dir = TempDir::new("pair");
+    let run = |name: &str, flags: &[&str]| -> Tensor {
+        let out_path = dir.path(name);
+        let mut args = vec![
+            "forward",
+            "--tensors",
+            s(&tensors),
+            "--out",
+            s(&out_path),
+            "--backend",
+            "cpu",
+        ];
+        args.extend_from_slice(flags);
+        convt_ok(&args);
+        read_output(&out_path)
+    };
+    let single = run("single.safetensors", &["--stride", "2", "--padding", "1"]);
+    let pair = run("pair.safetensors", &["--stride", "2,2", "--padding", "1,1"]);
+    assert_eq!(single.shape(), pair.shape());
+    assert_eq!(single.data(), pair.data());
+    // And it is not the same as another pair.
+    let other = run(
+        "other.safetensors",
+        &["--stride", "2,1", "--padding", "1,1"],
+    );
+    assert_ne!(single.shape(), other.shape());
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Bad input: exit code 2, one `error:` line
+// ---------------------------------------------------------------------------------------------------------
+
+/// `convt forward` on the `everything` fixture (input [3, 6, 4, 5], weight [6, 3, 2, 3]) with `flags`.
+fn forward_fails(flags: &[&str], mentions: &[&str]) -> String {
+    let dir = TempDir::new("bad");
+    let out_path = dir.path("out.safetensors");
+    let tensors = fixture("everything.safetensors");
+    let mut args = vec!["forward", "--tensors", s(&tensors), "--out", s(&out_path)];
+    args.extend_from_slice(flags);
+    let line = convt_fails(&args, mentions);
+    assert!(!out_path.exists(), "no output is written on error");
+    line
+}
+
+#[test]
+fn negative_padding_fails_cleanly() {
+    let gpu = forward_fails(
+        &["--padding=-1"],
+        &["negative padding", "padding = [-1, -1]"],
+    );
+    // Validation comes before any GPU work: the CPU backend says the same.
+    let cpu = forward_fails(&["--padding=-1", "--backend", "cpu"], &["negative padding"]);
+    assert_eq!(gpu, cpu);
+    forward_fails(&["--padding", "0,-2"], &["padding = [0, -2]"]);
+}
+
+#[test]
+fn zero_stride_fails_cleanly() {
+    forward_fails(&["--stride", "0"], &["non-positive stride", "[0, 0]"]);
+    forward_fails(&["--stride", "2,0"], &["non-positive stride", "[2, 0]"]);
+}
+
+#[test]
+fn output_padding_too_large_fails_cleanly() {
+    forward_fails(
+        &["--output-padding", "1"],
+        &[
+            "output padding must be smaller",
+            "output_padding = [1, 1]",
+            "stride = [1, 1]",
+            "dilation = [1, 1]",
+        ],
+    );
+    forward_fails(
+        &["--stride", "2,3", "--output-padding", "0,3"],
+        &["output_padding = [0, 3]", "stride = [2, 3]"],
+    );
+}
+
+#[test]
+fn zero_groups_fails_cleanly() {
+    forward_fails(&["--groups", "0"], &["non-positive groups", "groups = 0"]);
+    forward_fails(&["--groups", "-2"], &["groups = -2"]);
+}
+
+#[test]
+fn groups_not_dividing_the_channels_fails_cleanly() {
+    // The weight has 6 input channels.
+    forward_fails(
+        &["--groups", "4"],
+        &[
+            "in_channels must be divisible by groups",
+            "in_channels = 6",
+            "groups = 4",
+        ],
+    );
+    // A shape given to `verify` whose output channels groups do not divide.
+    convt_fails(
+        &[
+            "verify",
+            "--in-channels",
+            "4",
+            "--out-channels",
+            "6",
+            "--size",
+            "5",
+            "--kernel",
+            "3",
+            "--groups",
+            "4",
+        ],
+        &[
+            "out_channels must be divisible by groups",
+            "out_channels = 6",
+            "groups = 4",
+        ],
+    );
+}
+
+#[test]
+fn missing_tensors_file_fails_cleanly() {
+    let dir = TempDir::new("missing");
+    let missing = dir.path("no-such-file.safetensors");
+    let out_path = dir.path("out.safetensors");
+    convt_fails(
+        &["forward", "--tensors", s(&missing), "--out", s(&out_path)],
+        &[s(&missing)],
+    );
+    assert!(!out_path.exists());
+}
+
+#[test]
+fn file_that_is_not_safetensors_fails_cleanly() {
+    let dir = TempDir::new("garbage");
+    let garbage = dir.path("garbage.safetensors");
+    std::fs::write(&garbage, b"definitely not a safetensors file\n").unwrap();
+    let out_path = dir.path("out.safetensors");
+    convt_fails(
+        &["forward", "--tensors", s(&garbage), "--out", s(&out_path)],
+        &[s(&garbage), "not a valid safetensors file"],
+    );
+    assert!(!out_path.exists());
+}
+
+#[test]
+fn file_without_weight_fails_cleanly() {
+    let dir = TempDir::new("noweight");
+    let path = dir.path("input-only.safetensors");
+    let input = Tensor::uniform(vec![1, 2, 3, 3], -1.0, 1.0, 0).unwrap();
+    save_tensors(&path, &[("input", &input)], None).unwrap();
+    let out_path = dir.path("out.safetensors");
+    convt_fails(
+        &["forward", "--tensors", s(&path), "--out", s(&out_path)],
+        &[s(&path), "`weight` not found", "found: input"],
+    );
+    assert!(!out_path.exists());
+}
+
+#[test]
+fn malformed_pairs_are_usage_errors() {
+    let tensors = fixture("everything.safetensors");
+    let dir = TempDir::new("malformed");
+    let out_path = dir.path("out.safetensors");
+    for bad in ["1,2,3", "x", "1,x", ""] {
+        let args = [
+            "forward",
+            "--tensors",
+            s(&tensors),
+            "--out",
+            s(&out_path),
+            "--stride",
+            bad,
+        ];
+        let out = convt(&args);
+        assert_eq!(out.status.code(), Some(2), "{}", describe(&args, &out));
+        assert_no_panic(&args, &out);
+        assert!(
+            text(&out.stderr).contains("--stride"),
+            "{}",
+            describe(&args, &out)
+        );
+        assert!(!out_path.exists());
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// verify and info
+// ---------------------------------------------------------------------------------------------------------
+
+#[test]
+fn verify_a_shape_given_by_flags() {
+    let args = [
+        "verify",
+        "--in-channels",
+        "4",
+        "--out-channels",
+        "6",
+        "--size",
+        "5,7",
+        "--kernel",
+        "3,2",
+        "--stride",
+        "2,1",
+        "--padding",
+        "1,0",
+        "--output-padding",
+        "1,0",
+        "--groups",
+        "2",
+        "--bias",
+    ];
+    let out = convt_ok(&args);
+    let stdout = text(&out.stdout);
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("custom"))
+        .unwrap_or_else(|| panic!("no result line\n{}", describe(&args, &out)));
+    assert!(
+        line.trim_end().ends_with(" ok"),
+        "{}",
+        describe(&args, &out)
+    );
+    // Output [1, 6, (5-1)*2 - 2 + 2 + 1 + 1, (7-1) + 1 + 1].
+    assert!(line.contains("[1, 6, 10, 8]"), "{}", describe(&args, &out));
+}
+
+#[test]
+fn verify_a_suite_case_as_json() {
+    let args = ["verify", "--case", "kb81", "--json"];
+    let out = convt_ok(&args);
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(!lines.is_empty(), "{}", describe(&args, &out));
+    for line in lines {
+        let v: serde_json::Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {line}\n{}", describe(&args, &out)));
+        assert_eq!(v["ok"], serde_json::Value::Bool(true), "{line}");
+        assert_eq!(v["case"], "kb81", "{line}");
+        assert_eq!(v["all_finite"], serde_json::Value::Bool(true), "{line}");
+    }
+}
+
+#[test]
+fn verify_an_unknown_case_fails_cleanly() {
+    convt_fails(
+        &["verify", "--case", "nosuch"],
+        &["unknown case `nosuch`", "kb81"],
+    );
+}
+
+#[test]
+fn info_prints_the_chosen_adapter() {
+    let out = convt_ok(&["info"]);
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("chosen: "), "{stdout}");
+    assert!(stdout.contains("limits:"), "{stdout}");
+
+    let out = convt_ok(&["info", "--json"]);
+    let stdout = text(&out.stdout);
+    let v: serde_json::Value =
+        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"));
+    let chosen = v["chosen"].as_object().expect("a \"chosen\" object");
+    assert!(
+        chosen["name"].as_str().is_some_and(|n| !n.is_empty()),
+        "{stdout}"
+    );
+    assert!(
+        v["adapters"].as_array().is_some_and(|a| !a.is_empty()),
+        "{stdout}"
+    );
+    assert!(
+        v["limits"]["binding_limit_used"]
+            .as_u64()
+            .is_some_and(|b| b > 0),
+        "{stdout}"
+    );
+}

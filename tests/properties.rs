@@ -1,0 +1,224 @@
+//! Property tests: random valid configurations covering every option, GPU (outputs poisoned with NaN before
+//! each dispatch) against the float64 CPU reference, relative L2 <= 1e-5. Inputs are drawn fresh every run.
+
+mod common;
+
+use convt::{cpu, ConvShape, ConvTranspose2dParams, ErrorStats, GpuContext, Tensor};
+use proptest::prelude::*;
+
+/// A valid problem: (input dims, weight dims, bias, params).
+#[derive(Debug, Clone)]
+struct Problem {
+    input: Vec<usize>,
+    weight: Vec<usize>,
+    bias: bool,
+    params: ConvTranspose2dParams,
+    seed: u64,
+}
+
+impl Problem {
+    fn shape(&self) -> ConvShape {
+        let cout = self.weight[1] * self.params.groups as usize;
+        self.params
+            .resolve(&self.input, &self.weight, self.bias.then_some(&[cout][..]))
+            .expect("valid problem")
+    }
+}
+
+fn problems() -> impl Strategy<Value = Problem> {
+    (
+        (1usize..=3, 1usize..=4, 1usize..=4, 1usize..=4), // batch, groups, in per group, out per group
+        (1usize..=7, 1usize..=7, 1usize..=5, 1usize..=5), // H, W, kH, kW
+        ([1i64..=4, 1i64..=4], [1i64..=3, 1i64..=3]),     // stride, dilation
+        (
+            [0i64..=3, 0i64..=3],
+            [0i64..=3, 0i64..=3],
+            any::<bool>(),
+            any::<u64>(),
+        ),
+    )
+        .prop_filter_map(
+            "output must be non-empty",
+            |((n, g, cig, cog), (h, w, kh, kw), (s, d), (p, op, bias, seed))| {
+                // output_padding < max(stride, dilation), as PyTorch requires.
+                let op = [op[0] % s[0].max(d[0]), op[1] % s[1].max(d[1])];
+                let params = ConvTranspose2dParams {
+                    stride: s,
+                    padding: p,
+                    output_padding: op,
+                    dilation: d,
+                    groups: g as i64,
+                };
+                let pr = Problem {
+                    input: vec![n, g * cig, h, w],
+                    weight: vec![g * cig, cog, kh, kw],
+                    bias,
+                    params,
+                    seed,
+                };
+                let cout = cog * g;
+                params
+                    .resolve(&pr.input, &pr.weight, bias.then_some(&[cout][..]))
+                    .ok()
+                    .map(|_| pr)
+            },
+        )
+}
+
+/// Runs `p` on the GPU and compares with the f64 reference.
+fn check(ctx: &GpuContext, p: &Problem) -> Result<(), TestCaseError> {
+    let shape = p.shape();
+    let x = Tensor::uniform(p.input.clone(), -1.0, 1.0, p.seed).unwrap();
+    let w = Tensor::uniform(p.weight.clone(), -1.0, 1.0, p.seed ^ 1).unwrap();
+    let b = p
+        .bias
+        .then(|| Tensor::uniform(vec![shape.out_channels], -1.0, 1.0, p.seed ^ 2).unwrap());
+    let out = convt::gpu::conv_transpose2d_host(ctx, &x, &w, b.as_ref(), &p.params).unwrap();
+    prop_assert_eq!(out.shape(), &shape.output_dims_as_given()[..]);
+    let reference =
+        cpu::conv_transpose2d_f64(&shape, x.data(), w.data(), b.as_ref().map(|b| b.data()));
+    let s = ErrorStats::compare(out.data(), &reference);
+    prop_assert!(
+        s.non_finite == 0,
+        "{} unwritten or non-finite outputs for {:?}",
+        s.non_finite,
+        p
+    );
+    prop_assert!(
+        s.rel_l2 <= common::F32_TOLERANCE,
+        "rel L2 {:e} for {:?}",
+        s.rel_l2,
+        p
+    );
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn gpu_matches_reference_on_random_problems(p in problems()) {
+        check(common::ctx(), &p)?;
+    }
+
+    #[test]
+    fn gpu_matches_reference_with_tiny_bindings(p in problems()) {
+        // Bindings of the weight's size (or one plane, if larger): tensors split across chunks, samples split
+        // across input-channel chunks, outputs accumulated over several dispatches.
+        let shape = p.shape();
+        let plane = (shape.in_hw[0] * shape.in_hw[1]).max(shape.out_hw[0] * shape.out_hw[1]);
+        let weight: usize = p.weight.iter().product();
+        let limit = 4 * weight.max(plane).max(shape.out_channels);
+        check(&common::ctx_with_binding_limit(limit as u64), &p)?;
+    }
+
+    #[test]
+    fn scatter_and_gather_references_agree(p in problems()) {
+        // The two CPU formulations are written independently; they must agree to f64 rounding.
+        let shape = p.shape();
+        let x = Tensor::uniform(p.input.clone(), -1.0, 1.0, p.seed).unwrap();
+        let w = Tensor::uniform(p.weight.clone(), -1.0, 1.0, p.seed ^ 1).unwrap();
+        let b = p.bias.then(|| Tensor::uniform(vec![shape.out_channels], -1.0, 1.0, p.seed ^ 2).unwrap());
+        let bias = b.as_ref().map(|b| b.data());
+        let scatter = cpu::conv_transpose2d_f64(&shape, x.data(), w.data(), bias);
+        let dims = shape.output_dims();
+        let mut i = 0;
+        for n in 0..dims[0] { for c in 0..dims[1] { for oh in 0..dims[2] { for ow in 0..dims[3] {
+            let g = cpu::output_at(&shape, x.data(), w.data(), bias, [n, c, oh, ow]);
+            prop_assert!((g - scatter[i]).abs() <= 1e-12 * (1.0 + g.abs()), "at {:?}: {} vs {}", [n, c, oh, ow], g, scatter[i]);
+            i += 1;
+        }}}}
+    }
+}
+
+/// The configurations the issue names explicitly, each on fresh random data.
+#[test]
+fn named_edge_configurations() {
+    let p = |s: [i64; 2], pad: [i64; 2], op: [i64; 2], d: [i64; 2], g: i64| ConvTranspose2dParams {
+        stride: s,
+        padding: pad,
+        output_padding: op,
+        dilation: d,
+        groups: g,
+    };
+    let cases: Vec<(&str, Vec<usize>, Vec<usize>, ConvTranspose2dParams)> = vec![
+        (
+            "depthwise",
+            vec![2, 6, 5, 4],
+            vec![6, 1, 3, 3],
+            p([2, 1], [1, 0], [1, 0], [1, 1], 6),
+        ),
+        (
+            "depthwise multiplier",
+            vec![1, 3, 4, 4],
+            vec![3, 5, 2, 3],
+            p([1, 2], [0, 1], [0, 1], [1, 1], 3),
+        ),
+        (
+            "1x1 kernel",
+            vec![2, 5, 4, 6],
+            vec![5, 7, 1, 1],
+            p([3, 2], [0, 0], [2, 1], [1, 1], 1),
+        ),
+        (
+            "1x1 input",
+            vec![3, 4, 1, 1],
+            vec![4, 3, 4, 3],
+            p([2, 2], [0, 1], [0, 0], [1, 1], 1),
+        ),
+        (
+            "kernel larger than input",
+            vec![1, 2, 2, 3],
+            vec![2, 3, 7, 6],
+            p([1, 1], [1, 2], [0, 0], [1, 2], 1),
+        ),
+        (
+            "crop to a single row",
+            vec![2, 3, 3, 5],
+            vec![3, 2, 3, 3],
+            p([1, 1], [2, 1], [0, 0], [1, 1], 1),
+        ),
+        (
+            "crop to a single pixel",
+            vec![1, 2, 2, 2],
+            vec![2, 2, 2, 2],
+            p([1, 1], [1, 1], [0, 0], [1, 1], 1),
+        ),
+        (
+            "output_padding with dilation > stride",
+            vec![2, 3, 5, 4],
+            vec![3, 4, 3, 3],
+            p([1, 2], [0, 1], [1, 2], [2, 3], 1),
+        ),
+        (
+            "large stride, gaps in output",
+            vec![1, 2, 3, 3],
+            vec![2, 2, 2, 2],
+            p([5, 4], [0, 0], [4, 3], [1, 1], 1),
+        ),
+        (
+            "everything",
+            vec![3, 6, 4, 5],
+            vec![6, 3, 2, 3],
+            p([3, 2], [2, 1], [1, 2], [2, 3], 2),
+        ),
+        (
+            "many channels (several blocks per group)",
+            vec![1, 16, 4, 5],
+            vec![16, 9, 3, 2],
+            p([2, 1], [1, 0], [1, 0], [1, 1], 2),
+        ),
+    ];
+    for (name, input, weight, params) in cases {
+        for bias in [false, true] {
+            let prob = Problem {
+                input: input.clone(),
+                weight: weight.clone(),
+                bias,
+                params,
+                seed: common::fresh_seed(),
+            };
+            check(common::ctx(), &prob).unwrap_or_else(|e| panic!("{name} (bias {bias}): {e}"));
+        }
+    }
+}
