@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Joins `convt bench --json` and `scripts/torch_bench.py --json` into the side-by-side table (markdown, with
+ratios: > 1 means convt is faster) and, where matplotlib is available, a PNG chart.
+
+    python3 scripts/side_by_side.py convt.json torch.json [--md table.md] [--png chart.png]
+"""
+import argparse
+import json
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("convt")
+    ap.add_argument("torch")
+    ap.add_argument("--md")
+    ap.add_argument("--png")
+    a = ap.parse_args()
+    c = json.load(open(a.convt))
+    t = {r["case"]: r for r in json.load(open(a.torch))["cases"]}
+    ceil = c.get("ceilings") or {}
+    lines = [
+        f"adapter: {c['adapter']} ({c['backend']}, driver {c['driver']} {c['driver_info']}), shader checks "
+        f"{c['shader_checks']}, median of {c['runs']} runs"
+        + (f"; ceilings: FMA {ceil['fma_tflops']:.1f} TFLOP/s, copy {ceil['copy_gbs']:.0f} GB/s" if ceil else ""),
+        "",
+        "| case | convt ms | TFLOP/s | GB/s | %FMA | %copy | torch fp32 ms | torch TF32 ms | torch fp16 ms "
+        "| vs fp32 | vs TF32 | vs fp16 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    names, ratios = [], []
+    for r in c["cases"]:
+        tr = t.get(r["case"])
+        if tr is None:
+            continue
+        pf = f"{100 * r['tflops'] / ceil['fma_tflops']:.0f}%" if ceil else "-"
+        pb = f"{100 * r['gbs'] / ceil['copy_gbs']:.0f}%" if ceil else "-"
+        rat = [tr[f"{m}_ms"] / r["ms"] for m in ("fp32", "tf32", "fp16")]
+        lines.append(f"| {r['case']} | {r['ms']:.3f} | {r['tflops']:.2f} | {r['gbs']:.0f} | {pf} | {pb} | "
+                     f"{tr['fp32_ms']:.3f} | {tr['tf32_ms']:.3f} | {tr['fp16_ms']:.3f} | "
+                     + " | ".join(f"{x:.2f}x" for x in rat) + " |")
+        names.append(r["case"])
+        ratios.append(rat)
+    text = "\n".join(lines)
+    print(text)
+    if a.md:
+        open(a.md, "w").write(text + "\n")
+    if a.png and names:
+        try:
+            import matplotlib
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            print("matplotlib not available: no chart")
+            return
+        fig, ax = plt.subplots(figsize=(10, 4))
+        width = 0.27
+        for i, label in enumerate(("vs PyTorch fp32", "vs PyTorch TF32", "vs PyTorch fp16")):
+            ax.bar([j + (i - 1) * width for j in range(len(names))], [r[i] for r in ratios], width, label=label)
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_xticks(range(len(names)), names)
+        ax.set_yscale("log")
+        ax.set_ylabel("speed-up of convt (PyTorch ms / convt ms)")
+        ax.set_title(f"convt vs PyTorch, {c['adapter']}")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(a.png, dpi=120)
+
+
+if __name__ == "__main__":
+    main()
