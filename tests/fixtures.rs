@@ -84,6 +84,31 @@ fn cpu_reference_matches_pytorch() {
 }
 
 #[test]
+fn every_gpu_strategy_matches_pytorch() {
+    for strategy in convt::gpu::Strategy::candidates() {
+        let ctx = common::ctx_with_strategy(strategy);
+        for f in load_fixtures() {
+            let out = convt::gpu::conv_transpose2d_host(
+                ctx,
+                &f.input,
+                &f.weight,
+                f.bias.as_ref(),
+                &f.params,
+            )
+            .unwrap();
+            let s = stats(&out, &f.expected);
+            assert!(
+                s.rel_l2 <= common::F32_TOLERANCE,
+                "{} with {}: rel L2 {:e}",
+                f.name,
+                strategy.name(),
+                s.rel_l2
+            );
+        }
+    }
+}
+
+#[test]
 fn gpu_matches_pytorch() {
     let ctx = common::ctx();
     for f in load_fixtures() {
@@ -117,7 +142,7 @@ fn gpu_matches_pytorch_with_tensors_split_over_many_bindings() {
         .into_iter()
         .max()
         .unwrap();
-        let ctx = common::ctx_with_binding_limit(limit as u64);
+        let ctx = common::ctx_with_binding_limit(limit as u64, None);
         let x = convt::GpuTensor::upload(&ctx, &f.input).unwrap();
         let w = convt::GpuTensor::upload(&ctx, &f.weight).unwrap();
         let b = f

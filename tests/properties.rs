@@ -3,6 +3,7 @@
 
 mod common;
 
+use convt::gpu::Strategy as GpuStrategy;
 use convt::{cpu, ConvShape, ConvTranspose2dParams, ErrorStats, GpuContext, Tensor};
 use proptest::prelude::*;
 
@@ -102,14 +103,22 @@ proptest! {
     }
 
     #[test]
-    fn gpu_matches_reference_with_tiny_bindings(p in problems()) {
+    fn every_strategy_matches_reference_on_random_problems(p in problems(), pick in 0usize..64) {
+        // Every algorithm and tile the selector can choose, forced on problems it would not pick them for too.
+        let all = GpuStrategy::candidates();
+        check(common::ctx_with_strategy(all[pick % all.len()]), &p)?;
+    }
+
+    #[test]
+    fn gpu_matches_reference_with_tiny_bindings(p in problems(), pick in 0usize..64) {
         // Bindings of the weight's size (or one plane, if larger): tensors split across chunks, samples split
         // across input-channel chunks, outputs accumulated over several dispatches.
         let shape = p.shape();
         let plane = (shape.in_hw[0] * shape.in_hw[1]).max(shape.out_hw[0] * shape.out_hw[1]);
         let weight: usize = p.weight.iter().product();
         let limit = 4 * weight.max(plane).max(shape.out_channels);
-        check(&common::ctx_with_binding_limit(limit as u64), &p)?;
+        let all = GpuStrategy::candidates();
+        check(&common::ctx_with_binding_limit(limit as u64, Some(all[pick % all.len()])), &p)?;
     }
 
     #[test]

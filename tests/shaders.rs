@@ -2,8 +2,9 @@
 
 #[test]
 fn every_shader_validates_with_naga() {
-    assert!(!convt::gpu::SHADERS.is_empty());
-    for (name, source) in convt::gpu::SHADERS {
+    let sources = convt::gpu::shader_sources();
+    assert!(!sources.is_empty());
+    for (_, name, source) in &sources {
         let module = naga::front::wgsl::parse_str(source)
             .unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(source)));
         naga::valid::Validator::new(
@@ -17,14 +18,16 @@ fn every_shader_validates_with_naga() {
 
 #[test]
 fn every_shader_file_is_registered() {
-    // A shader added to shaders/ must be in gpu::SHADERS, so the test above sees it.
+    // A shader added to shaders/ must be in gpu::shader_sources(), so the test above sees it.
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("shaders");
     for entry in std::fs::read_dir(dir).unwrap() {
         let name = entry.unwrap().file_name().to_string_lossy().into_owned();
         if name.ends_with(".wgsl") {
             assert!(
-                convt::gpu::SHADERS.iter().any(|(n, _)| *n == name),
-                "{name} is not in gpu::SHADERS"
+                convt::gpu::shader_sources()
+                    .iter()
+                    .any(|(file, _, _)| *file == name),
+                "{name} is not in gpu::shader_sources()"
             );
         }
     }

@@ -33,6 +33,9 @@ pub struct GpuOptions {
     pub shader_checks: ShaderChecks,
     /// Fill every output with NaN before a kernel writes it, so that unwritten elements show (tests).
     pub poison_outputs: bool,
+    /// Run every convolution with this algorithm instead of the selector's choice (`CONVT_STRATEGY=direct` or a
+    /// GEMM tile name such as `gemm_128x128x8_8x8`): for tests and tuning.
+    pub strategy: Option<crate::gpu::Strategy>,
     /// Longest wait for the GPU before giving up with an error instead of hanging (default 10 minutes).
     pub timeout: Option<Duration>,
 }
@@ -52,6 +55,21 @@ impl GpuOptions {
                 ))
             })?;
             opts.max_binding_bytes = Some(bytes);
+        }
+        if let Some(v) = var("CONVT_STRATEGY") {
+            let all = crate::gpu::Strategy::candidates();
+            opts.strategy = Some(
+                all.iter()
+                    .copied()
+                    .find(|s| s.name() == v.trim())
+                    .ok_or_else(|| {
+                        let names: Vec<String> = all.iter().map(|s| s.name()).collect();
+                        ConvtError::InvalidArgument(format!(
+                            "CONVT_STRATEGY `{v}` is not one of {}",
+                            names.join(", ")
+                        ))
+                    })?,
+            );
         }
         if let Some(v) = var("CONVT_SHADER_CHECKS") {
             opts.shader_checks = match v.trim().to_ascii_lowercase().as_str() {
@@ -167,7 +185,7 @@ pub struct GpuContext {
     options: GpuOptions,
     binding_limit: u64,
     health: Arc<Mutex<DeviceHealth>>,
-    modules: Mutex<HashMap<&'static str, Arc<wgpu::ShaderModule>>>,
+    modules: Mutex<HashMap<String, Arc<wgpu::ShaderModule>>>,
     pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
     pub(crate) pool: BufferPool,
 }
@@ -328,17 +346,13 @@ impl GpuContext {
     }
 
     /// The shader module `name` (WGSL `source`), created once per context, validated by wgpu.
-    pub(crate) fn module(
-        &self,
-        name: &'static str,
-        source: &'static str,
-    ) -> Result<Arc<wgpu::ShaderModule>> {
+    pub(crate) fn module(&self, name: &str, source: &str) -> Result<Arc<wgpu::ShaderModule>> {
         if let Some(m) = lock(&self.modules).get(name) {
             return Ok(m.clone());
         }
         let desc = wgpu::ShaderModuleDescriptor {
             label: Some(name),
-            source: wgpu::ShaderSource::Wgsl(source.into()),
+            source: wgpu::ShaderSource::Wgsl(source.to_owned().into()),
         };
         let module = self
             .scoped(|| {
@@ -359,7 +373,7 @@ impl GpuContext {
                 message: e.to_string(),
             })?;
         let module = Arc::new(module);
-        lock(&self.modules).insert(name, module.clone());
+        lock(&self.modules).insert(name.to_owned(), module.clone());
         Ok(module)
     }
 

@@ -6,6 +6,8 @@ pub mod buffers;
 pub mod ceilings;
 pub mod context;
 pub mod direct;
+pub mod gemm;
+pub(crate) mod kernel;
 pub(crate) mod plan;
 pub mod timing;
 
@@ -22,18 +24,65 @@ use crate::tensor::Tensor;
 pub enum Strategy {
     /// Gather form, one invocation per output pixel and channel block (`shaders/direct.wgsl`).
     Direct,
+    /// Implicit GEMM per stride phase with this workgroup tile (`shaders/gemm.wgsl`).
+    Gemm(gemm::Tile),
 }
 
-/// Every shader of the GPU backend, by name (validated by naga in the tests).
-pub const SHADERS: &[(&str, &str)] = &[
-    (direct::SHADER_NAME, direct::SHADER),
-    ceilings::FMA_SHADER,
-    ceilings::COPY_SHADER,
-];
+impl Strategy {
+    /// Every strategy the selector may choose: the tests run each on the software driver.
+    pub fn candidates() -> Vec<Strategy> {
+        std::iter::once(Strategy::Direct)
+            .chain(gemm::TILES.iter().map(|t| Strategy::Gemm(*t)))
+            .collect()
+    }
 
-/// Picks the algorithm for a shape on this context's adapter.
-pub fn select(_ctx: &GpuContext, _shape: &ConvShape) -> Strategy {
-    Strategy::Direct
+    pub fn name(&self) -> String {
+        match self {
+            Strategy::Direct => "direct".into(),
+            Strategy::Gemm(t) => t.name(),
+        }
+    }
+}
+
+/// Every shader source of the GPU backend as (file name, variant name, WGSL), each generated variant included
+/// (validated by naga in the tests).
+pub fn shader_sources() -> Vec<(&'static str, String, String)> {
+    let mut v = vec![
+        (
+            direct::SHADER_NAME,
+            direct::SHADER_NAME.to_string(),
+            direct::SHADER.to_string(),
+        ),
+        (
+            ceilings::FMA_SHADER.0,
+            ceilings::FMA_SHADER.0.to_string(),
+            ceilings::FMA_SHADER.1.to_string(),
+        ),
+        (
+            ceilings::COPY_SHADER.0,
+            ceilings::COPY_SHADER.0.to_string(),
+            ceilings::COPY_SHADER.1.to_string(),
+        ),
+    ];
+    v.extend(
+        gemm::TILES
+            .iter()
+            .map(|t| (gemm::SHADER_NAME, t.name(), t.source())),
+    );
+    v
+}
+
+/// Picks the algorithm for a shape on this context's adapter (or the one forced by the context's options).
+pub fn select(ctx: &GpuContext, shape: &ConvShape) -> Strategy {
+    if let Some(forced) = ctx.options().strategy {
+        return forced;
+    }
+    // The GEMM tile wastes work when a group has few channels; the gather kernel serves those.
+    if shape.out_per_group() >= 16 && shape.in_per_group() >= 8 {
+        Strategy::Gemm(gemm::pick_tile(shape))
+    } else {
+        Strategy::Direct
+    }
 }
 
 /// `conv_transpose2d` on GPU-resident tensors; the output stays on the GPU.
@@ -78,6 +127,9 @@ pub fn conv_transpose2d_into(
         match strategy {
             Strategy::Direct => {
                 direct::encode(ctx, &shape, input, weight, bias, output, &mut pass)?
+            }
+            Strategy::Gemm(tile) => {
+                gemm::encode(ctx, &shape, tile, input, weight, bias, output, &mut pass)?
             }
         }
     }

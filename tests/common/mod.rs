@@ -20,9 +20,29 @@ pub fn ctx() -> &'static GpuContext {
     })
 }
 
+/// A context (one per strategy, kept for the whole test binary) that runs every convolution with `strategy`.
+pub fn ctx_with_strategy(strategy: convt::gpu::Strategy) -> &'static GpuContext {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    static CTXS: OnceLock<Mutex<HashMap<String, &'static GpuContext>>> = OnceLock::new();
+    let mut map = CTXS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    map.entry(strategy.name()).or_insert_with(|| {
+        let mut opts = GpuOptions::from_env().expect("valid CONVT_* environment");
+        opts.poison_outputs = true;
+        opts.strategy = Some(strategy);
+        let ctx = GpuContext::with_options(opts)
+            .unwrap_or_else(|e| panic!("the GPU tests need an adapter: {e}"));
+        Box::leak(Box::new(ctx))
+    })
+}
+
 /// A context whose storage bindings are capped at `bytes`, to force large-tensor splitting on small problems.
-pub fn ctx_with_binding_limit(bytes: u64) -> GpuContext {
+pub fn ctx_with_binding_limit(bytes: u64, strategy: Option<convt::gpu::Strategy>) -> GpuContext {
     let mut opts = GpuOptions::from_env().expect("valid CONVT_* environment");
+    opts.strategy = strategy;
     opts.poison_outputs = true;
     opts.max_binding_bytes = Some(bytes);
     GpuContext::with_options(opts).unwrap_or_else(|e| panic!("the GPU tests need an adapter: {e}"))

@@ -1,0 +1,239 @@
+// gemm.wgsl: transposed convolution as an implicit GEMM per stride phase.
+//
+// Phases: output pixels with the same (oh mod S_H, ow mod S_W) see the same kernel taps, so each of the
+// S_H*S_W phases is a dense stride-1 correlation with its own sub-kernel: for oh = rh + a*S_H,
+//   ih = a + off_h - jh*istep_h  for the phase's taps kh = kh0 + jh*kstep_h  (jh < cnt_h)
+// and likewise for the width (host-computed per phase, see src/gpu/gemm.rs). No tap is wasted and nothing is
+// divided or tested for divisibility in the loops.
+//
+// GEMM per phase and group: M = output pixels of the phase (samples x rows x columns), N = output channels of
+// the group, K = taps x input channels of the group. A workgroup computes a BM x BN tile of the output; K is
+// walked in steps of BK input channels of one tap: the A step (BK x BM im2col values, gathered from the input
+// with zero fill outside it) and the B step (BK x BN weights) are staged in workgroup memory; each invocation
+// keeps a TM x TN register tile (TM consecutive pixels, TN consecutive channels) and reads them from workgroup
+// memory as vec4s. The next step's global loads are issued into registers before the current step's math, so
+// their latency hides behind it. Bias (or, for a later slice of a split input, the partial sum already
+// written) is added in the epilogue.
+//
+// The host prepends the tile constants BM, BN, BK, TM, TN (one generated variant per tile shape; every variant
+// is validated by naga in tests/shaders.rs): THREADS = (BM/TM)*(BN/TN), with THREADS a multiple of BM and of
+// BK, and BK*BN a multiple of THREADS.
+
+override C_IN: u32;
+override C_OUT: u32;
+override GROUPS: u32;
+override IN_H: u32;
+override IN_W: u32;
+override OUT_H: u32;
+override OUT_W: u32;
+override K_H: u32;
+override K_W: u32;
+override S_H: u32;
+override S_W: u32;
+override HAS_BIAS: bool;
+
+const WG_M: u32 = BM / TM;
+const WG_N: u32 = BN / TN;
+const THREADS: u32 = WG_M * WG_N;
+const A_LOADS: u32 = BM * BK / THREADS;
+const B_LOADS: u32 = BN * BK / THREADS;
+
+struct Dispatch {
+    n_count: u32,
+    in_offset: u32,
+    out_offset: u32,
+    out_first_channel: u32,
+    ic_begin: u32,
+    ic_end: u32,
+    oc_begin: u32,
+    oc_end: u32,
+    accumulate: u32,
+    dispatch_width: u32,
+    m_tiles: u32,
+    n_tiles_per_group: u32,
+    group_begin: u32,
+    rh: u32,
+    rw: u32,
+    ah: u32,        // rows of this phase
+    aw: u32,        // columns of this phase
+    kh0: u32,
+    kw0: u32,
+    cnt_h: u32,
+    cnt_w: u32,
+    kstep_h: u32,
+    kstep_w: u32,
+    istep_h: u32,
+    istep_w: u32,
+    off_h: i32,
+    off_w: i32,
+    _pad: u32,
+}
+
+@group(0) @binding(0) var<uniform> u: Dispatch;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> w: array<f32>;
+@group(0) @binding(3) var<storage, read> bias: array<f32>;
+@group(0) @binding(4) var<storage, read_write> out: array<f32>;
+
+var<workgroup> a_tile: array<vec4<f32>, BK * BM / 4>; // [k][m]
+var<workgroup> b_tile: array<vec4<f32>, BK * BN / 4>; // [k][n]
+
+// What one invocation needs to gather its share of a K step.
+struct LoadCtx {
+    am_ok: bool,   // its A pixel lies inside the phase
+    aa: i32,       // that pixel's phase row and column
+    ab: i32,
+    a_base: u32,   // element offset of its sample in the input binding
+    ak0: u32,      // first K row (input channel within the step) it loads for A
+    bk: u32,       // the K row it loads for B
+    bn0: u32,      // first B column it loads
+    ic_lo: u32,
+    ic_hi: u32,
+    ic_chunks: u32,
+    oc_tile: u32,
+    cog: u32,
+}
+
+struct Staged {
+    a: array<f32, A_LOADS>,
+    b: array<f32, B_LOADS>,
+}
+
+// The global loads of K step `s` (tap s / ic_chunks, input channels from ic_lo + (s % ic_chunks) * BK).
+fn load_step(c: LoadCtx, s: u32) -> Staged {
+    var r: Staged;
+    let t = s / c.ic_chunks;
+    let ic0 = c.ic_lo + (s % c.ic_chunks) * BK;
+    let jh = t / u.cnt_w;
+    let jw = t % u.cnt_w;
+    let ih = c.aa + u.off_h - i32(jh * u.istep_h);
+    let iw = c.ab + u.off_w - i32(jw * u.istep_w);
+    let in_ok = c.am_ok && ih >= 0 && ih < i32(IN_H) && iw >= 0 && iw < i32(IN_W);
+    let pix = u32(max(ih, 0)) * IN_W + u32(max(iw, 0));
+    for (var i = 0u; i < A_LOADS; i++) {
+        let ic = ic0 + c.ak0 + i * (THREADS / BM);
+        let ok = in_ok && ic < c.ic_hi;
+        // Clamped index: the load stays in bounds even where the value is not used.
+        let idx = select(0u, c.a_base + (ic - u.ic_begin) * IN_H * IN_W + pix, ok);
+        r.a[i] = select(0.0, x[idx], ok);
+    }
+    let tap_off = (u.kh0 + jh * u.kstep_h) * K_W + u.kw0 + jw * u.kstep_w;
+    let ic = ic0 + c.bk;
+    for (var i = 0u; i < B_LOADS; i++) {
+        let oc = c.oc_tile + c.bn0 + i * (THREADS / BK);
+        let ok = ic < c.ic_hi && oc < c.cog;
+        let idx = select(0u, (ic * c.cog + oc) * K_H * K_W + tap_off, ok);
+        r.b[i] = select(0.0, w[idx], ok);
+    }
+    return r;
+}
+
+@compute @workgroup_size(THREADS)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let wg = wid.y * u.dispatch_width + wid.x;
+    let m_tile = wg % u.m_tiles;
+    let n_lin = wg / u.m_tiles;
+    let g = u.group_begin + n_lin / u.n_tiles_per_group;
+    let cog = C_OUT / GROUPS;
+    let cig = C_IN / GROUPS;
+    let oc_tile = (n_lin % u.n_tiles_per_group) * BN; // first output channel of the tile, within the group
+    let ic_lo = max(g * cig, u.ic_begin);
+    let ic_hi = max(min(g * cig + cig, u.ic_end), ic_lo);
+    let ic_chunks = (ic_hi - ic_lo + BK - 1u) / BK;
+    let taps = u.cnt_h * u.cnt_w;
+    let steps = taps * ic_chunks;
+    let phase_pixels = u.ah * u.aw;
+    let m_total = u.n_count * phase_pixels;
+    let plane = IN_H * IN_W;
+
+    // This invocation's A-load pixel (THREADS is a multiple of BM, so it is the same for every load).
+    let am = lid % BM;
+    let ak0 = lid / BM;
+    let am_g = m_tile * BM + am;
+    let am_ok = am_g < m_total;
+    let an = am_g / max(phase_pixels, 1u);
+    let ap = am_g % max(phase_pixels, 1u);
+    let aa = i32(ap / max(u.aw, 1u));
+    let ab = i32(ap % max(u.aw, 1u));
+    let a_base = u.in_offset + an * C_IN * plane;
+    // This invocation's B-load input channel (THREADS is a multiple of BK).
+    let bk = lid % BK;
+    let bn0 = lid / BK;
+
+    let lc = LoadCtx(am_ok, aa, ab, a_base, ak0, bk, bn0, ic_lo, ic_hi, ic_chunks, oc_tile, cog);
+    var regs = Staged();
+    if (steps > 0u) {
+        regs = load_step(lc, 0u);
+    }
+
+    var acc: array<vec4<f32>, TM * TN / 4>;
+    for (var i = 0u; i < TM * TN / 4u; i++) {
+        acc[i] = vec4<f32>(0.0);
+    }
+    let tm = lid % WG_M;
+    let tn = lid / WG_M;
+
+    for (var s = 0u; s < steps; s++) {
+        // Registers -> workgroup memory.
+        for (var i = 0u; i < A_LOADS; i++) {
+            let k = ak0 + i * (THREADS / BM);
+            let idx = k * BM + am;
+            a_tile[idx / 4u][idx % 4u] = regs.a[i];
+        }
+        for (var i = 0u; i < B_LOADS; i++) {
+            let n = bn0 + i * (THREADS / BK);
+            let idx = bk * BN + n;
+            b_tile[idx / 4u][idx % 4u] = regs.b[i];
+        }
+        workgroupBarrier();
+
+        // Prefetch step s + 1: its global loads are in flight during this step's math.
+        if (s + 1u < steps) {
+            regs = load_step(lc, s + 1u);
+        }
+
+        // BK rank-1 updates of the TM x TN register tile.
+        for (var k = 0u; k < BK; k++) {
+            var a: array<vec4<f32>, TM / 4>;
+            for (var i = 0u; i < TM / 4u; i++) {
+                a[i] = a_tile[(k * BM + tm * TM) / 4u + i];
+            }
+            for (var j = 0u; j < TN / 4u; j++) {
+                let b = b_tile[(k * BN + tn * TN) / 4u + j];
+                for (var i = 0u; i < TM; i++) {
+                    acc[i * (TN / 4u) + j] += a[i / 4u][i % 4u] * b;
+                }
+            }
+        }
+        workgroupBarrier();
+    }
+
+    // Epilogue: bias or the earlier partial sum, then the stores.
+    let out_plane = OUT_H * OUT_W;
+    for (var i = 0u; i < TM; i++) {
+        let m = m_tile * BM + tm * TM + i;
+        if (m >= m_total) {
+            continue;
+        }
+        let n = m / phase_pixels;
+        let p = m % phase_pixels;
+        let oh = u.rh + (p / u.aw) * S_H;
+        let ow = u.rw + (p % u.aw) * S_W;
+        let base = u.out_offset + n * C_OUT * out_plane + oh * OUT_W + ow;
+        for (var j = 0u; j < TN; j++) {
+            let oc = oc_tile + tn * TN + j;
+            let co = g * cog + oc;
+            if (oc >= cog || co < u.oc_begin || co >= u.oc_end) {
+                continue;
+            }
+            let idx = base + (co - u.out_first_channel) * out_plane;
+            var v = acc[i * (TN / 4u) + j / 4u][j % 4u];
+            if (u.accumulate != 0u) {
+                v += out[idx];
+            } else if (HAS_BIAS) {
+                v += bias[co];
+            }
+            out[idx] = v;
+        }
+    }
+}

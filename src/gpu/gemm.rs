@@ -1,0 +1,339 @@
+//! The implicit-GEMM kernel per stride phase, `shaders/gemm.wgsl` (its opening comment explains the tiling).
+//! The tile shape is a generated constant header in front of the shader source: one module per [`Tile`].
+
+use crate::error::{ConvtError, Result};
+use crate::gpu::buffers::GpuTensor;
+use crate::gpu::context::GpuContext;
+use crate::gpu::kernel::{check_index_range, dispatch, gcd, grid, shape_constants, Operands};
+use crate::gpu::plan::plan;
+use crate::params::ConvShape;
+
+pub const SHADER_NAME: &str = "gemm.wgsl";
+pub const SHADER: &str = include_str!("../../shaders/gemm.wgsl");
+
+/// A workgroup tile: BM output pixels x BN output channels, K steps of BK input channels, TM x TN outputs per
+/// invocation, (BM/TM) * (BN/TN) invocations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Tile {
+    pub bm: u32,
+    pub bn: u32,
+    pub bk: u32,
+    pub tm: u32,
+    pub tn: u32,
+}
+
+/// Every tile shape the selector may choose (each is validated by naga and tested on the software driver).
+pub const TILES: &[Tile] = &[
+    Tile {
+        bm: 128,
+        bn: 128,
+        bk: 8,
+        tm: 8,
+        tn: 8,
+    },
+    Tile {
+        bm: 256,
+        bn: 64,
+        bk: 8,
+        tm: 8,
+        tn: 8,
+    },
+    Tile {
+        bm: 256,
+        bn: 32,
+        bk: 8,
+        tm: 8,
+        tn: 4,
+    },
+    Tile {
+        bm: 128,
+        bn: 32,
+        bk: 8,
+        tm: 4,
+        tn: 4,
+    },
+];
+
+impl Tile {
+    pub fn threads(&self) -> u32 {
+        (self.bm / self.tm) * (self.bn / self.tn)
+    }
+    pub fn name(&self) -> String {
+        format!(
+            "gemm_{}x{}x{}_{}x{}",
+            self.bm, self.bn, self.bk, self.tm, self.tn
+        )
+    }
+    /// Workgroup memory the tile stages (A and B steps, f32).
+    pub fn workgroup_bytes(&self) -> u32 {
+        4 * self.bk * (self.bm + self.bn)
+    }
+    /// The shader source for this tile: the constant header, then `shaders/gemm.wgsl`.
+    pub fn source(&self) -> String {
+        format!(
+            "const BM: u32 = {}u;\nconst BN: u32 = {}u;\nconst BK: u32 = {}u;\nconst TM: u32 = {}u;\nconst TN: u32 = {}u;\n{}",
+            self.bm, self.bn, self.bk, self.tm, self.tn, SHADER
+        )
+    }
+    /// The shader's layout assumptions (see its opening comment), checked for every tile in the tests.
+    pub fn is_consistent(&self) -> bool {
+        let t = self.threads();
+        self.tm % 4 == 0
+            && self.tn % 4 == 0
+            && self.bm % self.tm == 0
+            && self.bn % self.tn == 0
+            && t % self.bm == 0
+            && t % self.bk == 0
+            && (self.bk * self.bn) % t == 0
+    }
+}
+
+/// The tile for a shape: the widest N tile that the group's output channels fill.
+pub fn pick_tile(shape: &ConvShape) -> Tile {
+    let cog = shape.out_per_group();
+    match cog {
+        c if c >= 128 => TILES[0],
+        c if c >= 64 => TILES[1],
+        c if c >= 32 => TILES[2],
+        _ => TILES[3],
+    }
+}
+
+/// The phase's geometry along one axis (see the shader): output count, first tap, tap count, tap step,
+/// input step per tap, and the input offset of the first tap.
+struct AxisPhase {
+    count: usize,
+    k0: usize,
+    taps: usize,
+    kstep: usize,
+    istep: usize,
+    off: i64,
+}
+
+fn axis_phase(r: usize, out: usize, k: usize, s: usize, p: usize, d: usize) -> AxisPhase {
+    let count = if r < out { (out - 1 - r) / s + 1 } else { 0 };
+    let q = r + p;
+    let g = gcd(s, d);
+    let (kstep, istep) = (s / g, d / g);
+    // The first tap kh with kh*d = q (mod s); the others follow every kstep taps.
+    match (0..kstep)
+        .find(|&kh| kh * d % s == q % s)
+        .filter(|&k0| k0 < k)
+    {
+        Some(k0) => AxisPhase {
+            count,
+            k0,
+            taps: (k - 1 - k0) / kstep + 1,
+            kstep,
+            istep,
+            off: (q as i64 - (k0 * d) as i64) / s as i64,
+        },
+        None => AxisPhase {
+            count,
+            k0: 0,
+            taps: 0,
+            kstep,
+            istep,
+            off: 0,
+        },
+    }
+}
+
+/// The uniform block `Dispatch` of the shader, field for field.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct DispatchUniform {
+    n_count: u32,
+    in_offset: u32,
+    out_offset: u32,
+    out_first_channel: u32,
+    ic_begin: u32,
+    ic_end: u32,
+    oc_begin: u32,
+    oc_end: u32,
+    accumulate: u32,
+    dispatch_width: u32,
+    m_tiles: u32,
+    n_tiles_per_group: u32,
+    group_begin: u32,
+    rh: u32,
+    rw: u32,
+    ah: u32,
+    aw: u32,
+    kh0: u32,
+    kw0: u32,
+    cnt_h: u32,
+    cnt_w: u32,
+    kstep_h: u32,
+    kstep_w: u32,
+    istep_h: u32,
+    istep_w: u32,
+    off_h: i32,
+    off_w: i32,
+    _pad: u32,
+}
+
+/// Encodes the GEMM kernel with `tile` over every slice of the plan and every stride phase into `pass`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn encode(
+    ctx: &GpuContext,
+    shape: &ConvShape,
+    tile: Tile,
+    input: &GpuTensor,
+    weight: &GpuTensor,
+    bias: Option<&GpuTensor>,
+    output: &GpuTensor,
+    pass: &mut wgpu::ComputePass<'_>,
+) -> Result<()> {
+    let limits = ctx.device.limits();
+    if !tile.is_consistent()
+        || tile.workgroup_bytes() > limits.max_compute_workgroup_storage_size
+        || tile.threads() > limits.max_compute_invocations_per_workgroup
+    {
+        return Err(ConvtError::InvalidArgument(format!(
+            "tile {tile:?} does not fit this adapter"
+        )));
+    }
+    check_index_range(shape)?;
+    let slices = plan(shape, input, output);
+    if slices.is_empty() {
+        return Ok(());
+    }
+    let ops = Operands::new(ctx, weight, bias)?;
+    let module = ctx.module(&tile.name(), &tile.source())?;
+    let consts = shape_constants(shape, bias.is_some());
+    let key = format!(
+        "{} {:?} {:?}",
+        tile.name(),
+        ctx.options().shader_checks,
+        consts
+    );
+    let pipeline = ctx.pipeline(key, &module, &consts)?;
+    let cog = shape.out_per_group();
+    let n_tiles_per_group = cog.div_ceil(tile.bn as usize);
+    ctx.scoped(|| {
+        for s in &slices {
+            let (g0, g1) = (s.oc.start / cog, (s.oc.end - 1) / cog + 1);
+            for rh in 0..shape.stride[0] {
+                let ph = axis_phase(
+                    rh,
+                    shape.out_hw[0],
+                    shape.kernel[0],
+                    shape.stride[0],
+                    shape.padding[0],
+                    shape.dilation[0],
+                );
+                for rw in 0..shape.stride[1] {
+                    let pw = axis_phase(
+                        rw,
+                        shape.out_hw[1],
+                        shape.kernel[1],
+                        shape.stride[1],
+                        shape.padding[1],
+                        shape.dilation[1],
+                    );
+                    let m_total = s.samples.len() * ph.count * pw.count;
+                    if m_total == 0 {
+                        continue;
+                    }
+                    let m_tiles = m_total.div_ceil(tile.bm as usize);
+                    let grid = grid(ctx, m_tiles * n_tiles_per_group * (g1 - g0));
+                    let u = DispatchUniform {
+                        n_count: s.samples.len() as u32,
+                        in_offset: s.in_offset as u32,
+                        out_offset: s.out_offset as u32,
+                        out_first_channel: s.out_first_channel as u32,
+                        ic_begin: s.ic.start as u32,
+                        ic_end: s.ic.end as u32,
+                        oc_begin: s.oc.start as u32,
+                        oc_end: s.oc.end as u32,
+                        accumulate: s.accumulate as u32,
+                        dispatch_width: grid.0,
+                        m_tiles: m_tiles as u32,
+                        n_tiles_per_group: n_tiles_per_group as u32,
+                        group_begin: g0 as u32,
+                        rh: rh as u32,
+                        rw: rw as u32,
+                        ah: ph.count as u32,
+                        aw: pw.count as u32,
+                        kh0: ph.k0 as u32,
+                        kw0: pw.k0 as u32,
+                        cnt_h: ph.taps as u32,
+                        cnt_w: pw.taps as u32,
+                        kstep_h: ph.kstep as u32,
+                        kstep_w: pw.kstep as u32,
+                        istep_h: ph.istep as u32,
+                        istep_w: pw.istep as u32,
+                        off_h: ph.off as i32,
+                        off_w: pw.off as i32,
+                        _pad: 0,
+                    };
+                    let input = &input.chunks()[s.in_chunk].buffer;
+                    let out = &output.chunks()[s.out_chunk].buffer;
+                    dispatch(
+                        ctx,
+                        pass,
+                        &pipeline,
+                        bytemuck::bytes_of(&u),
+                        input,
+                        &ops,
+                        out,
+                        grid,
+                    );
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_tile_meets_the_shader_layout_rules() {
+        for t in TILES {
+            assert!(t.is_consistent(), "{t:?}");
+            assert!(
+                t.workgroup_bytes() <= 16384,
+                "{t:?} needs more workgroup memory than every adapter has"
+            );
+            assert!(t.threads() <= 256, "{t:?}");
+        }
+    }
+
+    #[test]
+    fn phases_enumerate_exactly_the_valid_taps() {
+        // For every output coordinate, the phase's taps must be exactly those with (o + p - k*d) a
+        // non-negative-or-not multiple of s (bounds are the shader's job), and the input index must match.
+        for s in 1..6 {
+            for d in 1..5 {
+                for k in 1..6 {
+                    for p in 0..4 {
+                        let out = 20;
+                        for r in 0..s {
+                            let ph = axis_phase(r, out, k, s, p, d);
+                            let expected: Vec<usize> = (0..k)
+                                .filter(|kk| (r + p + s * 10 - kk * d) % s == 0)
+                                .collect();
+                            let got: Vec<usize> =
+                                (0..ph.taps).map(|j| ph.k0 + j * ph.kstep).collect();
+                            assert_eq!(got, expected, "s={s} d={d} k={k} p={p} r={r}");
+                            for a in 0..ph.count {
+                                let o = r + a * s;
+                                for (j, kk) in got.iter().enumerate() {
+                                    let ih = a as i64 + ph.off - (j * ph.istep) as i64;
+                                    assert_eq!(
+                                        ih * s as i64,
+                                        o as i64 + p as i64 - (kk * d) as i64
+                                    );
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

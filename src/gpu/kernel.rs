@@ -1,0 +1,172 @@
+//! What every kernel shares: the override constants of a shape, the 32-bit index check, the binding of
+//! input, weight, bias and output, and the folding of large dispatches into a 2-D grid.
+
+use wgpu::util::DeviceExt;
+
+use crate::error::{ConvtError, Result};
+use crate::gpu::buffers::{GpuTensor, PooledBuffer, STORAGE};
+use crate::gpu::context::GpuContext;
+use crate::params::ConvShape;
+
+pub(crate) fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// The inverse of `a` modulo `m` (`a` and `m` coprime), 0 when `m` is 1.
+pub(crate) fn mod_inverse(a: usize, m: usize) -> usize {
+    (0..m).find(|&x| (a % m) * x % m == 1 % m).unwrap_or(0)
+}
+
+/// The kernels index with u32 (signed i32 for input rows and columns): every size, and the largest
+/// intermediate `(kernel - 1) * dilation + padding + output size + stride`, must stay below 2^31.
+pub(crate) fn check_index_range(shape: &ConvShape) -> Result<()> {
+    for a in 0..2 {
+        let widest = (shape.kernel[a] as u128 - 1) * shape.dilation[a] as u128
+            + (shape.padding[a] + shape.out_hw[a] + shape.stride[a]) as u128;
+        if widest >= 1 << 31 || shape.in_channels >= 1 << 31 || shape.out_channels >= 1 << 31 {
+            return Err(ConvtError::InvalidArgument(format!(
+                "sizes of {shape:?} exceed the 32-bit index range of the GPU kernels"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The override constants every kernel declares: the problem's sizes.
+pub(crate) fn shape_constants(shape: &ConvShape, has_bias: bool) -> Vec<(&'static str, f64)> {
+    [
+        ("C_IN", shape.in_channels),
+        ("C_OUT", shape.out_channels),
+        ("GROUPS", shape.groups),
+        ("IN_H", shape.in_hw[0]),
+        ("IN_W", shape.in_hw[1]),
+        ("OUT_H", shape.out_hw[0]),
+        ("OUT_W", shape.out_hw[1]),
+        ("K_H", shape.kernel[0]),
+        ("K_W", shape.kernel[1]),
+        ("S_H", shape.stride[0]),
+        ("S_W", shape.stride[1]),
+        ("HAS_BIAS", has_bias as usize),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k, v as f64))
+    .collect()
+}
+
+/// The weight and bias buffers of one call (the bias binding exists even without a bias: the shader's
+/// HAS_BIAS constant keeps it unread).
+pub(crate) struct Operands<'a> {
+    pub weight: &'a wgpu::Buffer,
+    bias: Option<&'a wgpu::Buffer>,
+    unused_bias: Option<PooledBuffer>,
+}
+
+impl<'a> Operands<'a> {
+    pub fn new(
+        ctx: &GpuContext,
+        weight: &'a GpuTensor,
+        bias: Option<&'a GpuTensor>,
+    ) -> Result<Self> {
+        let weight = weight.single_buffer("weight", ctx)?;
+        let bias = bias.map(|b| b.single_buffer("bias", ctx)).transpose()?;
+        let unused_bias = bias
+            .is_none()
+            .then(|| ctx.pool.get(&ctx.device, 16, STORAGE));
+        Ok(Self {
+            weight,
+            bias,
+            unused_bias,
+        })
+    }
+
+    fn bias(&self) -> &wgpu::Buffer {
+        match (&self.bias, &self.unused_bias) {
+            (Some(b), _) => b,
+            (None, Some(u)) => u,
+            (None, None) => unreachable!("Operands::new sets one of them"),
+        }
+    }
+}
+
+/// Folds `workgroups` into a grid of at most `max_compute_workgroups_per_dimension` columns: (width, height).
+pub(crate) fn grid(ctx: &GpuContext, workgroups: usize) -> (u32, u32) {
+    let max_dim = ctx
+        .device
+        .limits()
+        .max_compute_workgroups_per_dimension
+        .max(1) as usize;
+    let width = workgroups.clamp(1, max_dim);
+    (width as u32, workgroups.div_ceil(width) as u32)
+}
+
+/// Binds (uniform, input chunk, weight, bias, output chunk) in the shaders' common layout and dispatches.
+pub(crate) fn dispatch(
+    ctx: &GpuContext,
+    pass: &mut wgpu::ComputePass<'_>,
+    pipeline: &wgpu::ComputePipeline,
+    uniform: &[u8],
+    input: &wgpu::Buffer,
+    ops: &Operands<'_>,
+    output: &wgpu::Buffer,
+    (width, height): (u32, u32),
+) {
+    let uniform = ctx
+        .device
+        .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some("convt dispatch"),
+            contents: uniform,
+            usage: wgpu::BufferUsages::UNIFORM,
+        });
+    let bind_group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: None,
+        layout: &pipeline.get_bind_group_layout(0),
+        entries: &[
+            wgpu::BindGroupEntry {
+                binding: 0,
+                resource: uniform.as_entire_binding(),
+            },
+            wgpu::BindGroupEntry {
+                binding: 1,
+                resource: input.as_entire_binding(),
+            },
+            wgpu::BindGroupEntry {
+                binding: 2,
+                resource: ops.weight.as_entire_binding(),
+            },
+            wgpu::BindGroupEntry {
+                binding: 3,
+                resource: ops.bias().as_entire_binding(),
+            },
+            wgpu::BindGroupEntry {
+                binding: 4,
+                resource: output.as_entire_binding(),
+            },
+        ],
+    });
+    pass.set_pipeline(pipeline);
+    pass.set_bind_group(0, &bind_group, &[]);
+    pass.dispatch_workgroups(width, height, 1);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modular_inverse_solves_every_residue() {
+        for s in 1..12usize {
+            for d in 1..12usize {
+                let g = gcd(s, d);
+                let inv = mod_inverse(d / g, s / g);
+                for r in (0..s).filter(|r| r % g == 0) {
+                    let k0 = (r / g * inv) % (s / g);
+                    assert_eq!(k0 * d % s, r, "s={s} d={d} r={r}");
+                }
+            }
+        }
+    }
+}
