@@ -12,46 +12,21 @@ fn forward(c: &mut Criterion) {
             "up2x_small",
             [1, 32, 32, 32],
             [32, 16, 3, 3],
-            ConvTranspose2dParams::default()
-                .stride(2)
-                .padding(1)
-                .output_padding(1),
+            ConvTranspose2dParams::default().stride(2).padding(1).output_padding(1),
         ),
         (
             "kb75_small",
             [1, 16, 32, 32],
             [16, 8, 3, 5],
-            ConvTranspose2dParams::default()
-                .stride((2, 3))
-                .padding((1, 2))
-                .dilation((2, 1))
-                .groups(4),
+            ConvTranspose2dParams::default().stride((2, 3)).padding((1, 2)).dilation((2, 1)).groups(4),
         ),
-        (
-            "dcgan_small",
-            [4, 64, 8, 8],
-            [64, 32, 4, 4],
-            ConvTranspose2dParams::default().stride(2).padding(1),
-        ),
+        ("dcgan_small", [4, 64, 8, 8], [64, 32, 4, 4], ConvTranspose2dParams::default().stride(2).padding(1)),
     ];
     for (name, input, weight, params) in shapes {
-        let x = GpuTensor::upload(
-            &ctx,
-            &Tensor::uniform(input.to_vec(), -1.0, 1.0, 1).unwrap(),
-        )
-        .unwrap();
-        let w = GpuTensor::upload(
-            &ctx,
-            &Tensor::uniform(weight.to_vec(), -1.0, 1.0, 2).unwrap(),
-        )
-        .unwrap();
+        let x = GpuTensor::upload(&ctx, &Tensor::uniform(input.to_vec(), -1.0, 1.0, 1).unwrap()).unwrap();
+        let w = GpuTensor::upload(&ctx, &Tensor::uniform(weight.to_vec(), -1.0, 1.0, 2).unwrap()).unwrap();
         c.bench_function(name, |b| {
-            b.iter(|| {
-                convt::gpu::conv_transpose2d(&ctx, &x, &w, None, &params)
-                    .unwrap()
-                    .download(&ctx)
-                    .unwrap()
-            })
+            b.iter(|| convt::gpu::conv_transpose2d(&ctx, &x, &w, None, &params).unwrap().download(&ctx).unwrap())
         });
     }
 }

@@ -57,11 +57,7 @@ fn main() -> convt::Result<()> {
 
         let reference: Vec<f64> = y_cpu.data().iter().map(|&v| v as f64).collect();
         let err = ErrorStats::compare(y_gpu.data(), &reference);
-        let shape = p.resolve(
-            x.shape(),
-            layer.weight().shape(),
-            layer.bias().map(|b| b.shape()),
-        )?;
+        let shape = p.resolve(x.shape(), layer.weight().shape(), layer.bias().map(|b| b.shape()))?;
         println!(
             "{name}{}: input {:?} weight {:?} -> output {:?}, {:.2} GFLOP",
             if full { "" } else { " (scaled down)" },

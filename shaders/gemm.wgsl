@@ -15,9 +15,10 @@
 // their latency hides behind it. Bias (or, for a later slice of a split input, the partial sum already
 // written) is added in the epilogue.
 //
-// The host prepends the tile constants BM, BN, BK, TM, TN (one generated variant per tile shape; every variant
-// is validated by naga in tests/shaders.rs): THREADS = (BM/TM)*(BN/TN), with THREADS a multiple of BM and of
-// BK, and BK*BN a multiple of THREADS.
+// The host prepends the tile constants BM, BN, BK, TM, TN and generates the register micro-kernel in place of
+// the three ACC_DECL / ACC_UPDATE / ACC_STORE marker lines (one variant per tile shape; every variant is
+// validated by naga in tests/shaders.rs). THREADS = (BM/TM)*(BN/TN) must be a multiple of BM and of BK, and
+// BK*BN a multiple of THREADS.
 
 override C_IN: u32;
 override C_OUT: u32;
@@ -128,6 +129,44 @@ fn load_step(c: LoadCtx, s: u32) -> Staged {
     return r;
 }
 
+struct StoreCtx {
+    m0: u32,          // this invocation's first pixel
+    m_total: u32,
+    phase_pixels: u32,
+    g: u32,
+    oc0: u32,         // its first output channel, within the group
+    cog: u32,
+}
+
+// Stores four output channels (oc0 + 4*jv ...) of pixel m0 + i.
+fn store4(c: StoreCtx, i: u32, jv: u32, v: vec4<f32>) {
+    let m = c.m0 + i;
+    if (m >= c.m_total) {
+        return;
+    }
+    let n = m / c.phase_pixels;
+    let p = m % c.phase_pixels;
+    let oh = u.rh + (p / u.aw) * S_H;
+    let ow = u.rw + (p % u.aw) * S_W;
+    let out_plane = OUT_H * OUT_W;
+    let base = u.out_offset + n * C_OUT * out_plane + oh * OUT_W + ow;
+    for (var j = 0u; j < 4u; j++) {
+        let oc = c.oc0 + jv * 4u + j;
+        let co = c.g * c.cog + oc;
+        if (oc >= c.cog || co < u.oc_begin || co >= u.oc_end) {
+            continue;
+        }
+        let idx = base + (co - u.out_first_channel) * out_plane;
+        var r = v[j];
+        if (u.accumulate != 0u) {
+            r += out[idx];
+        } else if (HAS_BIAS) {
+            r += bias[co];
+        }
+        out[idx] = r;
+    }
+}
+
 @compute @workgroup_size(THREADS)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let wg = wid.y * u.dispatch_width + wid.x;
@@ -166,10 +205,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         regs = load_step(lc, 0u);
     }
 
-    var acc: array<vec4<f32>, TM * TN / 4>;
-    for (var i = 0u; i < TM * TN / 4u; i++) {
-        acc[i] = vec4<f32>(0.0);
-    }
+    // The TM x TN accumulators as named vec4 registers acc_<pixel>_<channel quad> (generated: no array, so
+    // nothing can be demoted to local memory).
+//#ACC_DECL
     let tm = lid % WG_M;
     let tn = lid / WG_M;
 
@@ -194,46 +232,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 
         // BK rank-1 updates of the TM x TN register tile.
         for (var k = 0u; k < BK; k++) {
-            var a: array<vec4<f32>, TM / 4>;
-            for (var i = 0u; i < TM / 4u; i++) {
-                a[i] = a_tile[(k * BM + tm * TM) / 4u + i];
-            }
-            for (var j = 0u; j < TN / 4u; j++) {
-                let b = b_tile[(k * BN + tn * TN) / 4u + j];
-                for (var i = 0u; i < TM; i++) {
-                    acc[i * (TN / 4u) + j] += a[i / 4u][i % 4u] * b;
-                }
-            }
+            let a_k = (k * BM + tm * TM) / 4u;
+            let b_k = (k * BN + tn * TN) / 4u;
+//#ACC_UPDATE
         }
         workgroupBarrier();
     }
 
     // Epilogue: bias or the earlier partial sum, then the stores.
-    let out_plane = OUT_H * OUT_W;
-    for (var i = 0u; i < TM; i++) {
-        let m = m_tile * BM + tm * TM + i;
-        if (m >= m_total) {
-            continue;
-        }
-        let n = m / phase_pixels;
-        let p = m % phase_pixels;
-        let oh = u.rh + (p / u.aw) * S_H;
-        let ow = u.rw + (p % u.aw) * S_W;
-        let base = u.out_offset + n * C_OUT * out_plane + oh * OUT_W + ow;
-        for (var j = 0u; j < TN; j++) {
-            let oc = oc_tile + tn * TN + j;
-            let co = g * cog + oc;
-            if (oc >= cog || co < u.oc_begin || co >= u.oc_end) {
-                continue;
-            }
-            let idx = base + (co - u.out_first_channel) * out_plane;
-            var v = acc[i * (TN / 4u) + j / 4u][j % 4u];
-            if (u.accumulate != 0u) {
-                v += out[idx];
-            } else if (HAS_BIAS) {
-                v += bias[co];
-            }
-            out[idx] = v;
-        }
-    }
+    let sc = StoreCtx(m_tile * BM + tm * TM, m_total, phase_pixels, g, oc_tile + tn * TN, cog);
+//#ACC_STORE
 }

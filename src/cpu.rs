@@ -21,20 +21,12 @@ pub fn conv_transpose2d(
 ) -> Result<Tensor> {
     let shape = params.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?;
     let out = conv_transpose2d_f64(&shape, input.data(), weight.data(), bias.map(|b| b.data()));
-    Tensor::new(
-        shape.output_dims_as_given(),
-        out.into_iter().map(|v| v as f32).collect(),
-    )
+    Tensor::new(shape.output_dims_as_given(), out.into_iter().map(|v| v as f32).collect())
 }
 
 /// The reference in f64 for an already validated problem: the output, `[N, Cout, Ho, Wo]` flattened.
 /// One task per output plane `(n, output channel)`, spread over the machine's cores.
-pub fn conv_transpose2d_f64(
-    shape: &ConvShape,
-    input: &[f32],
-    weight: &[f32],
-    bias: Option<&[f32]>,
-) -> Vec<f64> {
+pub fn conv_transpose2d_f64(shape: &ConvShape, input: &[f32], weight: &[f32], bias: Option<&[f32]>) -> Vec<f64> {
     let [h, w] = shape.in_hw;
     let [ho, wo] = shape.out_hw;
     let plane = ho * wo;
@@ -42,10 +34,7 @@ pub fn conv_transpose2d_f64(
     let mut out = vec![0f64; planes * plane];
     let next = AtomicUsize::new(0);
     let slots: Vec<Mutex<&mut [f64]>> = out.chunks_mut(plane.max(1)).map(Mutex::new).collect();
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .min(planes.max(1));
+    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(planes.max(1));
     std::thread::scope(|scope| {
         for _ in 0..threads {
             scope.spawn(|| loop {
@@ -64,13 +53,12 @@ pub fn conv_transpose2d_f64(
                     let x_plane = &input[(n * shape.in_channels + ic) * h * w..][..h * w];
                     for kh in 0..shape.kernel[0] {
                         for kw in 0..shape.kernel[1] {
-                            let wv = weight[((ic * shape.out_per_group() + oc) * shape.kernel[0]
-                                + kh)
-                                * shape.kernel[1]
-                                + kw] as f64;
+                            let wv = weight
+                                [((ic * shape.out_per_group() + oc) * shape.kernel[0] + kh) * shape.kernel[1] + kw]
+                                as f64;
                             for ih in 0..h {
-                                let oh = (ih * shape.stride[0] + kh * shape.dilation[0]) as i64
-                                    - shape.padding[0] as i64;
+                                let oh =
+                                    (ih * shape.stride[0] + kh * shape.dilation[0]) as i64 - shape.padding[0] as i64;
                                 if oh < 0 || oh >= ho as i64 {
                                     continue;
                                 }
@@ -80,8 +68,7 @@ pub fn conv_transpose2d_f64(
                                     if ow < 0 || ow >= wo as i64 {
                                         continue;
                                     }
-                                    dst[oh as usize * wo + ow as usize] +=
-                                        x_plane[ih * w + iw] as f64 * wv;
+                                    dst[oh as usize * wo + ow as usize] += x_plane[ih * w + iw] as f64 * wv;
                                 }
                             }
                         }
@@ -122,9 +109,7 @@ pub fn output_at(
             for icg in 0..shape.in_per_group() {
                 let ic = g * shape.in_per_group() + icg;
                 let x = input[((n * shape.in_channels + ic) * h + ih) * w + iw] as f64;
-                let wv = weight[((ic * shape.out_per_group() + oc) * shape.kernel[0] + kh)
-                    * shape.kernel[1]
-                    + kw];
+                let wv = weight[((ic * shape.out_per_group() + oc) * shape.kernel[0] + kh) * shape.kernel[1] + kw];
                 acc += x * wv as f64;
             }
         }

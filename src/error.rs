@@ -22,11 +22,7 @@ pub enum ConvtError {
         "output padding must be smaller than either stride or dilation, but got output_padding = {output_padding:?}, \
          stride = {stride:?}, dilation = {dilation:?}"
     )]
-    OutputPaddingTooLarge {
-        output_padding: [i64; 2],
-        stride: [i64; 2],
-        dilation: [i64; 2],
-    },
+    OutputPaddingTooLarge { output_padding: [i64; 2], stride: [i64; 2], dilation: [i64; 2] },
     #[error("in_channels must be divisible by groups, but got in_channels = {in_channels} and groups = {groups}")]
     InChannelsNotDivisible { in_channels: usize, groups: i64 },
     #[error("out_channels must be divisible by groups, but got out_channels = {out_channels} and groups = {groups}")]
@@ -35,9 +31,7 @@ pub enum ConvtError {
     InputRank { shape: Vec<usize> },
     #[error("expected a 4D weight [in_channels, out_channels/groups, kH, kW], but got weight of size {shape:?}")]
     WeightRank { shape: Vec<usize> },
-    #[error(
-        "non-empty weight expected (every dimension at least 1), but got weight of size {shape:?}"
-    )]
+    #[error("non-empty weight expected (every dimension at least 1), but got weight of size {shape:?}")]
     EmptyWeight { shape: Vec<usize> },
     #[error("kernel size should be greater than zero, but got kernel_size = {kernel:?}")]
     NonPositiveKernel { kernel: [i64; 2] },
@@ -47,47 +41,30 @@ pub enum ConvtError {
         "in_channels mismatch: weight of size {weight:?} expects input to have {expected} channels, but got input of \
          size {input:?} with {actual} channels"
     )]
-    ChannelMismatch {
-        input: Vec<usize>,
-        weight: Vec<usize>,
-        expected: usize,
-        actual: usize,
-    },
-    #[error("expected bias to be 1-dimensional with {expected} elements (out_channels), but got bias of size {shape:?}")]
+    ChannelMismatch { input: Vec<usize>, weight: Vec<usize>, expected: usize, actual: usize },
+    #[error(
+        "expected bias to be 1-dimensional with {expected} elements (out_channels), but got bias of size {shape:?}"
+    )]
     BiasShape { expected: usize, shape: Vec<usize> },
     #[error(
         "output size is too small: input size per channel ({in_h} x {in_w}) gives calculated output size per channel \
          ({out_h} x {out_w})"
     )]
-    OutputTooSmall {
-        in_h: usize,
-        in_w: usize,
-        out_h: i64,
-        out_w: i64,
-    },
+    OutputTooSmall { in_h: usize, in_w: usize, out_h: i64, out_w: i64 },
     #[error("tensor of size {shape:?} needs {expected} elements, but {actual} were given")]
-    DataLength {
-        shape: Vec<usize>,
-        expected: usize,
-        actual: usize,
-    },
+    DataLength { shape: Vec<usize>, expected: usize, actual: usize },
     #[error("tensor of size {shape:?} has too many elements to address")]
     SizeOverflow { shape: Vec<usize> },
     #[error("expected a tensor of size {expected:?}, but got {actual:?}")]
-    ShapeMismatch {
-        expected: Vec<usize>,
-        actual: Vec<usize>,
-    },
+    ShapeMismatch { expected: Vec<usize>, actual: Vec<usize> },
     #[error(
         "{what} needs {bytes} bytes in one GPU storage binding, but the adapter allows at most {limit} bytes per binding"
     )]
-    TooLargeForBinding {
-        what: String,
-        bytes: u64,
-        limit: u64,
-    },
-    #[error("no GPU adapter found{detail}. Install a Vulkan driver for your GPU, or Mesa's software Vulkan driver \
-             (Debian/Ubuntu: `apt-get install mesa-vulkan-drivers`), or run with --backend cpu")]
+    TooLargeForBinding { what: String, bytes: u64, limit: u64 },
+    #[error(
+        "no GPU adapter found{detail}. Install a Vulkan driver for your GPU, or Mesa's software Vulkan driver \
+             (Debian/Ubuntu: `apt-get install mesa-vulkan-drivers`), or run with --backend cpu"
+    )]
     NoAdapter { detail: String },
     #[error("the GPU is out of memory: {0}")]
     OutOfMemory(String),
@@ -98,24 +75,13 @@ pub enum ConvtError {
     #[error("shader `{name}` failed to validate: {message}")]
     Shader { name: String, message: String },
     #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Io { path: PathBuf, source: std::io::Error },
     #[error("{path}: not a valid safetensors file: {message}")]
     TensorFile { path: PathBuf, message: String },
     #[error("{path}: tensor `{name}` not found (found: {found})")]
-    MissingTensor {
-        path: PathBuf,
-        name: String,
-        found: String,
-    },
+    MissingTensor { path: PathBuf, name: String, found: String },
     #[error("{path}: tensor `{name}` has dtype {dtype}, but convt reads f32 tensors only")]
-    DType {
-        path: PathBuf,
-        name: String,
-        dtype: String,
-    },
+    DType { path: PathBuf, name: String, dtype: String },
     #[error("{0}")]
     InvalidArgument(String),
 }

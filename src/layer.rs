@@ -65,16 +65,10 @@ impl ConvTranspose2d {
         params.validate()?;
         let groups = params.groups as usize;
         if in_channels % groups != 0 {
-            return Err(ConvtError::InChannelsNotDivisible {
-                in_channels,
-                groups: params.groups,
-            });
+            return Err(ConvtError::InChannelsNotDivisible { in_channels, groups: params.groups });
         }
         if out_channels % groups != 0 {
-            return Err(ConvtError::OutChannelsNotDivisible {
-                out_channels,
-                groups: params.groups,
-            });
+            return Err(ConvtError::OutChannelsNotDivisible { out_channels, groups: params.groups });
         }
         let k = kernel_size.into().0;
         if k.iter().any(|&v| v < 1) {
@@ -90,35 +84,16 @@ impl ConvTranspose2d {
         let weight = Tensor::uniform(weight_dims, -bound, bound, seed)?;
         let bias = options
             .bias
-            .then(|| {
-                Tensor::uniform(
-                    vec![out_channels],
-                    -bound,
-                    bound,
-                    seed.wrapping_add(0x9e37_79b9_7f4a_7c15),
-                )
-            })
+            .then(|| Tensor::uniform(vec![out_channels], -bound, bound, seed.wrapping_add(0x9e37_79b9_7f4a_7c15)))
             .transpose()?;
-        Ok(Self {
-            params,
-            weight,
-            bias,
-        })
+        Ok(Self { params, weight, bias })
     }
 
     /// A layer with the given weight `[Cin, Cout/groups, kH, kW]` and optional bias `[Cout]`.
-    pub fn from_weights(
-        weight: Tensor,
-        bias: Option<Tensor>,
-        params: ConvTranspose2dParams,
-    ) -> Result<Self> {
+    pub fn from_weights(weight: Tensor, bias: Option<Tensor>, params: ConvTranspose2dParams) -> Result<Self> {
         params.validate()?;
         params.check_weight(weight.shape(), bias.as_ref().map(|b| b.shape()))?;
-        Ok(Self {
-            params,
-            weight,
-            bias,
-        })
+        Ok(Self { params, weight, bias })
     }
 
     pub fn params(&self) -> &ConvTranspose2dParams {
@@ -154,11 +129,7 @@ impl ConvTranspose2d {
             ctx,
             params: self.params,
             weight: GpuTensor::upload(ctx, &self.weight)?,
-            bias: self
-                .bias
-                .as_ref()
-                .map(|b| GpuTensor::upload(ctx, b))
-                .transpose()?,
+            bias: self.bias.as_ref().map(|b| GpuTensor::upload(ctx, b)).transpose()?,
         })
     }
 }
@@ -174,12 +145,6 @@ pub struct GpuConvTranspose2d<'c> {
 impl GpuConvTranspose2d<'_> {
     /// GPU tensor in, GPU tensor out: chain layers without reading back in between.
     pub fn forward(&self, input: &GpuTensor) -> Result<GpuTensor> {
-        gpu::conv_transpose2d(
-            self.ctx,
-            input,
-            &self.weight,
-            self.bias.as_ref(),
-            &self.params,
-        )
+        gpu::conv_transpose2d(self.ctx, input, &self.weight, self.bias.as_ref(), &self.params)
     }
 }

@@ -38,13 +38,7 @@ pub struct ConvTranspose2dParams {
 impl Default for ConvTranspose2dParams {
     /// PyTorch's defaults: stride 1, padding 0, output_padding 0, dilation 1, groups 1.
     fn default() -> Self {
-        Self {
-            stride: [1, 1],
-            padding: [0, 0],
-            output_padding: [0, 0],
-            dilation: [1, 1],
-            groups: 1,
-        }
+        Self { stride: [1, 1], padding: [0, 0], output_padding: [0, 0], dilation: [1, 1], groups: 1 }
     }
 }
 
@@ -73,29 +67,19 @@ impl ConvTranspose2dParams {
     /// The rules PyTorch applies to the options alone (no tensor sizes involved).
     pub fn validate(&self) -> Result<()> {
         if self.groups < 1 {
-            return Err(ConvtError::NonPositiveGroups {
-                groups: self.groups,
-            });
+            return Err(ConvtError::NonPositiveGroups { groups: self.groups });
         }
         if self.stride.iter().any(|&s| s < 1) {
-            return Err(ConvtError::NonPositiveStride {
-                stride: self.stride,
-            });
+            return Err(ConvtError::NonPositiveStride { stride: self.stride });
         }
         if self.dilation.iter().any(|&d| d < 1) {
-            return Err(ConvtError::NonPositiveDilation {
-                dilation: self.dilation,
-            });
+            return Err(ConvtError::NonPositiveDilation { dilation: self.dilation });
         }
         if self.padding.iter().any(|&p| p < 0) {
-            return Err(ConvtError::NegativePadding {
-                padding: self.padding,
-            });
+            return Err(ConvtError::NegativePadding { padding: self.padding });
         }
         if self.output_padding.iter().any(|&p| p < 0) {
-            return Err(ConvtError::NegativeOutputPadding {
-                output_padding: self.output_padding,
-            });
+            return Err(ConvtError::NegativeOutputPadding { output_padding: self.output_padding });
         }
         for axis in 0..2 {
             if self.output_padding[axis] >= self.stride[axis].max(self.dilation[axis]) {
@@ -115,8 +99,7 @@ impl ConvTranspose2dParams {
         let mut out = [0i64; 2];
         for axis in 0..2 {
             // i128 so that absurd sizes cannot overflow before they are rejected.
-            let v = (input_hw[axis] as i128 - 1) * self.stride[axis] as i128
-                - 2 * self.padding[axis] as i128
+            let v = (input_hw[axis] as i128 - 1) * self.stride[axis] as i128 - 2 * self.padding[axis] as i128
                 + self.dilation[axis] as i128 * (kernel_hw[axis] as i128 - 1)
                 + self.output_padding[axis] as i128
                 + 1;
@@ -127,47 +110,25 @@ impl ConvTranspose2dParams {
 
     /// Checks a weight `[Cin, Cout/groups, kH, kW]` and optional bias `[Cout]` against these options (which must
     /// already be valid); returns the weight's dimensions and `Cout`.
-    pub fn check_weight(
-        &self,
-        weight: &[usize],
-        bias: Option<&[usize]>,
-    ) -> Result<([usize; 4], usize)> {
+    pub fn check_weight(&self, weight: &[usize], bias: Option<&[usize]>) -> Result<([usize; 4], usize)> {
         let dims = match weight {
             [a, b, c, d] => [*a, *b, *c, *d],
-            _ => {
-                return Err(ConvtError::WeightRank {
-                    shape: weight.to_vec(),
-                })
-            }
+            _ => return Err(ConvtError::WeightRank { shape: weight.to_vec() }),
         };
         if dims.contains(&0) {
-            return Err(ConvtError::EmptyWeight {
-                shape: weight.to_vec(),
-            });
+            return Err(ConvtError::EmptyWeight { shape: weight.to_vec() });
         }
         if self.groups < 1 {
-            return Err(ConvtError::NonPositiveGroups {
-                groups: self.groups,
-            });
+            return Err(ConvtError::NonPositiveGroups { groups: self.groups });
         }
         let groups = self.groups as usize;
         if dims[0] % groups != 0 {
-            return Err(ConvtError::InChannelsNotDivisible {
-                in_channels: dims[0],
-                groups: self.groups,
-            });
+            return Err(ConvtError::InChannelsNotDivisible { in_channels: dims[0], groups: self.groups });
         }
-        let out_channels = dims[1]
-            .checked_mul(groups)
-            .ok_or(ConvtError::SizeOverflow {
-                shape: weight.to_vec(),
-            })?;
+        let out_channels = dims[1].checked_mul(groups).ok_or(ConvtError::SizeOverflow { shape: weight.to_vec() })?;
         if let Some(b) = bias {
             if b != [out_channels] {
-                return Err(ConvtError::BiasShape {
-                    expected: out_channels,
-                    shape: b.to_vec(),
-                });
+                return Err(ConvtError::BiasShape { expected: out_channels, shape: b.to_vec() });
             }
         }
         Ok((dims, out_channels))
@@ -176,20 +137,11 @@ impl ConvTranspose2dParams {
     /// Validates one problem the way PyTorch does and resolves every size the kernels need.
     /// `input` is `[N, Cin, H, W]` or unbatched `[Cin, H, W]`; `weight` is `[Cin, Cout/groups, kH, kW]`;
     /// `bias`, when given, is `[Cout]`.
-    pub fn resolve(
-        &self,
-        input: &[usize],
-        weight: &[usize],
-        bias: Option<&[usize]>,
-    ) -> Result<ConvShape> {
+    pub fn resolve(&self, input: &[usize], weight: &[usize], bias: Option<&[usize]>) -> Result<ConvShape> {
         let (batch, in_dims, unbatched) = match input {
             [n, c, h, w] => (*n, [*c, *h, *w], false),
             [c, h, w] => (1, [*c, *h, *w], true),
-            _ => {
-                return Err(ConvtError::InputRank {
-                    shape: input.to_vec(),
-                })
-            }
+            _ => return Err(ConvtError::InputRank { shape: input.to_vec() }),
         };
         self.validate()?;
         let ([wc, _, kh, kw], out_channels) = self.check_weight(weight, bias)?;
@@ -203,19 +155,12 @@ impl ConvTranspose2dParams {
             });
         }
         if h == 0 || w == 0 {
-            return Err(ConvtError::EmptyInput {
-                shape: input.to_vec(),
-            });
+            return Err(ConvtError::EmptyInput { shape: input.to_vec() });
         }
         let groups = self.groups as usize;
         let [out_h, out_w] = self.output_size([h, w], [kh, kw]);
         if out_h < 1 || out_w < 1 {
-            return Err(ConvtError::OutputTooSmall {
-                in_h: h,
-                in_w: w,
-                out_h,
-                out_w,
-            });
+            return Err(ConvtError::OutputTooSmall { in_h: h, in_w: w, out_h, out_w });
         }
         let shape = ConvShape {
             batch,
@@ -245,9 +190,7 @@ pub fn checked_numel(dims: &[usize]) -> Result<usize> {
     let n = dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
     match n {
         Some(n) if n.checked_mul(4).is_some() => Ok(n),
-        _ => Err(ConvtError::SizeOverflow {
-            shape: dims.to_vec(),
-        }),
+        _ => Err(ConvtError::SizeOverflow { shape: dims.to_vec() }),
     }
 }
 
@@ -282,12 +225,7 @@ impl ConvShape {
     }
     /// `[N, Cout, Ho, Wo]` (always batched).
     pub fn output_dims(&self) -> Vec<usize> {
-        vec![
-            self.batch,
-            self.out_channels,
-            self.out_hw[0],
-            self.out_hw[1],
-        ]
+        vec![self.batch, self.out_channels, self.out_hw[0], self.out_hw[1]]
     }
     /// The output's dimensions as the caller sees them: unbatched in, unbatched out.
     pub fn output_dims_as_given(&self) -> Vec<usize> {
@@ -300,12 +238,7 @@ impl ConvShape {
     }
     /// `[Cin, Cout/groups, kH, kW]`.
     pub fn weight_dims(&self) -> Vec<usize> {
-        vec![
-            self.in_channels,
-            self.out_per_group(),
-            self.kernel[0],
-            self.kernel[1],
-        ]
+        vec![self.in_channels, self.out_per_group(), self.kernel[0], self.kernel[1]]
     }
 
     /// Multiply-adds whose product lands inside the output (taps cropped by padding are not counted).
@@ -314,8 +247,7 @@ impl ConvShape {
             let mut taps = 0u64;
             for i in 0..self.in_hw[axis] {
                 for k in 0..self.kernel[axis] {
-                    let o = (i * self.stride[axis] + k * self.dilation[axis]) as i64
-                        - self.padding[axis] as i64;
+                    let o = (i * self.stride[axis] + k * self.dilation[axis]) as i64 - self.padding[axis] as i64;
                     if o >= 0 && (o as usize) < self.out_hw[axis] {
                         taps += 1;
                     }
@@ -335,10 +267,6 @@ impl ConvShape {
     pub fn min_bytes(&self, has_bias: bool) -> u64 {
         let n = |d: Vec<usize>| d.iter().product::<usize>() as u64;
         4 * (n(self.input_dims()) + n(self.weight_dims()) + n(self.output_dims()))
-            + if has_bias {
-                4 * self.out_channels as u64
-            } else {
-                0
-            }
+            + if has_bias { 4 * self.out_channels as u64 } else { 0 }
     }
 }

@@ -19,11 +19,7 @@ impl Tensor {
         let shape = shape.into();
         let expected = checked_numel(&shape)?;
         if data.len() != expected {
-            return Err(ConvtError::DataLength {
-                shape,
-                expected,
-                actual: data.len(),
-            });
+            return Err(ConvtError::DataLength { shape, expected, actual: data.len() });
         }
         Ok(Self { shape, data })
     }
@@ -31,10 +27,7 @@ impl Tensor {
     pub fn zeros(shape: impl Into<Vec<usize>>) -> Result<Self> {
         let shape = shape.into();
         let n = checked_numel(&shape)?;
-        Ok(Self {
-            shape,
-            data: vec![0.0; n],
-        })
+        Ok(Self { shape, data: vec![0.0; n] })
     }
 
     /// Independent draws from U(low, high), reproducible from `seed`.
@@ -104,11 +97,7 @@ impl ErrorStats {
         };
         Self {
             rel_l2,
-            max_abs: if non_finite > 0 {
-                f64::INFINITY
-            } else {
-                max_abs
-            },
+            max_abs: if non_finite > 0 { f64::INFINITY } else { max_abs },
             non_finite,
             compared: result.len(),
         }

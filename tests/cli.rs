@@ -18,9 +18,7 @@ use convt::{ErrorStats, Tensor};
 /// RUST_LOG unset so the tool's own default (warnings only) applies.
 fn convt(args: &[&str]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_convt"));
-    cmd.args(args)
-        .env_remove("RUST_LOG")
-        .env("RUST_BACKTRACE", "1");
+    cmd.args(args).env_remove("RUST_LOG").env("RUST_BACKTRACE", "1");
     if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
         cmd.env("XDG_RUNTIME_DIR", std::env::temp_dir());
     }
@@ -53,11 +51,7 @@ fn convt_ok(args: &[&str]) -> Output {
 #[track_caller]
 fn assert_no_panic(args: &[&str], out: &Output) {
     let stderr = text(&out.stderr).to_lowercase();
-    assert!(
-        !stderr.contains("panicked") && !stderr.contains("backtrace"),
-        "{}",
-        describe(args, out)
-    );
+    assert!(!stderr.contains("panicked") && !stderr.contains("backtrace"), "{}", describe(args, out));
 }
 
 /// Runs `convt` and asserts a clean failure: exit code 2, nothing on stdout, exactly one line on stderr that
@@ -71,11 +65,7 @@ fn convt_fails(args: &[&str], mentions: &[&str]) -> String {
     assert!(out.stdout.is_empty(), "{what}");
     let stderr = text(&out.stderr);
     let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(
-        lines.len(),
-        1,
-        "expected exactly one line on stderr\n{what}"
-    );
+    assert_eq!(lines.len(), 1, "expected exactly one line on stderr\n{what}");
     assert!(lines[0].starts_with("error:"), "{what}");
     for m in mentions {
         assert!(lines[0].contains(m), "stderr should mention {m:?}\n{what}");
@@ -90,10 +80,8 @@ impl TempDir {
     fn new(tag: &str) -> Self {
         use std::sync::atomic::{AtomicU64, Ordering};
         static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
         let dir = std::env::temp_dir().join(format!(
             "convt-cli-{tag}-{}-{nanos}-{}",
             std::process::id(),
@@ -114,9 +102,7 @@ impl Drop for TempDir {
 }
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
 }
 
 fn s(p: &Path) -> &str {
@@ -168,22 +154,10 @@ fn forward_matches_fixture(backend: &str) {
     let dir = TempDir::new(backend);
     let out_path = dir.path("out.safetensors");
     let flags = fixture_flags(&file);
-    let mut args = vec![
-        "forward",
-        "--tensors",
-        s(&tensors),
-        "--out",
-        s(&out_path),
-        "--backend",
-        backend,
-    ];
+    let mut args = vec!["forward", "--tensors", s(&tensors), "--out", s(&out_path), "--backend", backend];
     args.extend(flags.iter().map(String::as_str));
     let out = convt_ok(&args);
-    assert!(
-        text(&out.stderr).contains(&format!("{:?}", expected.shape())),
-        "{}",
-        describe(&args, &out)
-    );
+    assert!(text(&out.stderr).contains(&format!("{:?}", expected.shape())), "{}", describe(&args, &out));
 
     let result = read_output(&out_path);
     let stats = rel_l2(&result, expected);
@@ -211,15 +185,7 @@ fn single_integer_means_the_same_value_for_both_axes() {
     let dir = TempDir::new("pair");
     let run = |name: &str, flags: &[&str]| -> Tensor {
         let out_path = dir.path(name);
-        let mut args = vec![
-            "forward",
-            "--tensors",
-            s(&tensors),
-            "--out",
-            s(&out_path),
-            "--backend",
-            "cpu",
-        ];
+        let mut args = vec!["forward", "--tensors", s(&tensors), "--out", s(&out_path), "--backend", "cpu"];
         args.extend_from_slice(flags);
         convt_ok(&args);
         read_output(&out_path)
@@ -229,10 +195,7 @@ fn single_integer_means_the_same_value_for_both_axes() {
     assert_eq!(single.shape(), pair.shape());
     assert_eq!(single.data(), pair.data());
     // And it is not the same as another pair.
-    let other = run(
-        "other.safetensors",
-        &["--stride", "2,1", "--padding", "1,1"],
-    );
+    let other = run("other.safetensors", &["--stride", "2,1", "--padding", "1,1"]);
     assert_ne!(single.shape(), other.shape());
 }
 
@@ -254,10 +217,7 @@ fn forward_fails(flags: &[&str], mentions: &[&str]) -> String {
 
 #[test]
 fn negative_padding_fails_cleanly() {
-    let gpu = forward_fails(
-        &["--padding=-1"],
-        &["negative padding", "padding = [-1, -1]"],
-    );
+    let gpu = forward_fails(&["--padding=-1"], &["negative padding", "padding = [-1, -1]"]);
     // Validation comes before any GPU work: the CPU backend says the same.
     let cpu = forward_fails(&["--padding=-1", "--backend", "cpu"], &["negative padding"]);
     assert_eq!(gpu, cpu);
@@ -274,17 +234,9 @@ fn zero_stride_fails_cleanly() {
 fn output_padding_too_large_fails_cleanly() {
     forward_fails(
         &["--output-padding", "1"],
-        &[
-            "output padding must be smaller",
-            "output_padding = [1, 1]",
-            "stride = [1, 1]",
-            "dilation = [1, 1]",
-        ],
+        &["output padding must be smaller", "output_padding = [1, 1]", "stride = [1, 1]", "dilation = [1, 1]"],
     );
-    forward_fails(
-        &["--stride", "2,3", "--output-padding", "0,3"],
-        &["output_padding = [0, 3]", "stride = [2, 3]"],
-    );
+    forward_fails(&["--stride", "2,3", "--output-padding", "0,3"], &["output_padding = [0, 3]", "stride = [2, 3]"]);
 }
 
 #[test]
@@ -296,34 +248,11 @@ fn zero_groups_fails_cleanly() {
 #[test]
 fn groups_not_dividing_the_channels_fails_cleanly() {
     // The weight has 6 input channels.
-    forward_fails(
-        &["--groups", "4"],
-        &[
-            "in_channels must be divisible by groups",
-            "in_channels = 6",
-            "groups = 4",
-        ],
-    );
+    forward_fails(&["--groups", "4"], &["in_channels must be divisible by groups", "in_channels = 6", "groups = 4"]);
     // A shape given to `verify` whose output channels groups do not divide.
     convt_fails(
-        &[
-            "verify",
-            "--in-channels",
-            "4",
-            "--out-channels",
-            "6",
-            "--size",
-            "5",
-            "--kernel",
-            "3",
-            "--groups",
-            "4",
-        ],
-        &[
-            "out_channels must be divisible by groups",
-            "out_channels = 6",
-            "groups = 4",
-        ],
+        &["verify", "--in-channels", "4", "--out-channels", "6", "--size", "5", "--kernel", "3", "--groups", "4"],
+        &["out_channels must be divisible by groups", "out_channels = 6", "groups = 4"],
     );
 }
 
@@ -332,10 +261,7 @@ fn missing_tensors_file_fails_cleanly() {
     let dir = TempDir::new("missing");
     let missing = dir.path("no-such-file.safetensors");
     let out_path = dir.path("out.safetensors");
-    convt_fails(
-        &["forward", "--tensors", s(&missing), "--out", s(&out_path)],
-        &[s(&missing)],
-    );
+    convt_fails(&["forward", "--tensors", s(&missing), "--out", s(&out_path)], &[s(&missing)]);
     assert!(!out_path.exists());
 }
 
@@ -372,23 +298,11 @@ fn malformed_pairs_are_usage_errors() {
     let dir = TempDir::new("malformed");
     let out_path = dir.path("out.safetensors");
     for bad in ["1,2,3", "x", "1,x", ""] {
-        let args = [
-            "forward",
-            "--tensors",
-            s(&tensors),
-            "--out",
-            s(&out_path),
-            "--stride",
-            bad,
-        ];
+        let args = ["forward", "--tensors", s(&tensors), "--out", s(&out_path), "--stride", bad];
         let out = convt(&args);
         assert_eq!(out.status.code(), Some(2), "{}", describe(&args, &out));
         assert_no_panic(&args, &out);
-        assert!(
-            text(&out.stderr).contains("--stride"),
-            "{}",
-            describe(&args, &out)
-        );
+        assert!(text(&out.stderr).contains("--stride"), "{}", describe(&args, &out));
         assert!(!out_path.exists());
     }
 }
@@ -425,11 +339,7 @@ fn verify_a_shape_given_by_flags() {
         .lines()
         .find(|l| l.starts_with("custom"))
         .unwrap_or_else(|| panic!("no result line\n{}", describe(&args, &out)));
-    assert!(
-        line.trim_end().ends_with(" ok"),
-        "{}",
-        describe(&args, &out)
-    );
+    assert!(line.trim_end().ends_with(" ok"), "{}", describe(&args, &out));
     // Output [1, 6, (5-1)*2 - 2 + 2 + 1 + 1, (7-1) + 1 + 1].
     assert!(line.contains("[1, 6, 10, 8]"), "{}", describe(&args, &out));
 }
@@ -442,8 +352,8 @@ fn verify_a_suite_case_as_json() {
     let lines: Vec<&str> = stdout.lines().filter(|l| !l.trim().is_empty()).collect();
     assert!(!lines.is_empty(), "{}", describe(&args, &out));
     for line in lines {
-        let v: serde_json::Value = serde_json::from_str(line)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {line}\n{}", describe(&args, &out)));
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}\n{}", describe(&args, &out)));
         assert_eq!(v["ok"], serde_json::Value::Bool(true), "{line}");
         assert_eq!(v["case"], "kb81", "{line}");
         assert_eq!(v["all_finite"], serde_json::Value::Bool(true), "{line}");
@@ -452,10 +362,7 @@ fn verify_a_suite_case_as_json() {
 
 #[test]
 fn verify_an_unknown_case_fails_cleanly() {
-    convt_fails(
-        &["verify", "--case", "nosuch"],
-        &["unknown case `nosuch`", "kb81"],
-    );
+    convt_fails(&["verify", "--case", "nosuch"], &["unknown case `nosuch`", "kb81"]);
 }
 
 #[test]
@@ -470,18 +377,7 @@ fn info_prints_the_chosen_adapter() {
     let v: serde_json::Value =
         serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"));
     let chosen = v["chosen"].as_object().expect("a \"chosen\" object");
-    assert!(
-        chosen["name"].as_str().is_some_and(|n| !n.is_empty()),
-        "{stdout}"
-    );
-    assert!(
-        v["adapters"].as_array().is_some_and(|a| !a.is_empty()),
-        "{stdout}"
-    );
-    assert!(
-        v["limits"]["binding_limit_used"]
-            .as_u64()
-            .is_some_and(|b| b > 0),
-        "{stdout}"
-    );
+    assert!(chosen["name"].as_str().is_some_and(|n| !n.is_empty()), "{stdout}");
+    assert!(v["adapters"].as_array().is_some_and(|a| !a.is_empty()), "{stdout}");
+    assert!(v["limits"]["binding_limit_used"].as_u64().is_some_and(|b| b > 0), "{stdout}");
 }

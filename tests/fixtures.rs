@@ -28,17 +28,13 @@ fn load_fixtures() -> Vec<Fixture> {
         .filter(|p| p.extension().is_some_and(|e| e == "safetensors"))
         .collect();
     paths.sort();
-    assert!(
-        paths.len() >= 20,
-        "expected the PyTorch fixtures in tests/fixtures, found {}",
-        paths.len()
-    );
+    assert!(paths.len() >= 20, "expected the PyTorch fixtures in tests/fixtures, found {}", paths.len());
     paths
         .iter()
         .map(|path| {
             let mut file = TensorFile::load(path).expect("fixture loads");
-            let meta: serde_json::Value = serde_json::from_str(&file.metadata["params"])
-                .expect("fixture metadata holds params JSON");
+            let meta: serde_json::Value =
+                serde_json::from_str(&file.metadata["params"]).expect("fixture metadata holds params JSON");
             let pair = |k: &str| -> [i64; 2] {
                 let v = meta[k].as_array().expect("pair");
                 [v[0].as_i64().expect("int"), v[1].as_i64().expect("int")]
@@ -71,15 +67,9 @@ fn stats(result: &Tensor, expected: &Tensor) -> ErrorStats {
 #[test]
 fn cpu_reference_matches_pytorch() {
     for f in load_fixtures() {
-        let out =
-            convt::cpu::conv_transpose2d(&f.input, &f.weight, f.bias.as_ref(), &f.params).unwrap();
+        let out = convt::cpu::conv_transpose2d(&f.input, &f.weight, f.bias.as_ref(), &f.params).unwrap();
         let s = stats(&out, &f.expected);
-        assert!(
-            s.rel_l2 <= common::F32_TOLERANCE,
-            "{}: rel L2 {:e}",
-            f.name,
-            s.rel_l2
-        );
+        assert!(s.rel_l2 <= common::F32_TOLERANCE, "{}: rel L2 {:e}", f.name, s.rel_l2);
     }
 }
 
@@ -88,22 +78,9 @@ fn every_gpu_strategy_matches_pytorch() {
     for strategy in convt::gpu::Strategy::candidates() {
         let ctx = common::ctx_with_strategy(strategy);
         for f in load_fixtures() {
-            let out = convt::gpu::conv_transpose2d_host(
-                ctx,
-                &f.input,
-                &f.weight,
-                f.bias.as_ref(),
-                &f.params,
-            )
-            .unwrap();
+            let out = convt::gpu::conv_transpose2d_host(ctx, &f.input, &f.weight, f.bias.as_ref(), &f.params).unwrap();
             let s = stats(&out, &f.expected);
-            assert!(
-                s.rel_l2 <= common::F32_TOLERANCE,
-                "{} with {}: rel L2 {:e}",
-                f.name,
-                strategy.name(),
-                s.rel_l2
-            );
+            assert!(s.rel_l2 <= common::F32_TOLERANCE, "{} with {}: rel L2 {:e}", f.name, strategy.name(), s.rel_l2);
         }
     }
 }
@@ -112,17 +89,9 @@ fn every_gpu_strategy_matches_pytorch() {
 fn gpu_matches_pytorch() {
     let ctx = common::ctx();
     for f in load_fixtures() {
-        let out =
-            convt::gpu::conv_transpose2d_host(ctx, &f.input, &f.weight, f.bias.as_ref(), &f.params)
-                .unwrap();
+        let out = convt::gpu::conv_transpose2d_host(ctx, &f.input, &f.weight, f.bias.as_ref(), &f.params).unwrap();
         let s = stats(&out, &f.expected);
-        assert!(
-            s.rel_l2 <= common::F32_TOLERANCE,
-            "{}: rel L2 {:e} ({} non-finite)",
-            f.name,
-            s.rel_l2,
-            s.non_finite
-        );
+        assert!(s.rel_l2 <= common::F32_TOLERANCE, "{}: rel L2 {:e} ({} non-finite)", f.name, s.rel_l2, s.non_finite);
     }
 }
 
@@ -133,39 +102,23 @@ fn gpu_matches_pytorch_with_tensors_split_over_many_bindings() {
     let mut split = 0;
     for f in load_fixtures() {
         let plane = |t: &Tensor| t.shape()[t.shape().len() - 2..].iter().product::<usize>();
-        let limit = 4 * [
-            f.weight.numel(),
-            plane(&f.input),
-            plane(&f.expected),
-            f.bias.as_ref().map_or(1, |b| b.numel()),
-        ]
-        .into_iter()
-        .max()
-        .unwrap();
+        let limit =
+            4 * [f.weight.numel(), plane(&f.input), plane(&f.expected), f.bias.as_ref().map_or(1, |b| b.numel())]
+                .into_iter()
+                .max()
+                .unwrap();
         let ctx = common::ctx_with_binding_limit(limit as u64, None);
         let x = convt::GpuTensor::upload(&ctx, &f.input).unwrap();
         let w = convt::GpuTensor::upload(&ctx, &f.weight).unwrap();
-        let b = f
-            .bias
-            .as_ref()
-            .map(|b| convt::GpuTensor::upload(&ctx, b).unwrap());
+        let b = f.bias.as_ref().map(|b| convt::GpuTensor::upload(&ctx, b).unwrap());
         let y = convt::gpu::conv_transpose2d(&ctx, &x, &w, b.as_ref(), &f.params).unwrap();
         if x.chunks().len() > 1 || y.chunks().len() > 1 {
             split += 1;
         }
         let s = stats(&y.download(&ctx).unwrap(), &f.expected);
-        assert!(
-            s.rel_l2 <= common::F32_TOLERANCE,
-            "{}: rel L2 {:e} ({} non-finite)",
-            f.name,
-            s.rel_l2,
-            s.non_finite
-        );
+        assert!(s.rel_l2 <= common::F32_TOLERANCE, "{}: rel L2 {:e} ({} non-finite)", f.name, s.rel_l2, s.non_finite);
     }
-    assert!(
-        split >= 15,
-        "only {split} fixtures were split over several bindings"
-    );
+    assert!(split >= 15, "only {split} fixtures were split over several bindings");
 }
 
 /// PyTorch's own verdicts on edge and invalid configurations (`torch_behaviour.json`): convt must accept what
@@ -181,11 +134,7 @@ fn validation_agrees_with_pytorch() {
         }
     };
     let dims = |v: &serde_json::Value| -> Vec<usize> {
-        v.as_array()
-            .unwrap()
-            .iter()
-            .map(|d| d.as_u64().unwrap() as usize)
-            .collect()
+        v.as_array().unwrap().iter().map(|d| d.as_u64().unwrap() as usize).collect()
     };
     let records = doc["functional"].as_array().unwrap();
     assert!(records.len() >= 20);
@@ -201,19 +150,10 @@ fn validation_agrees_with_pytorch() {
         let got = params.resolve(&dims(&r["input"]), &dims(&r["weight"]), bias.as_deref());
         let name = r["name"].as_str().unwrap();
         if r["ok"].as_bool().unwrap() {
-            let shape =
-                got.unwrap_or_else(|e| panic!("{name}: PyTorch accepts it, convt says: {e}"));
-            assert_eq!(
-                shape.output_dims_as_given(),
-                dims(&r["output_shape"]),
-                "{name}"
-            );
+            let shape = got.unwrap_or_else(|e| panic!("{name}: PyTorch accepts it, convt says: {e}"));
+            assert_eq!(shape.output_dims_as_given(), dims(&r["output_shape"]), "{name}");
         } else {
-            assert!(
-                got.is_err(),
-                "{name}: PyTorch rejects it ({}), convt accepts it",
-                r["error"]
-            );
+            assert!(got.is_err(), "{name}: PyTorch rejects it ({}), convt accepts it", r["error"]);
         }
     }
 }

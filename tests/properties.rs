@@ -20,9 +20,7 @@ struct Problem {
 impl Problem {
     fn shape(&self) -> ConvShape {
         let cout = self.weight[1] * self.params.groups as usize;
-        self.params
-            .resolve(&self.input, &self.weight, self.bias.then_some(&[cout][..]))
-            .expect("valid problem")
+        self.params.resolve(&self.input, &self.weight, self.bias.then_some(&[cout][..])).expect("valid problem")
     }
 }
 
@@ -31,37 +29,19 @@ fn problems() -> impl Strategy<Value = Problem> {
         (1usize..=3, 1usize..=4, 1usize..=4, 1usize..=4), // batch, groups, in per group, out per group
         (1usize..=7, 1usize..=7, 1usize..=5, 1usize..=5), // H, W, kH, kW
         ([1i64..=4, 1i64..=4], [1i64..=3, 1i64..=3]),     // stride, dilation
-        (
-            [0i64..=3, 0i64..=3],
-            [0i64..=3, 0i64..=3],
-            any::<bool>(),
-            any::<u64>(),
-        ),
+        ([0i64..=3, 0i64..=3], [0i64..=3, 0i64..=3], any::<bool>(), any::<u64>()),
     )
         .prop_filter_map(
             "output must be non-empty",
             |((n, g, cig, cog), (h, w, kh, kw), (s, d), (p, op, bias, seed))| {
                 // output_padding < max(stride, dilation), as PyTorch requires.
                 let op = [op[0] % s[0].max(d[0]), op[1] % s[1].max(d[1])];
-                let params = ConvTranspose2dParams {
-                    stride: s,
-                    padding: p,
-                    output_padding: op,
-                    dilation: d,
-                    groups: g as i64,
-                };
-                let pr = Problem {
-                    input: vec![n, g * cig, h, w],
-                    weight: vec![g * cig, cog, kh, kw],
-                    bias,
-                    params,
-                    seed,
-                };
+                let params =
+                    ConvTranspose2dParams { stride: s, padding: p, output_padding: op, dilation: d, groups: g as i64 };
+                let pr =
+                    Problem { input: vec![n, g * cig, h, w], weight: vec![g * cig, cog, kh, kw], bias, params, seed };
                 let cout = cog * g;
-                params
-                    .resolve(&pr.input, &pr.weight, bias.then_some(&[cout][..]))
-                    .ok()
-                    .map(|_| pr)
+                params.resolve(&pr.input, &pr.weight, bias.then_some(&[cout][..])).ok().map(|_| pr)
             },
         )
 }
@@ -71,26 +51,13 @@ fn check(ctx: &GpuContext, p: &Problem) -> Result<(), TestCaseError> {
     let shape = p.shape();
     let x = Tensor::uniform(p.input.clone(), -1.0, 1.0, p.seed).unwrap();
     let w = Tensor::uniform(p.weight.clone(), -1.0, 1.0, p.seed ^ 1).unwrap();
-    let b = p
-        .bias
-        .then(|| Tensor::uniform(vec![shape.out_channels], -1.0, 1.0, p.seed ^ 2).unwrap());
+    let b = p.bias.then(|| Tensor::uniform(vec![shape.out_channels], -1.0, 1.0, p.seed ^ 2).unwrap());
     let out = convt::gpu::conv_transpose2d_host(ctx, &x, &w, b.as_ref(), &p.params).unwrap();
     prop_assert_eq!(out.shape(), &shape.output_dims_as_given()[..]);
-    let reference =
-        cpu::conv_transpose2d_f64(&shape, x.data(), w.data(), b.as_ref().map(|b| b.data()));
+    let reference = cpu::conv_transpose2d_f64(&shape, x.data(), w.data(), b.as_ref().map(|b| b.data()));
     let s = ErrorStats::compare(out.data(), &reference);
-    prop_assert!(
-        s.non_finite == 0,
-        "{} unwritten or non-finite outputs for {:?}",
-        s.non_finite,
-        p
-    );
-    prop_assert!(
-        s.rel_l2 <= common::F32_TOLERANCE,
-        "rel L2 {:e} for {:?}",
-        s.rel_l2,
-        p
-    );
+    prop_assert!(s.non_finite == 0, "{} unwritten or non-finite outputs for {:?}", s.non_finite, p);
+    prop_assert!(s.rel_l2 <= common::F32_TOLERANCE, "rel L2 {:e} for {:?}", s.rel_l2, p);
     Ok(())
 }
 
@@ -151,66 +118,21 @@ fn named_edge_configurations() {
         groups: g,
     };
     let cases: Vec<(&str, Vec<usize>, Vec<usize>, ConvTranspose2dParams)> = vec![
-        (
-            "depthwise",
-            vec![2, 6, 5, 4],
-            vec![6, 1, 3, 3],
-            p([2, 1], [1, 0], [1, 0], [1, 1], 6),
-        ),
-        (
-            "depthwise multiplier",
-            vec![1, 3, 4, 4],
-            vec![3, 5, 2, 3],
-            p([1, 2], [0, 1], [0, 1], [1, 1], 3),
-        ),
-        (
-            "1x1 kernel",
-            vec![2, 5, 4, 6],
-            vec![5, 7, 1, 1],
-            p([3, 2], [0, 0], [2, 1], [1, 1], 1),
-        ),
-        (
-            "1x1 input",
-            vec![3, 4, 1, 1],
-            vec![4, 3, 4, 3],
-            p([2, 2], [0, 1], [0, 0], [1, 1], 1),
-        ),
-        (
-            "kernel larger than input",
-            vec![1, 2, 2, 3],
-            vec![2, 3, 7, 6],
-            p([1, 1], [1, 2], [0, 0], [1, 2], 1),
-        ),
-        (
-            "crop to a single row",
-            vec![2, 3, 3, 5],
-            vec![3, 2, 3, 3],
-            p([1, 1], [2, 1], [0, 0], [1, 1], 1),
-        ),
-        (
-            "crop to a single pixel",
-            vec![1, 2, 2, 2],
-            vec![2, 2, 2, 2],
-            p([1, 1], [1, 1], [0, 0], [1, 1], 1),
-        ),
+        ("depthwise", vec![2, 6, 5, 4], vec![6, 1, 3, 3], p([2, 1], [1, 0], [1, 0], [1, 1], 6)),
+        ("depthwise multiplier", vec![1, 3, 4, 4], vec![3, 5, 2, 3], p([1, 2], [0, 1], [0, 1], [1, 1], 3)),
+        ("1x1 kernel", vec![2, 5, 4, 6], vec![5, 7, 1, 1], p([3, 2], [0, 0], [2, 1], [1, 1], 1)),
+        ("1x1 input", vec![3, 4, 1, 1], vec![4, 3, 4, 3], p([2, 2], [0, 1], [0, 0], [1, 1], 1)),
+        ("kernel larger than input", vec![1, 2, 2, 3], vec![2, 3, 7, 6], p([1, 1], [1, 2], [0, 0], [1, 2], 1)),
+        ("crop to a single row", vec![2, 3, 3, 5], vec![3, 2, 3, 3], p([1, 1], [2, 1], [0, 0], [1, 1], 1)),
+        ("crop to a single pixel", vec![1, 2, 2, 2], vec![2, 2, 2, 2], p([1, 1], [1, 1], [0, 0], [1, 1], 1)),
         (
             "output_padding with dilation > stride",
             vec![2, 3, 5, 4],
             vec![3, 4, 3, 3],
             p([1, 2], [0, 1], [1, 2], [2, 3], 1),
         ),
-        (
-            "large stride, gaps in output",
-            vec![1, 2, 3, 3],
-            vec![2, 2, 2, 2],
-            p([5, 4], [0, 0], [4, 3], [1, 1], 1),
-        ),
-        (
-            "everything",
-            vec![3, 6, 4, 5],
-            vec![6, 3, 2, 3],
-            p([3, 2], [2, 1], [1, 2], [2, 3], 2),
-        ),
+        ("large stride, gaps in output", vec![1, 2, 3, 3], vec![2, 2, 2, 2], p([5, 4], [0, 0], [4, 3], [1, 1], 1)),
+        ("everything", vec![3, 6, 4, 5], vec![6, 3, 2, 3], p([3, 2], [2, 1], [1, 2], [2, 3], 2)),
         (
             "many channels (several blocks per group)",
             vec![1, 16, 4, 5],
@@ -220,13 +142,8 @@ fn named_edge_configurations() {
     ];
     for (name, input, weight, params) in cases {
         for bias in [false, true] {
-            let prob = Problem {
-                input: input.clone(),
-                weight: weight.clone(),
-                bias,
-                params,
-                seed: common::fresh_seed(),
-            };
+            let prob =
+                Problem { input: input.clone(), weight: weight.clone(), bias, params, seed: common::fresh_seed() };
             check(common::ctx(), &prob).unwrap_or_else(|e| panic!("{name} (bias {bias}): {e}"));
         }
     }

@@ -5,14 +5,11 @@ fn every_shader_validates_with_naga() {
     let sources = convt::gpu::shader_sources();
     assert!(!sources.is_empty());
     for (_, name, source) in &sources {
-        let module = naga::front::wgsl::parse_str(source)
-            .unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(source)));
-        naga::valid::Validator::new(
-            naga::valid::ValidationFlags::all(),
-            naga::valid::Capabilities::all(),
-        )
-        .validate(&module)
-        .unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        let module =
+            naga::front::wgsl::parse_str(source).unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(source)));
+        naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
+            .validate(&module)
+            .unwrap_or_else(|e| panic!("{name}: {e:?}"));
     }
 }
 
@@ -24,9 +21,7 @@ fn every_shader_file_is_registered() {
         let name = entry.unwrap().file_name().to_string_lossy().into_owned();
         if name.ends_with(".wgsl") {
             assert!(
-                convt::gpu::shader_sources()
-                    .iter()
-                    .any(|(file, _, _)| *file == name),
+                convt::gpu::shader_sources().iter().any(|(file, _, _)| *file == name),
                 "{name} is not in gpu::shader_sources()"
             );
         }

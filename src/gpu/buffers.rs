@@ -41,9 +41,7 @@ pub struct PooledBuffer {
 impl std::ops::Deref for PooledBuffer {
     type Target = wgpu::Buffer;
     fn deref(&self) -> &wgpu::Buffer {
-        self.buffer
-            .as_ref()
-            .expect("a pooled buffer is present until dropped")
+        self.buffer.as_ref().expect("a pooled buffer is present until dropped")
     }
 }
 
@@ -55,10 +53,7 @@ impl Drop for PooledBuffer {
         let mut p = lock(&pool);
         if self.reusable && p.idle_bytes + buffer.size() <= MAX_IDLE_BYTES {
             p.idle_bytes += buffer.size();
-            p.idle
-                .entry((buffer.size(), buffer.usage()))
-                .or_default()
-                .push(buffer);
+            p.idle.entry((buffer.size(), buffer.usage())).or_default().push(buffer);
         }
     }
 }
@@ -66,12 +61,7 @@ impl Drop for PooledBuffer {
 impl BufferPool {
     /// A buffer of exactly `size` bytes and `usage`, reused when one is idle. Errors (out of memory) surface
     /// through the caller's error scope.
-    pub(crate) fn get(
-        &self,
-        device: &wgpu::Device,
-        size: u64,
-        usage: wgpu::BufferUsages,
-    ) -> PooledBuffer {
+    pub(crate) fn get(&self, device: &wgpu::Device, size: u64, usage: wgpu::BufferUsages) -> PooledBuffer {
         let reused = {
             let mut p = lock(&self.inner);
             let b = p.idle.get_mut(&(size, usage)).and_then(|v| v.pop());
@@ -90,11 +80,7 @@ impl BufferPool {
                 mapped_at_creation: false,
             })
         });
-        PooledBuffer {
-            buffer: Some(buffer),
-            pool: Arc::downgrade(&self.inner),
-            reusable: true,
-        }
+        PooledBuffer { buffer: Some(buffer), pool: Arc::downgrade(&self.inner), reusable: true }
     }
 
     /// (buffers created so far, idle buffers, idle bytes): for soak tests and diagnostics.
@@ -104,9 +90,8 @@ impl BufferPool {
     }
 }
 
-pub(crate) const STORAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
-    .union(wgpu::BufferUsages::COPY_DST)
-    .union(wgpu::BufferUsages::COPY_SRC);
+pub(crate) const STORAGE: wgpu::BufferUsages =
+    wgpu::BufferUsages::STORAGE.union(wgpu::BufferUsages::COPY_DST).union(wgpu::BufferUsages::COPY_SRC);
 
 /// A run of consecutive planes stored in one buffer.
 pub struct Chunk {
@@ -139,10 +124,8 @@ impl GpuTensor {
         let t = Self::empty_unpoisoned(ctx, tensor.shape())?;
         ctx.scoped(|| {
             for c in &t.chunks {
-                let range =
-                    c.first_plane * t.plane_elems..(c.first_plane + c.planes) * t.plane_elems;
-                ctx.queue
-                    .write_buffer(&c.buffer, 0, bytemuck::cast_slice(&tensor.data()[range]));
+                let range = c.first_plane * t.plane_elems..(c.first_plane + c.planes) * t.plane_elems;
+                ctx.queue.write_buffer(&c.buffer, 0, bytemuck::cast_slice(&tensor.data()[range]));
             }
             Ok(())
         })?;
@@ -152,11 +135,7 @@ impl GpuTensor {
     fn empty_unpoisoned(ctx: &GpuContext, shape: &[usize]) -> Result<Self> {
         let (planes_per_row, plane_elems) = plane_layout(shape);
         let numel = checked_numel(shape)?;
-        let planes = if plane_elems == 0 {
-            0
-        } else {
-            numel / plane_elems
-        };
+        let planes = if plane_elems == 0 { 0 } else { numel / plane_elems };
         let per_chunk = chunk_planes(ctx.binding_limit(), planes_per_row, plane_elems, shape)?;
         ctx.scoped(|| {
             let mut chunks = Vec::new();
@@ -164,18 +143,10 @@ impl GpuTensor {
             while first < planes {
                 let n = per_chunk.min(planes - first);
                 let bytes = (n * plane_elems * 4) as u64;
-                chunks.push(Chunk {
-                    buffer: ctx.pool.get(&ctx.device, bytes, STORAGE),
-                    first_plane: first,
-                    planes: n,
-                });
+                chunks.push(Chunk { buffer: ctx.pool.get(&ctx.device, bytes, STORAGE), first_plane: first, planes: n });
                 first += n;
             }
-            Ok(Self {
-                shape: shape.to_vec(),
-                plane_elems,
-                chunks,
-            })
+            Ok(Self { shape: shape.to_vec(), plane_elems, chunks })
         })
     }
 
@@ -189,11 +160,7 @@ impl GpuTensor {
                 let mut done = 0;
                 while done < elems {
                     let n = PIECE.min(elems - done);
-                    ctx.queue.write_buffer(
-                        &c.buffer,
-                        (done * 4) as u64,
-                        bytemuck::cast_slice(&piece[..n]),
-                    );
+                    ctx.queue.write_buffer(&c.buffer, (done * 4) as u64, bytemuck::cast_slice(&piece[..n]));
                     done += n;
                 }
             }
@@ -208,11 +175,8 @@ impl GpuTensor {
         for c in &self.chunks {
             let bytes = (c.planes * self.plane_elems * 4) as u64;
             let staging = ctx.scoped(|| {
-                let staging = ctx.pool.get(
-                    &ctx.device,
-                    bytes,
-                    wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-                );
+                let staging =
+                    ctx.pool.get(&ctx.device, bytes, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
                 let mut encoder = ctx.device.create_command_encoder(&Default::default());
                 encoder.copy_buffer_to_buffer(&c.buffer, 0, &staging, 0, bytes);
                 ctx.queue.submit([encoder.finish()]);
@@ -228,18 +192,12 @@ impl GpuTensor {
             match pollster::block_on(rx.receive()) {
                 Some(Ok(())) => {}
                 Some(Err(e)) => return Err(ConvtError::Gpu(format!("reading back a result: {e}"))),
-                None => {
-                    return Err(ConvtError::Gpu(
-                        "reading back a result: the map request was dropped".into(),
-                    ))
-                }
+                None => return Err(ConvtError::Gpu("reading back a result: the map request was dropped".into())),
             }
             {
-                let view = staging
-                    .get_mapped_range(..)
-                    .map_err(|e| ConvtError::Gpu(format!("reading back a result: {e}")))?;
-                let dst =
-                    &mut data[c.first_plane * self.plane_elems..][..c.planes * self.plane_elems];
+                let view =
+                    staging.get_mapped_range(..).map_err(|e| ConvtError::Gpu(format!("reading back a result: {e}")))?;
+                let dst = &mut data[c.first_plane * self.plane_elems..][..c.planes * self.plane_elems];
                 dst.copy_from_slice(bytemuck::cast_slice(&view));
             }
             staging.unmap();
@@ -285,12 +243,7 @@ fn plane_layout(shape: &[usize]) -> (usize, usize) {
 }
 
 /// How many planes one chunk holds: whole rows (samples) when one fits, else as many planes as fit.
-fn chunk_planes(
-    limit: u64,
-    planes_per_row: usize,
-    plane_elems: usize,
-    shape: &[usize],
-) -> Result<usize> {
+fn chunk_planes(limit: u64, planes_per_row: usize, plane_elems: usize, shape: &[usize]) -> Result<usize> {
     let plane_bytes = plane_elems as u64 * 4;
     if plane_bytes == 0 {
         return Ok(1);

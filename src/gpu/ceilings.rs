@@ -7,14 +7,8 @@ use crate::gpu::buffers::STORAGE;
 use crate::gpu::context::GpuContext;
 use crate::gpu::timing::GpuTimer;
 
-pub const FMA_SHADER: (&str, &str) = (
-    "ceiling_fma.wgsl",
-    include_str!("../../shaders/ceiling_fma.wgsl"),
-);
-pub const COPY_SHADER: (&str, &str) = (
-    "ceiling_copy.wgsl",
-    include_str!("../../shaders/ceiling_copy.wgsl"),
-);
+pub const FMA_SHADER: (&str, &str) = ("ceiling_fma.wgsl", include_str!("../../shaders/ceiling_fma.wgsl"));
+pub const COPY_SHADER: (&str, &str) = ("ceiling_copy.wgsl", include_str!("../../shaders/ceiling_copy.wgsl"));
 
 #[derive(Debug, Clone, Copy, serde::Serialize)]
 pub struct Ceilings {
@@ -72,19 +66,13 @@ pub fn measure(ctx: &GpuContext, copy_bytes: u64, warmup: u32, runs: u32) -> Res
     let invocations = fma_groups.0 as u64 * fma_groups.1 as u64 * WORKGROUP_SIZE as u64;
     let sink = ctx.pool.get(ctx.device(), invocations * 16, STORAGE);
     let module = ctx.module(FMA_SHADER.0, FMA_SHADER.1)?;
-    let consts = [
-        ("ITERATIONS", FMA_ITERATIONS as f64),
-        ("WORKGROUP_SIZE", WORKGROUP_SIZE as f64),
-    ];
+    let consts = [("ITERATIONS", FMA_ITERATIONS as f64), ("WORKGROUP_SIZE", WORKGROUP_SIZE as f64)];
     let pipeline = ctx.pipeline(format!("fma {consts:?}"), &module, &consts)?;
     let bg = ctx.scoped(|| {
         Ok(ctx.device().create_bind_group(&wgpu::BindGroupDescriptor {
             label: None,
             layout: &pipeline.get_bind_group_layout(0),
-            entries: &[wgpu::BindGroupEntry {
-                binding: 0,
-                resource: sink.as_entire_binding(),
-            }],
+            entries: &[wgpu::BindGroupEntry { binding: 0, resource: sink.as_entire_binding() }],
         }))
     })?;
     let ms = time_passes(ctx, &pipeline, &bg, fma_groups, warmup, runs)?;
@@ -103,28 +91,12 @@ pub fn measure(ctx: &GpuContext, copy_bytes: u64, warmup: u32, runs: u32) -> Res
             label: None,
             layout: &pipeline.get_bind_group_layout(0),
             entries: &[
-                wgpu::BindGroupEntry {
-                    binding: 0,
-                    resource: src.as_entire_binding(),
-                },
-                wgpu::BindGroupEntry {
-                    binding: 1,
-                    resource: dst.as_entire_binding(),
-                },
+                wgpu::BindGroupEntry { binding: 0, resource: src.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 1, resource: dst.as_entire_binding() },
             ],
         }))
     })?;
-    let ms = time_passes(
-        ctx,
-        &pipeline,
-        &bg,
-        grid((bytes / 16).div_ceil(WORKGROUP_SIZE as u64)),
-        warmup,
-        runs,
-    )?;
+    let ms = time_passes(ctx, &pipeline, &bg, grid((bytes / 16).div_ceil(WORKGROUP_SIZE as u64)), warmup, runs)?;
     let copy_gbs = 2.0 * bytes as f64 / (ms * 1e-3) / 1e9;
-    Ok(Ceilings {
-        fma_tflops,
-        copy_gbs,
-    })
+    Ok(Ceilings { fma_tflops, copy_gbs })
 }

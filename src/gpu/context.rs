@@ -50,26 +50,16 @@ impl GpuOptions {
         opts.adapter = var("CONVT_ADAPTER");
         if let Some(v) = var("CONVT_MAX_BINDING_BYTES") {
             let bytes = v.trim().parse::<u64>().map_err(|_| {
-                ConvtError::InvalidArgument(format!(
-                    "CONVT_MAX_BINDING_BYTES must be a byte count, got `{v}`"
-                ))
+                ConvtError::InvalidArgument(format!("CONVT_MAX_BINDING_BYTES must be a byte count, got `{v}`"))
             })?;
             opts.max_binding_bytes = Some(bytes);
         }
         if let Some(v) = var("CONVT_STRATEGY") {
             let all = crate::gpu::Strategy::candidates();
-            opts.strategy = Some(
-                all.iter()
-                    .copied()
-                    .find(|s| s.name() == v.trim())
-                    .ok_or_else(|| {
-                        let names: Vec<String> = all.iter().map(|s| s.name()).collect();
-                        ConvtError::InvalidArgument(format!(
-                            "CONVT_STRATEGY `{v}` is not one of {}",
-                            names.join(", ")
-                        ))
-                    })?,
-            );
+            opts.strategy = Some(all.iter().copied().find(|s| s.name() == v.trim()).ok_or_else(|| {
+                let names: Vec<String> = all.iter().map(|s| s.name()).collect();
+                ConvtError::InvalidArgument(format!("CONVT_STRATEGY `{v}` is not one of {}", names.join(", ")))
+            })?);
         }
         if let Some(v) = var("CONVT_SHADER_CHECKS") {
             opts.shader_checks = match v.trim().to_ascii_lowercase().as_str() {
@@ -198,40 +188,26 @@ impl GpuContext {
 
     pub fn with_options(options: GpuOptions) -> Result<Self> {
         let adapters = list_adapters(&options);
-        let found: Vec<String> = adapters
-            .iter()
-            .map(|a| format!("{} ({:?})", a.get_info().name, a.get_info().backend))
-            .collect();
+        let found: Vec<String> =
+            adapters.iter().map(|a| format!("{} ({:?})", a.get_info().name, a.get_info().backend)).collect();
         let adapter = match &options.adapter {
             Some(want) => {
                 let want = want.to_lowercase();
-                adapters
-                    .into_iter()
-                    .find(|a| a.get_info().name.to_lowercase().contains(&want))
-                    .ok_or_else(|| ConvtError::NoAdapter {
-                        detail: format!(
-                            " whose name contains `{want}` (found: {})",
-                            found.join(", ")
-                        ),
-                    })?
+                adapters.into_iter().find(|a| a.get_info().name.to_lowercase().contains(&want)).ok_or_else(|| {
+                    ConvtError::NoAdapter {
+                        detail: format!(" whose name contains `{want}` (found: {})", found.join(", ")),
+                    }
+                })?
             }
-            None => adapters
-                .into_iter()
-                .next()
-                .ok_or_else(|| ConvtError::NoAdapter {
-                    detail: match options.backends {
-                        Some(b) => format!(" for backends {b:?}"),
-                        None => String::new(),
-                    },
-                })?,
+            None => adapters.into_iter().next().ok_or_else(|| ConvtError::NoAdapter {
+                detail: match options.backends {
+                    Some(b) => format!(" for backends {b:?}"),
+                    None => String::new(),
+                },
+            })?,
         };
         let info = adapter.get_info();
-        log::info!(
-            "convt: using adapter {} ({:?}, {:?})",
-            info.name,
-            info.backend,
-            info.device_type
-        );
+        log::info!("convt: using adapter {} ({:?}, {:?})", info.name, info.backend, info.device_type);
 
         // The adapter's own limits: wgpu's defaults cap storage bindings at 128 MiB.
         let limits = adapter.limits();
@@ -252,22 +228,13 @@ impl GpuContext {
         }));
         let h = health.clone();
         device.set_device_lost_callback(move |reason, message| {
-            lock(&h)
-                .lost
-                .get_or_insert_with(|| format!("{reason:?}: {message}"));
+            lock(&h).lost.get_or_insert_with(|| format!("{reason:?}: {message}"));
         });
 
-        let adapter_limit = limits
-            .max_storage_buffer_binding_size
-            .min(limits.max_buffer_size);
-        let binding_limit = options
-            .max_binding_bytes
-            .map_or(adapter_limit, |m| m.min(adapter_limit))
-            & !3;
+        let adapter_limit = limits.max_storage_buffer_binding_size.min(limits.max_buffer_size);
+        let binding_limit = options.max_binding_bytes.map_or(adapter_limit, |m| m.min(adapter_limit)) & !3;
         if binding_limit < 4 {
-            return Err(ConvtError::InvalidArgument(format!(
-                "binding limit of {binding_limit} bytes is too small"
-            )));
+            return Err(ConvtError::InvalidArgument(format!("binding limit of {binding_limit} bytes is too small")));
         }
         Ok(Self {
             device,
@@ -337,10 +304,7 @@ impl GpuContext {
     pub(crate) fn wait(&self) -> Result<()> {
         let timeout = self.options.timeout.unwrap_or(Duration::from_secs(600));
         self.device
-            .poll(wgpu::PollType::Wait {
-                submission_index: None,
-                timeout: Some(timeout),
-            })
+            .poll(wgpu::PollType::Wait { submission_index: None, timeout: Some(timeout) })
             .map_err(|e| ConvtError::Gpu(format!("waiting for the GPU: {e}")))?;
         self.check_health()
     }
@@ -361,17 +325,11 @@ impl GpuContext {
                     // SAFETY: only the kernels in shaders/, whose every index is bounded by the slice plan and
                     // whose results the test suite checks against the CPU reference with poisoned outputs.
                     ShaderChecks::Trusted => unsafe {
-                        self.device.create_shader_module_trusted(
-                            desc,
-                            wgpu::ShaderRuntimeChecks::unchecked(),
-                        )
+                        self.device.create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked())
                     },
                 })
             })
-            .map_err(|e| ConvtError::Shader {
-                name: name.into(),
-                message: e.to_string(),
-            })?;
+            .map_err(|e| ConvtError::Shader { name: name.into(), message: e.to_string() })?;
         let module = Arc::new(module);
         lock(&self.modules).insert(name.to_owned(), module.clone());
         Ok(module)
@@ -388,19 +346,17 @@ impl GpuContext {
             return Ok(p.clone());
         }
         let pipeline = self.scoped(|| {
-            Ok(self
-                .device
-                .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                    label: Some(&key),
-                    layout: None,
-                    module,
-                    entry_point: Some("main"),
-                    compilation_options: wgpu::PipelineCompilationOptions {
-                        constants,
-                        zero_initialize_workgroup_memory: false,
-                    },
-                    cache: None,
-                }))
+            Ok(self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(&key),
+                layout: None,
+                module,
+                entry_point: Some("main"),
+                compilation_options: wgpu::PipelineCompilationOptions {
+                    constants,
+                    zero_initialize_workgroup_memory: false,
+                },
+                cache: None,
+            }))
         })?;
         let pipeline = Arc::new(pipeline);
         lock(&self.pipelines).insert(key, pipeline.clone());

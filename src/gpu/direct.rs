@@ -4,9 +4,7 @@
 use crate::error::Result;
 use crate::gpu::buffers::GpuTensor;
 use crate::gpu::context::GpuContext;
-use crate::gpu::kernel::{
-    check_index_range, dispatch, gcd, grid, mod_inverse, shape_constants, Operands,
-};
+use crate::gpu::kernel::{check_index_range, dispatch, gcd, grid, mod_inverse, shape_constants, Operands};
 use crate::gpu::plan::{plan, Slice};
 use crate::params::ConvShape;
 
@@ -110,16 +108,7 @@ pub(crate) fn encode(
             };
             let input = &input.chunks()[s.in_chunk].buffer;
             let out = &output.chunks()[s.out_chunk].buffer;
-            dispatch(
-                ctx,
-                pass,
-                &pipeline,
-                bytemuck::bytes_of(&u),
-                input,
-                &ops,
-                out,
-                grid,
-            );
+            dispatch(ctx, pass, &pipeline, bytemuck::bytes_of(&u), input, &ops, out, grid);
         }
         Ok(())
     })

@@ -22,57 +22,62 @@ pub struct Tile {
     pub tn: u32,
 }
 
+const fn tile(bm: u32, bn: u32, bk: u32, tm: u32, tn: u32) -> Tile {
+    Tile { bm, bn, bk, tm, tn }
+}
+
+pub const TILE_128X128: Tile = tile(128, 128, 8, 8, 8);
+pub const TILE_128X128_K16: Tile = tile(128, 128, 16, 8, 8);
+pub const TILE_256X64: Tile = tile(256, 64, 8, 8, 8);
+pub const TILE_128X64: Tile = tile(128, 64, 8, 8, 8);
+pub const TILE_256X32: Tile = tile(256, 32, 8, 8, 4);
+pub const TILE_128X32: Tile = tile(128, 32, 8, 4, 4);
+pub const TILE_64X64: Tile = tile(64, 64, 8, 4, 4);
+
 /// Every tile shape the selector may choose (each is validated by naga and tested on the software driver).
-pub const TILES: &[Tile] = &[
-    Tile {
-        bm: 128,
-        bn: 128,
-        bk: 8,
-        tm: 8,
-        tn: 8,
-    },
-    Tile {
-        bm: 256,
-        bn: 64,
-        bk: 8,
-        tm: 8,
-        tn: 8,
-    },
-    Tile {
-        bm: 256,
-        bn: 32,
-        bk: 8,
-        tm: 8,
-        tn: 4,
-    },
-    Tile {
-        bm: 128,
-        bn: 32,
-        bk: 8,
-        tm: 4,
-        tn: 4,
-    },
-];
+pub const TILES: &[Tile] =
+    &[TILE_128X128, TILE_128X128_K16, TILE_256X64, TILE_128X64, TILE_256X32, TILE_128X32, TILE_64X64];
 
 impl Tile {
     pub fn threads(&self) -> u32 {
         (self.bm / self.tm) * (self.bn / self.tn)
     }
     pub fn name(&self) -> String {
-        format!(
-            "gemm_{}x{}x{}_{}x{}",
-            self.bm, self.bn, self.bk, self.tm, self.tn
-        )
+        format!("gemm_{}x{}x{}_{}x{}", self.bm, self.bn, self.bk, self.tm, self.tn)
     }
     /// Workgroup memory the tile stages (A and B steps, f32).
     pub fn workgroup_bytes(&self) -> u32 {
         4 * self.bk * (self.bm + self.bn)
     }
-    /// The shader source for this tile: the constant header, then `shaders/gemm.wgsl`.
+    /// The shader source for this tile: the constant header, then `shaders/gemm.wgsl` with the register
+    /// micro-kernel generated in place of its `//#ACC_DECL`, `//#ACC_UPDATE` and `//#ACC_STORE` lines.
     pub fn source(&self) -> String {
+        let (quads_m, quads_n) = (self.tm / 4, self.tn / 4);
+        let acc = |i: u32, j: u32| format!("acc_{i}_{j}");
+        let mut decl = String::new();
+        let mut update = String::new();
+        let mut store = String::new();
+        for q in 0..quads_m {
+            update += &format!("            let a{q} = a_tile[a_k + {q}u];\n");
+        }
+        for j in 0..quads_n {
+            update += &format!("            let b{j} = b_tile[b_k + {j}u];\n");
+        }
+        for i in 0..self.tm {
+            let a = format!("a{}.{}", i / 4, ["x", "y", "z", "w"][(i % 4) as usize]);
+            for j in 0..quads_n {
+                decl += &format!("    var {} = vec4<f32>(0.0);\n", acc(i, j));
+                update += &format!("            {0} = fma(vec4<f32>({a}), b{j}, {0});\n", acc(i, j));
+                store += &format!("    store4(sc, {i}u, {j}u, {});\n", acc(i, j));
+            }
+        }
+        let body = SHADER
+            .replace("//#ACC_DECL\n", &decl)
+            .replace("//#ACC_UPDATE\n", &update)
+            .replace("//#ACC_STORE\n", &store);
         format!(
-            "const BM: u32 = {}u;\nconst BN: u32 = {}u;\nconst BK: u32 = {}u;\nconst TM: u32 = {}u;\nconst TN: u32 = {}u;\n{}",
-            self.bm, self.bn, self.bk, self.tm, self.tn, SHADER
+            "const BM: u32 = {}u;\nconst BN: u32 = {}u;\nconst BK: u32 = {}u;\nconst TM: u32 = {}u;\nconst TN: u32 = {}u;\n{body}",
+            self.bm, self.bn, self.bk, self.tm, self.tn
         )
     }
     /// The shader's layout assumptions (see its opening comment), checked for every tile in the tests.
@@ -92,10 +97,10 @@ impl Tile {
 pub fn pick_tile(shape: &ConvShape) -> Tile {
     let cog = shape.out_per_group();
     match cog {
-        c if c >= 128 => TILES[0],
-        c if c >= 64 => TILES[1],
-        c if c >= 32 => TILES[2],
-        _ => TILES[3],
+        c if c >= 128 => TILE_128X128,
+        c if c >= 64 => TILE_256X64,
+        c if c >= 32 => TILE_256X32,
+        _ => TILE_128X32,
     }
 }
 
@@ -116,10 +121,7 @@ fn axis_phase(r: usize, out: usize, k: usize, s: usize, p: usize, d: usize) -> A
     let g = gcd(s, d);
     let (kstep, istep) = (s / g, d / g);
     // The first tap kh with kh*d = q (mod s); the others follow every kstep taps.
-    match (0..kstep)
-        .find(|&kh| kh * d % s == q % s)
-        .filter(|&k0| k0 < k)
-    {
+    match (0..kstep).find(|&kh| kh * d % s == q % s).filter(|&k0| k0 < k) {
         Some(k0) => AxisPhase {
             count,
             k0,
@@ -128,14 +130,7 @@ fn axis_phase(r: usize, out: usize, k: usize, s: usize, p: usize, d: usize) -> A
             istep,
             off: (q as i64 - (k0 * d) as i64) / s as i64,
         },
-        None => AxisPhase {
-            count,
-            k0: 0,
-            taps: 0,
-            kstep,
-            istep,
-            off: 0,
-        },
+        None => AxisPhase { count, k0: 0, taps: 0, kstep, istep, off: 0 },
     }
 }
 
@@ -190,9 +185,7 @@ pub(crate) fn encode(
         || tile.workgroup_bytes() > limits.max_compute_workgroup_storage_size
         || tile.threads() > limits.max_compute_invocations_per_workgroup
     {
-        return Err(ConvtError::InvalidArgument(format!(
-            "tile {tile:?} does not fit this adapter"
-        )));
+        return Err(ConvtError::InvalidArgument(format!("tile {tile:?} does not fit this adapter")));
     }
     check_index_range(shape)?;
     let slices = plan(shape, input, output);
@@ -202,12 +195,7 @@ pub(crate) fn encode(
     let ops = Operands::new(ctx, weight, bias)?;
     let module = ctx.module(&tile.name(), &tile.source())?;
     let consts = shape_constants(shape, bias.is_some());
-    let key = format!(
-        "{} {:?} {:?}",
-        tile.name(),
-        ctx.options().shader_checks,
-        consts
-    );
+    let key = format!("{} {:?} {:?}", tile.name(), ctx.options().shader_checks, consts);
     let pipeline = ctx.pipeline(key, &module, &consts)?;
     let cog = shape.out_per_group();
     let n_tiles_per_group = cog.div_ceil(tile.bn as usize);
@@ -270,16 +258,7 @@ pub(crate) fn encode(
                     };
                     let input = &input.chunks()[s.in_chunk].buffer;
                     let out = &output.chunks()[s.out_chunk].buffer;
-                    dispatch(
-                        ctx,
-                        pass,
-                        &pipeline,
-                        bytemuck::bytes_of(&u),
-                        input,
-                        &ops,
-                        out,
-                        grid,
-                    );
+                    dispatch(ctx, pass, &pipeline, bytemuck::bytes_of(&u), input, &ops, out, grid);
                 }
             }
         }
@@ -295,11 +274,17 @@ mod tests {
     fn every_tile_meets_the_shader_layout_rules() {
         for t in TILES {
             assert!(t.is_consistent(), "{t:?}");
-            assert!(
-                t.workgroup_bytes() <= 16384,
-                "{t:?} needs more workgroup memory than every adapter has"
-            );
+            assert!(t.workgroup_bytes() <= 16384, "{t:?} needs more workgroup memory than every adapter has");
             assert!(t.threads() <= 256, "{t:?}");
+        }
+    }
+
+    #[test]
+    fn generated_sources_fill_every_placeholder() {
+        for t in TILES {
+            let src = t.source();
+            assert!(!src.contains("//#ACC"), "{t:?}");
+            assert_eq!(src.matches("store4(sc,").count() as u32, t.tm * t.tn / 4, "{t:?}");
         }
     }
 
@@ -314,20 +299,14 @@ mod tests {
                         let out = 20;
                         for r in 0..s {
                             let ph = axis_phase(r, out, k, s, p, d);
-                            let expected: Vec<usize> = (0..k)
-                                .filter(|kk| (r + p + s * 10 - kk * d) % s == 0)
-                                .collect();
-                            let got: Vec<usize> =
-                                (0..ph.taps).map(|j| ph.k0 + j * ph.kstep).collect();
+                            let expected: Vec<usize> = (0..k).filter(|kk| (r + p + s * 10 - kk * d) % s == 0).collect();
+                            let got: Vec<usize> = (0..ph.taps).map(|j| ph.k0 + j * ph.kstep).collect();
                             assert_eq!(got, expected, "s={s} d={d} k={k} p={p} r={r}");
                             for a in 0..ph.count {
                                 let o = r + a * s;
                                 for (j, kk) in got.iter().enumerate() {
                                     let ih = a as i64 + ph.off - (j * ph.istep) as i64;
-                                    assert_eq!(
-                                        ih * s as i64,
-                                        o as i64 + p as i64 - (kk * d) as i64
-                                    );
+                                    assert_eq!(ih * s as i64, o as i64 + p as i64 - (kk * d) as i64);
                                 }
                             }
                         }

@@ -66,21 +66,11 @@ pub(crate) struct Operands<'a> {
 }
 
 impl<'a> Operands<'a> {
-    pub fn new(
-        ctx: &GpuContext,
-        weight: &'a GpuTensor,
-        bias: Option<&'a GpuTensor>,
-    ) -> Result<Self> {
+    pub fn new(ctx: &GpuContext, weight: &'a GpuTensor, bias: Option<&'a GpuTensor>) -> Result<Self> {
         let weight = weight.single_buffer("weight", ctx)?;
         let bias = bias.map(|b| b.single_buffer("bias", ctx)).transpose()?;
-        let unused_bias = bias
-            .is_none()
-            .then(|| ctx.pool.get(&ctx.device, 16, STORAGE));
-        Ok(Self {
-            weight,
-            bias,
-            unused_bias,
-        })
+        let unused_bias = bias.is_none().then(|| ctx.pool.get(&ctx.device, 16, STORAGE));
+        Ok(Self { weight, bias, unused_bias })
     }
 
     fn bias(&self) -> &wgpu::Buffer {
@@ -94,11 +84,7 @@ impl<'a> Operands<'a> {
 
 /// Folds `workgroups` into a grid of at most `max_compute_workgroups_per_dimension` columns: (width, height).
 pub(crate) fn grid(ctx: &GpuContext, workgroups: usize) -> (u32, u32) {
-    let max_dim = ctx
-        .device
-        .limits()
-        .max_compute_workgroups_per_dimension
-        .max(1) as usize;
+    let max_dim = ctx.device.limits().max_compute_workgroups_per_dimension.max(1) as usize;
     let width = workgroups.clamp(1, max_dim);
     (width as u32, workgroups.div_ceil(width) as u32)
 }
@@ -114,37 +100,20 @@ pub(crate) fn dispatch(
     output: &wgpu::Buffer,
     (width, height): (u32, u32),
 ) {
-    let uniform = ctx
-        .device
-        .create_buffer_init(&wgpu::util::BufferInitDescriptor {
-            label: Some("convt dispatch"),
-            contents: uniform,
-            usage: wgpu::BufferUsages::UNIFORM,
-        });
+    let uniform = ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+        label: Some("convt dispatch"),
+        contents: uniform,
+        usage: wgpu::BufferUsages::UNIFORM,
+    });
     let bind_group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
         label: None,
         layout: &pipeline.get_bind_group_layout(0),
         entries: &[
-            wgpu::BindGroupEntry {
-                binding: 0,
-                resource: uniform.as_entire_binding(),
-            },
-            wgpu::BindGroupEntry {
-                binding: 1,
-                resource: input.as_entire_binding(),
-            },
-            wgpu::BindGroupEntry {
-                binding: 2,
-                resource: ops.weight.as_entire_binding(),
-            },
-            wgpu::BindGroupEntry {
-                binding: 3,
-                resource: ops.bias().as_entire_binding(),
-            },
-            wgpu::BindGroupEntry {
-                binding: 4,
-                resource: output.as_entire_binding(),
-            },
+            wgpu::BindGroupEntry { binding: 0, resource: uniform.as_entire_binding() },
+            wgpu::BindGroupEntry { binding: 1, resource: input.as_entire_binding() },
+            wgpu::BindGroupEntry { binding: 2, resource: ops.weight.as_entire_binding() },
+            wgpu::BindGroupEntry { binding: 3, resource: ops.bias().as_entire_binding() },
+            wgpu::BindGroupEntry { binding: 4, resource: output.as_entire_binding() },
         ],
     });
     pass.set_pipeline(pipeline);

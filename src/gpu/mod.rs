@@ -31,9 +31,7 @@ pub enum Strategy {
 impl Strategy {
     /// Every strategy the selector may choose: the tests run each on the software driver.
     pub fn candidates() -> Vec<Strategy> {
-        std::iter::once(Strategy::Direct)
-            .chain(gemm::TILES.iter().map(|t| Strategy::Gemm(*t)))
-            .collect()
+        std::iter::once(Strategy::Direct).chain(gemm::TILES.iter().map(|t| Strategy::Gemm(*t))).collect()
     }
 
     pub fn name(&self) -> String {
@@ -48,27 +46,11 @@ impl Strategy {
 /// (validated by naga in the tests).
 pub fn shader_sources() -> Vec<(&'static str, String, String)> {
     let mut v = vec![
-        (
-            direct::SHADER_NAME,
-            direct::SHADER_NAME.to_string(),
-            direct::SHADER.to_string(),
-        ),
-        (
-            ceilings::FMA_SHADER.0,
-            ceilings::FMA_SHADER.0.to_string(),
-            ceilings::FMA_SHADER.1.to_string(),
-        ),
-        (
-            ceilings::COPY_SHADER.0,
-            ceilings::COPY_SHADER.0.to_string(),
-            ceilings::COPY_SHADER.1.to_string(),
-        ),
+        (direct::SHADER_NAME, direct::SHADER_NAME.to_string(), direct::SHADER.to_string()),
+        (ceilings::FMA_SHADER.0, ceilings::FMA_SHADER.0.to_string(), ceilings::FMA_SHADER.1.to_string()),
+        (ceilings::COPY_SHADER.0, ceilings::COPY_SHADER.0.to_string(), ceilings::COPY_SHADER.1.to_string()),
     ];
-    v.extend(
-        gemm::TILES
-            .iter()
-            .map(|t| (gemm::SHADER_NAME, t.name(), t.source())),
-    );
+    v.extend(gemm::TILES.iter().map(|t| (gemm::SHADER_NAME, t.name(), t.source())));
     v
 }
 
@@ -125,12 +107,8 @@ pub fn conv_transpose2d_into(
             timestamp_writes: timer.map(|(t, slot)| t.pass_writes(slot)),
         });
         match strategy {
-            Strategy::Direct => {
-                direct::encode(ctx, &shape, input, weight, bias, output, &mut pass)?
-            }
-            Strategy::Gemm(tile) => {
-                gemm::encode(ctx, &shape, tile, input, weight, bias, output, &mut pass)?
-            }
+            Strategy::Direct => direct::encode(ctx, &shape, input, weight, bias, output, &mut pass)?,
+            Strategy::Gemm(tile) => gemm::encode(ctx, &shape, tile, input, weight, bias, output, &mut pass)?,
         }
     }
     ctx.scoped(|| {

@@ -13,11 +13,7 @@ pub struct GpuTimer {
 impl GpuTimer {
     /// A timer for `capacity` timed passes. Needs `Features::TIMESTAMP_QUERY` on the adapter.
     pub fn new(ctx: &GpuContext, capacity: u32) -> Result<Self> {
-        if !ctx
-            .device()
-            .features()
-            .contains(wgpu::Features::TIMESTAMP_QUERY)
-        {
+        if !ctx.device().features().contains(wgpu::Features::TIMESTAMP_QUERY) {
             return Err(ConvtError::Gpu(format!(
                 "adapter {} has no timestamp queries (TIMESTAMP_QUERY), so GPU times cannot be measured",
                 ctx.adapter_info().name
@@ -35,11 +31,7 @@ impl GpuTimer {
                 usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
                 mapped_at_creation: false,
             });
-            Ok(Self {
-                queries,
-                resolve,
-                capacity,
-            })
+            Ok(Self { queries, resolve, capacity })
         })
     }
 
@@ -82,13 +74,8 @@ impl GpuTimer {
             _ => return Err(ConvtError::Gpu("reading timestamps failed".into())),
         }
         let period_ns = ctx.queue().get_timestamp_period() as f64;
-        let view = staging
-            .get_mapped_range(..)
-            .map_err(|e| ConvtError::Gpu(e.to_string()))?;
+        let view = staging.get_mapped_range(..).map_err(|e| ConvtError::Gpu(e.to_string()))?;
         let ticks: &[u64] = bytemuck::cast_slice(&view);
-        Ok(ticks[..2 * slots as usize]
-            .chunks(2)
-            .map(|t| t[1].wrapping_sub(t[0]) as f64 * period_ns / 1e6)
-            .collect())
+        Ok(ticks[..2 * slots as usize].chunks(2).map(|t| t[1].wrapping_sub(t[0]) as f64 * period_ns / 1e6).collect())
     }
 }

@@ -15,8 +15,7 @@ pub fn ctx() -> &'static GpuContext {
     CTX.get_or_init(|| {
         let mut opts = GpuOptions::from_env().expect("valid CONVT_* environment");
         opts.poison_outputs = true;
-        GpuContext::with_options(opts)
-            .unwrap_or_else(|e| panic!("the GPU tests need an adapter: {e}"))
+        GpuContext::with_options(opts).unwrap_or_else(|e| panic!("the GPU tests need an adapter: {e}"))
     })
 }
 
@@ -25,16 +24,12 @@ pub fn ctx_with_strategy(strategy: convt::gpu::Strategy) -> &'static GpuContext 
     use std::collections::HashMap;
     use std::sync::Mutex;
     static CTXS: OnceLock<Mutex<HashMap<String, &'static GpuContext>>> = OnceLock::new();
-    let mut map = CTXS
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
+    let mut map = CTXS.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
     map.entry(strategy.name()).or_insert_with(|| {
         let mut opts = GpuOptions::from_env().expect("valid CONVT_* environment");
         opts.poison_outputs = true;
         opts.strategy = Some(strategy);
-        let ctx = GpuContext::with_options(opts)
-            .unwrap_or_else(|e| panic!("the GPU tests need an adapter: {e}"));
+        let ctx = GpuContext::with_options(opts).unwrap_or_else(|e| panic!("the GPU tests need an adapter: {e}"));
         Box::leak(Box::new(ctx))
     })
 }
@@ -52,11 +47,6 @@ pub fn ctx_with_binding_limit(bytes: u64, strategy: Option<convt::gpu::Strategy>
 pub fn fresh_seed() -> u64 {
     use std::time::{SystemTime, UNIX_EPOCH};
     static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let t = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    t ^ COUNTER
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+    let t = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+    t ^ COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed).wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }

@@ -7,10 +7,7 @@ use convt::ConvTranspose2dParams;
 /// with PyTorch's message.
 pub fn parse_pair(text: &str) -> Result<[i64; 2], String> {
     let parts: Vec<&str> = text.split(',').map(str::trim).collect();
-    let num = |s: &str| {
-        s.parse::<i64>()
-            .map_err(|_| format!("`{s}` is not an integer"))
-    };
+    let num = |s: &str| s.parse::<i64>().map_err(|_| format!("`{s}` is not an integer"));
     match parts.as_slice() {
         [v] => Ok([num(v)?; 2]),
         [h, w] => Ok([num(h)?, num(w)?]),

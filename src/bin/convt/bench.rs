@@ -50,11 +50,7 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
     } else {
         a.case
             .iter()
-            .map(|n| {
-                suite::find(n)
-                    .copied()
-                    .ok_or_else(|| anyhow::anyhow!("unknown case `{n}`"))
-            })
+            .map(|n| suite::find(n).copied().ok_or_else(|| anyhow::anyhow!("unknown case `{n}`")))
             .collect::<Result<_>>()?
     };
     if a.runs == 0 {
@@ -62,16 +58,10 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
     }
     let ctx = GpuContext::new()?;
     let info = ctx.adapter_info().clone();
-    eprintln!(
-        "adapter: {} ({:?}, driver {} {})",
-        info.name, info.backend, info.driver, info.driver_info
-    );
+    eprintln!("adapter: {} ({:?}, driver {} {})", info.name, info.backend, info.driver, info.driver_info);
     let ceil: Option<Ceilings> = if a.ceilings {
         let c = ceilings::measure(&ctx, 1 << 30, a.warmup, a.runs)?;
-        eprintln!(
-            "ceilings: fp32 FMA {:.1} TFLOP/s, copy {:.0} GB/s",
-            c.fma_tflops, c.copy_gbs
-        );
+        eprintln!("ceilings: fp32 FMA {:.1} TFLOP/s, copy {:.0} GB/s", c.fma_tflops, c.copy_gbs);
         Some(c)
     } else {
         None
@@ -95,22 +85,12 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
         let input_bytes = shape.input_dims().iter().product::<usize>() * 4;
         let sets = ROTATE_BELOW_BYTES.div_ceil(input_bytes.max(1)).clamp(1, 4);
         let inputs: Vec<GpuTensor> = (0..sets)
-            .map(|i| {
-                GpuTensor::upload(
-                    &ctx,
-                    &Tensor::uniform(shape.input_dims(), 0.0, 1.0, 100 + i as u64)?,
-                )
-            })
+            .map(|i| GpuTensor::upload(&ctx, &Tensor::uniform(shape.input_dims(), 0.0, 1.0, 100 + i as u64)?))
             .collect::<convt::Result<_>>()?;
         let weight = GpuTensor::upload(&ctx, &Tensor::uniform(shape.weight_dims(), -0.1, 0.1, 1)?)?;
         let bias = case
             .bias
-            .then(|| {
-                GpuTensor::upload(
-                    &ctx,
-                    &Tensor::uniform(vec![shape.out_channels], -0.1, 0.1, 2)?,
-                )
-            })
+            .then(|| GpuTensor::upload(&ctx, &Tensor::uniform(vec![shape.out_channels], -0.1, 0.1, 2)?))
             .transpose()?;
         let output = GpuTensor::empty(&ctx, &shape.output_dims())?;
         let timer = GpuTimer::new(&ctx, a.runs)?;
@@ -126,29 +106,17 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
                 slot,
             )?;
             if i + 1 == a.warmup {
-                ctx.device()
-                    .poll(wgpu::PollType::Wait {
-                        submission_index: None,
-                        timeout: None,
-                    })
-                    .ok();
+                ctx.device().poll(wgpu::PollType::Wait { submission_index: None, timeout: None }).ok();
             }
         }
-        ctx.device()
-            .poll(wgpu::PollType::Wait {
-                submission_index: None,
-                timeout: None,
-            })
-            .ok();
+        ctx.device().poll(wgpu::PollType::Wait { submission_index: None, timeout: None }).ok();
         let times = timer.read_ms(&ctx, a.runs)?;
         let ms = median(times.clone());
         let min = times.iter().copied().fold(f64::INFINITY, f64::min);
         let tflops = shape.useful_flops() as f64 / (ms * 1e-3) / 1e12;
         let gbs = shape.min_bytes(case.bias) as f64 / (ms * 1e-3) / 1e9;
         let algorithm = format!("{:?}", convt::gpu::select(&ctx, &shape));
-        let pct = |v: f64, c: Option<f64>| {
-            c.map_or("-".to_string(), |c| format!("{:.0}%", 100.0 * v / c))
-        };
+        let pct = |v: f64, c: Option<f64>| c.map_or("-".to_string(), |c| format!("{:.0}%", 100.0 * v / c));
         println!(
             "{:<6} {:>9.3} {:>9.3} {:>9.2} {:>9.0} {:>8} {:>8}  {}",
             case.name,

@@ -47,10 +47,6 @@ pub fn run(a: ForwardArgs) -> Result<Outcome> {
         }
     };
     save_tensors(&a.out, &[("output", &output)], None)?;
-    eprintln!(
-        "wrote output {:?} to {}",
-        shape.output_dims_as_given(),
-        a.out.display()
-    );
+    eprintln!("wrote output {:?} to {}", shape.output_dims_as_given(), a.out.display());
     Ok(Outcome::Ok)
 }

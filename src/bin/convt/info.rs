@@ -17,10 +17,7 @@ pub struct InfoArgs {
 
 pub fn run(a: InfoArgs) -> Result<Outcome> {
     let opts = GpuOptions::from_env()?;
-    let found: Vec<AdapterSummary> = list_adapters(&opts)
-        .iter()
-        .map(|a| AdapterSummary::from(&a.get_info()))
-        .collect();
+    let found: Vec<AdapterSummary> = list_adapters(&opts).iter().map(|a| AdapterSummary::from(&a.get_info())).collect();
     let ctx = GpuContext::with_options(opts)?;
     let chosen = AdapterSummary::from(ctx.adapter_info());
     let l = ctx.device().limits();
@@ -37,51 +34,29 @@ pub fn run(a: InfoArgs) -> Result<Outcome> {
     let f = ctx.adapter().features();
     let features: Vec<&str> = [
         ("TIMESTAMP_QUERY", wgpu::Features::TIMESTAMP_QUERY),
-        (
-            "TIMESTAMP_QUERY_INSIDE_PASSES",
-            wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES,
-        ),
+        ("TIMESTAMP_QUERY_INSIDE_PASSES", wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES),
         ("SUBGROUP", wgpu::Features::SUBGROUP),
         ("SHADER_F16", wgpu::Features::SHADER_F16),
-        (
-            "EXPERIMENTAL_COOPERATIVE_MATRIX",
-            wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX,
-        ),
+        ("EXPERIMENTAL_COOPERATIVE_MATRIX", wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX),
     ]
     .into_iter()
     .filter(|(_, flag)| f.contains(*flag))
     .map(|(name, _)| name)
     .collect();
     if a.json {
-        println!(
-            "{}",
-            json!({ "adapters": found, "chosen": chosen, "limits": limits, "features": features })
-        );
+        println!("{}", json!({ "adapters": found, "chosen": chosen, "limits": limits, "features": features }));
         return Ok(Outcome::Ok);
     }
     println!("adapters found:");
     for s in &found {
-        println!(
-            "  {} ({}, {}, driver {} {})",
-            s.name, s.backend, s.device_type, s.driver, s.driver_info
-        );
+        println!("  {} ({}, {}, driver {} {})", s.name, s.backend, s.device_type, s.driver, s.driver_info);
     }
-    println!(
-        "chosen: {} ({}, {})",
-        chosen.name, chosen.backend, chosen.device_type
-    );
+    println!("chosen: {} ({}, {})", chosen.name, chosen.backend, chosen.device_type);
     println!("driver: {} {}", chosen.driver, chosen.driver_info);
     println!("limits:");
     for (k, v) in limits.as_object().into_iter().flatten() {
         println!("  {k}: {v}");
     }
-    println!(
-        "features: {}",
-        if features.is_empty() {
-            "none of interest".to_string()
-        } else {
-            features.join(", ")
-        }
-    );
+    println!("features: {}", if features.is_empty() { "none of interest".to_string() } else { features.join(", ") });
     Ok(Outcome::Ok)
 }

@@ -12,11 +12,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(
-    name = "convt",
-    version,
-    about = "PyTorch's ConvTranspose2d as WGSL compute shaders on wgpu"
-)]
+#[command(name = "convt", version, about = "PyTorch's ConvTranspose2d as WGSL compute shaders on wgpu")]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -93,10 +93,7 @@ fn shape_case(a: &VerifyArgs) -> Result<Option<Case>> {
     let params = a.conv.params();
     params.validate()?;
     if cout % params.groups as usize != 0 {
-        bail!(convt::ConvtError::OutChannelsNotDivisible {
-            out_channels: cout,
-            groups: params.groups
-        });
+        bail!(convt::ConvtError::OutChannelsNotDivisible { out_channels: cout, groups: params.groups });
     }
     Ok(Some(Case {
         name: "custom",
@@ -127,11 +124,7 @@ fn scale_down(mut c: Case, max_gflop: f64) -> Result<Case> {
 }
 
 fn shape_of(c: &Case) -> Result<ConvShape> {
-    Ok(c.params.resolve(
-        &c.input_dims(),
-        &c.weight_dims(),
-        c.bias.then_some(&[c.out_channels][..]),
-    )?)
+    Ok(c.params.resolve(&c.input_dims(), &c.weight_dims(), c.bias.then_some(&[c.out_channels][..]))?)
 }
 
 pub fn run(a: VerifyArgs) -> Result<Outcome> {
@@ -158,11 +151,7 @@ pub fn run(a: VerifyArgs) -> Result<Outcome> {
     let ctx = GpuContext::with_options(opts)?;
     let software = ctx.adapter_info().device_type == wgpu::DeviceType::Cpu;
     if !a.json {
-        println!(
-            "adapter: {} ({:?})",
-            ctx.adapter_info().name,
-            ctx.adapter_info().backend
-        );
+        println!("adapter: {} ({:?})", ctx.adapter_info().name, ctx.adapter_info().backend);
     }
     let mut failed = 0;
     for case in cases.iter_mut() {
@@ -202,11 +191,7 @@ pub fn run(a: VerifyArgs) -> Result<Outcome> {
             );
         }
     }
-    Ok(if failed == 0 {
-        Outcome::Ok
-    } else {
-        Outcome::Mismatch
-    })
+    Ok(if failed == 0 { Outcome::Ok } else { Outcome::Mismatch })
 }
 
 struct CaseResult {
@@ -221,10 +206,7 @@ fn verify_case(ctx: &GpuContext, case: &Case, seed: u64, a: &VerifyArgs) -> Resu
     let shape = shape_of(case)?;
     let input = Tensor::uniform(shape.input_dims(), -1.0, 1.0, seed)?;
     let weight = Tensor::uniform(shape.weight_dims(), -1.0, 1.0, seed ^ 1)?;
-    let bias = case
-        .bias
-        .then(|| Tensor::uniform(vec![shape.out_channels], -1.0, 1.0, seed ^ 2))
-        .transpose()?;
+    let bias = case.bias.then(|| Tensor::uniform(vec![shape.out_channels], -1.0, 1.0, seed ^ 2)).transpose()?;
     let t = Instant::now();
     let out = convt::gpu::conv_transpose2d_host(ctx, &input, &weight, bias.as_ref(), &case.params)?;
     let gpu_s = t.elapsed().as_secs_f64();
@@ -248,13 +230,7 @@ fn verify_case(ctx: &GpuContext, case: &Case, seed: u64, a: &VerifyArgs) -> Resu
             let idx = [0, 1, 2, 3].map(|d| rng.random_range(0..dims[d]));
             let flat = ((idx[0] * dims[1] + idx[1]) * dims[2] + idx[2]) * dims[3] + idx[3];
             got.push(out.data()[flat]);
-            want.push(cpu::output_at(
-                &shape,
-                input.data(),
-                weight.data(),
-                bias_data,
-                idx,
-            ));
+            want.push(cpu::output_at(&shape, input.data(), weight.data(), bias_data, idx));
         }
         ErrorStats::compare(&got, &want)
     };
