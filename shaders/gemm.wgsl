@@ -17,8 +17,8 @@
 //
 // The host prepends the tile constants BM, BN, BK, TM, TN and generates the register micro-kernel in place of
 // the three ACC_DECL / ACC_UPDATE / ACC_STORE marker lines (one variant per tile shape; every variant is
-// validated by naga in tests/shaders.rs). THREADS = (BM/TM)*(BN/TN) must be a multiple of BM and of BK, and
-// BK*BN a multiple of THREADS.
+// validated by naga in tests/shaders.rs). THREADS = (BM/TM)*(BN/TN) must be a multiple of BM and of BN, and
+// BK*BN a multiple of THREADS. The weight arrives packed as [tap][ic][oc] (shaders/pack_weights.wgsl).
 
 override C_IN: u32;
 override C_OUT: u32;
@@ -86,8 +86,8 @@ struct LoadCtx {
     ab: i32,
     a_base: u32,   // element offset of its sample in the input binding
     ak0: u32,      // first K row (input channel within the step) it loads for A
-    bk: u32,       // the K row it loads for B
-    bn0: u32,      // first B column it loads
+    bk0: u32,      // first K row (input channel within the step) it loads for B
+    bn: u32,       // the B column (output channel within the tile) it loads
     ic_lo: u32,
     ic_hi: u32,
     ic_chunks: u32,
@@ -118,12 +118,13 @@ fn load_step(c: LoadCtx, s: u32) -> Staged {
         let idx = select(0u, c.a_base + (ic - u.ic_begin) * IN_H * IN_W + pix, ok);
         r.a[i] = select(0.0, x[idx], ok);
     }
-    let tap_off = (u.kh0 + jh * u.kstep_h) * K_W + u.kw0 + jw * u.kstep_w;
-    let ic = ic0 + c.bk;
+    // w is packed as [tap][ic][oc] (shaders/pack_weights.wgsl): consecutive invocations, consecutive oc.
+    let tap = (u.kh0 + jh * u.kstep_h) * K_W + u.kw0 + jw * u.kstep_w;
+    let oc = c.oc_tile + c.bn;
     for (var i = 0u; i < B_LOADS; i++) {
-        let oc = c.oc_tile + c.bn0 + i * (THREADS / BK);
+        let ic = ic0 + c.bk0 + i * (THREADS / BN);
         let ok = ic < c.ic_hi && oc < c.cog;
-        let idx = select(0u, (ic * c.cog + oc) * K_H * K_W + tap_off, ok);
+        let idx = select(0u, (tap * C_IN + ic) * c.cog + oc, ok);
         r.b[i] = select(0.0, w[idx], ok);
     }
     return r;
@@ -195,11 +196,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let aa = i32(ap / max(u.aw, 1u));
     let ab = i32(ap % max(u.aw, 1u));
     let a_base = u.in_offset + an * C_IN * plane;
-    // This invocation's B-load input channel (THREADS is a multiple of BK).
-    let bk = lid % BK;
-    let bn0 = lid / BK;
+    // This invocation's B-load output channel (THREADS is a multiple of BN).
+    let bn = lid % BN;
+    let bk0 = lid / BN;
 
-    let lc = LoadCtx(am_ok, aa, ab, a_base, ak0, bk, bn0, ic_lo, ic_hi, ic_chunks, oc_tile, cog);
+    let lc = LoadCtx(am_ok, aa, ab, a_base, ak0, bk0, bn, ic_lo, ic_hi, ic_chunks, oc_tile, cog);
     var regs = Staged();
     if (steps > 0u) {
         regs = load_step(lc, 0u);
@@ -219,8 +220,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             a_tile[idx / 4u][idx % 4u] = regs.a[i];
         }
         for (var i = 0u; i < B_LOADS; i++) {
-            let n = bn0 + i * (THREADS / BK);
-            let idx = bk * BN + n;
+            let k = bk0 + i * (THREADS / BN);
+            let idx = k * BN + bn;
             b_tile[idx / 4u][idx % 4u] = regs.b[i];
         }
         workgroupBarrier();

@@ -36,6 +36,8 @@ pub struct GpuOptions {
     /// Run every convolution with this algorithm instead of the selector's choice (`CONVT_STRATEGY=direct` or a
     /// GEMM tile name such as `gemm_128x128x8_8x8`): for tests and tuning.
     pub strategy: Option<crate::gpu::Strategy>,
+    /// The autotuner's cache file (`CONVT_TUNE_CACHE`); `None`: the default location (see [`crate::gpu::tune`]).
+    pub tune_cache: Option<std::path::PathBuf>,
     /// Longest wait for the GPU before giving up with an error instead of hanging (default 10 minutes).
     pub timeout: Option<Duration>,
 }
@@ -54,6 +56,7 @@ impl GpuOptions {
             })?;
             opts.max_binding_bytes = Some(bytes);
         }
+        opts.tune_cache = var("CONVT_TUNE_CACHE").map(std::path::PathBuf::from);
         if let Some(v) = var("CONVT_STRATEGY") {
             let all = crate::gpu::Strategy::candidates();
             opts.strategy = Some(all.iter().copied().find(|s| s.name() == v.trim()).ok_or_else(|| {
@@ -178,6 +181,7 @@ pub struct GpuContext {
     modules: Mutex<HashMap<String, Arc<wgpu::ShaderModule>>>,
     pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
     pub(crate) pool: BufferPool,
+    tuned: crate::gpu::tune::TuneCache,
 }
 
 impl GpuContext {
@@ -236,6 +240,14 @@ impl GpuContext {
         if binding_limit < 4 {
             return Err(ConvtError::InvalidArgument(format!("binding limit of {binding_limit} bytes is too small")));
         }
+        // The tuning cache is advice: an unreadable one is reported and ignored.
+        let tuned = match options.tune_cache.clone().or_else(crate::gpu::tune::default_path) {
+            Some(path) => crate::gpu::tune::TuneCache::load(&path).unwrap_or_else(|e| {
+                log::warn!("convt: ignoring the tuning cache: {e}");
+                Default::default()
+            }),
+            None => Default::default(),
+        };
         Ok(Self {
             device,
             queue,
@@ -247,6 +259,7 @@ impl GpuContext {
             modules: Mutex::new(HashMap::new()),
             pipelines: Mutex::new(HashMap::new()),
             pool: BufferPool::default(),
+            tuned,
         })
     }
 
@@ -361,6 +374,11 @@ impl GpuContext {
         let pipeline = Arc::new(pipeline);
         lock(&self.pipelines).insert(key, pipeline.clone());
         Ok(pipeline)
+    }
+
+    /// The tuning cache read when the context was made.
+    pub fn tuned(&self) -> &crate::gpu::tune::TuneCache {
+        &self.tuned
     }
 
     /// (buffers created so far, idle buffers kept for reuse, their bytes).

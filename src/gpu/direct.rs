@@ -81,7 +81,7 @@ pub(crate) fn encode(
     if slices.is_empty() {
         return Ok(());
     }
-    let ops = Operands::new(ctx, weight, bias)?;
+    let ops = Operands::new(ctx, weight.single_buffer("weight", ctx)?, bias)?;
     let module = ctx.module(SHADER_NAME, SHADER)?;
     let consts = constants(shape, bias.is_some())?;
     let key = format!("direct {:?} {:?}", ctx.options().shader_checks, consts);

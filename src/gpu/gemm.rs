@@ -2,7 +2,7 @@
 //! The tile shape is a generated constant header in front of the shader source: one module per [`Tile`].
 
 use crate::error::{ConvtError, Result};
-use crate::gpu::buffers::GpuTensor;
+use crate::gpu::buffers::{GpuTensor, PooledBuffer, STORAGE};
 use crate::gpu::context::GpuContext;
 use crate::gpu::kernel::{check_index_range, dispatch, gcd, grid, shape_constants, Operands};
 use crate::gpu::plan::plan;
@@ -10,6 +10,44 @@ use crate::params::ConvShape;
 
 pub const SHADER_NAME: &str = "gemm.wgsl";
 pub const SHADER: &str = include_str!("../../shaders/gemm.wgsl");
+pub const PACK_SHADER_NAME: &str = "pack_weights.wgsl";
+pub const PACK_SHADER: &str = include_str!("../../shaders/pack_weights.wgsl");
+const PACK_WORKGROUP_SIZE: u32 = 256;
+
+/// Encodes the repacking of `weight` [Cin, Cog, kH, kW] into [kH*kW, Cin, Cog] (the GEMM kernel's B layout).
+fn pack_weights(
+    ctx: &GpuContext,
+    shape: &ConvShape,
+    weight: &GpuTensor,
+    pass: &mut wgpu::ComputePass<'_>,
+) -> Result<PooledBuffer> {
+    let src = weight.single_buffer("weight", ctx)?;
+    let packed = ctx.pool.get(&ctx.device, src.size(), STORAGE);
+    let module = ctx.module(PACK_SHADER_NAME, PACK_SHADER)?;
+    let consts = [
+        ("C_IN", shape.in_channels as f64),
+        ("COG", shape.out_per_group() as f64),
+        ("TAPS", (shape.kernel[0] * shape.kernel[1]) as f64),
+        ("WORKGROUP_SIZE", PACK_WORKGROUP_SIZE as f64),
+    ];
+    let pipeline = ctx.pipeline(format!("pack {consts:?}"), &module, &consts)?;
+    let (width, height) = grid(ctx, weight.numel().div_ceil(PACK_WORKGROUP_SIZE as usize));
+    ctx.scoped(|| {
+        let bind_group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("convt pack weights"),
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &[
+                wgpu::BindGroupEntry { binding: 0, resource: src.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 1, resource: packed.as_entire_binding() },
+            ],
+        });
+        pass.set_pipeline(&pipeline);
+        pass.set_bind_group(0, &bind_group, &[]);
+        pass.dispatch_workgroups(width, height, 1);
+        Ok(())
+    })?;
+    Ok(packed)
+}
 
 /// A workgroup tile: BM output pixels x BN output channels, K steps of BK input channels, TM x TN outputs per
 /// invocation, (BM/TM) * (BN/TN) invocations.
@@ -88,19 +126,18 @@ impl Tile {
             && self.bm % self.tm == 0
             && self.bn % self.tn == 0
             && t % self.bm == 0
-            && t % self.bk == 0
+            && t % self.bn == 0
             && (self.bk * self.bn) % t == 0
     }
 }
 
-/// The tile for a shape: the widest N tile that the group's output channels fill.
+/// The default tile for a shape (before tuning): the best measured on the H100 for the group's output channel
+/// count (docs/PERFORMANCE.md, v2): 128x64 with 8x8 registers from 64 channels up, else 128x32 with 4x4.
 pub fn pick_tile(shape: &ConvShape) -> Tile {
-    let cog = shape.out_per_group();
-    match cog {
-        c if c >= 128 => TILE_128X128,
-        c if c >= 64 => TILE_256X64,
-        c if c >= 32 => TILE_256X32,
-        _ => TILE_128X32,
+    if shape.out_per_group() >= 64 {
+        TILE_128X64
+    } else {
+        TILE_128X32
     }
 }
 
@@ -192,7 +229,8 @@ pub(crate) fn encode(
     if slices.is_empty() {
         return Ok(());
     }
-    let ops = Operands::new(ctx, weight, bias)?;
+    let packed = pack_weights(ctx, shape, weight, pass)?;
+    let ops = Operands::new(ctx, &packed, bias)?;
     let module = ctx.module(&tile.name(), &tile.source())?;
     let consts = shape_constants(shape, bias.is_some());
     let key = format!("{} {:?} {:?}", tile.name(), ctx.options().shader_checks, consts);

@@ -66,8 +66,8 @@ pub(crate) struct Operands<'a> {
 }
 
 impl<'a> Operands<'a> {
-    pub fn new(ctx: &GpuContext, weight: &'a GpuTensor, bias: Option<&'a GpuTensor>) -> Result<Self> {
-        let weight = weight.single_buffer("weight", ctx)?;
+    /// `weight` is the weight's buffer as the kernel reads it (the tensor's own, or a packed copy).
+    pub fn new(ctx: &GpuContext, weight: &'a wgpu::Buffer, bias: Option<&'a GpuTensor>) -> Result<Self> {
         let bias = bias.map(|b| b.single_buffer("bias", ctx)).transpose()?;
         let unused_bias = bias.is_none().then(|| ctx.pool.get(&ctx.device, 16, STORAGE));
         Ok(Self { weight, bias, unused_bias })

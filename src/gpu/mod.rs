@@ -10,6 +10,7 @@ pub mod gemm;
 pub(crate) mod kernel;
 pub(crate) mod plan;
 pub mod timing;
+pub mod tune;
 
 pub use buffers::GpuTensor;
 pub use context::{GpuContext, GpuOptions, ShaderChecks};
@@ -50,17 +51,26 @@ pub fn shader_sources() -> Vec<(&'static str, String, String)> {
         (ceilings::FMA_SHADER.0, ceilings::FMA_SHADER.0.to_string(), ceilings::FMA_SHADER.1.to_string()),
         (ceilings::COPY_SHADER.0, ceilings::COPY_SHADER.0.to_string(), ceilings::COPY_SHADER.1.to_string()),
     ];
+    v.push((gemm::PACK_SHADER_NAME, gemm::PACK_SHADER_NAME.to_string(), gemm::PACK_SHADER.to_string()));
     v.extend(gemm::TILES.iter().map(|t| (gemm::SHADER_NAME, t.name(), t.source())));
     v
 }
 
-/// Picks the algorithm for a shape on this context's adapter (or the one forced by the context's options).
-pub fn select(ctx: &GpuContext, shape: &ConvShape) -> Strategy {
+/// Picks the algorithm for a shape on this context's adapter: the one forced by the context's options, else
+/// the autotuner's cached winner for (adapter, driver, shape), else a heuristic.
+pub fn select(ctx: &GpuContext, shape: &ConvShape, has_bias: bool) -> Strategy {
     if let Some(forced) = ctx.options().strategy {
         return forced;
     }
-    // The GEMM tile wastes work when a group has few channels; the gather kernel serves those.
-    if shape.out_per_group() >= 16 && shape.in_per_group() >= 8 {
+    if let Some(tuned) = ctx.tuned().lookup(&tune::key(ctx.adapter_info(), shape, has_bias)) {
+        return tuned;
+    }
+    // The GEMM tile wastes work when a group has few output channels, and its per-phase dispatches and
+    // strided stores do not pay off when each output sums few products (few input channels per tap, large
+    // stride): the gather kernel serves those (measured on the H100: kb75, kb81; docs/PERFORMANCE.md).
+    let products_per_output =
+        shape.in_per_group() * shape.kernel[0] * shape.kernel[1] / (shape.stride[0] * shape.stride[1]);
+    if shape.out_per_group() >= 16 && shape.in_per_group() >= 8 && products_per_output >= 64 {
         Strategy::Gemm(gemm::pick_tile(shape))
     } else {
         Strategy::Direct
@@ -99,7 +109,28 @@ pub fn conv_transpose2d_into(
             actual: output.shape().to_vec(),
         });
     }
-    let strategy = select(ctx, &shape);
+    conv_transpose2d_with(ctx, select(ctx, &shape, bias.is_some()), input, weight, bias, params, output, timer)
+}
+
+/// [`conv_transpose2d_into`] with a given algorithm instead of the selector's (for the tuner and tests).
+#[allow(clippy::too_many_arguments)]
+pub fn conv_transpose2d_with(
+    ctx: &GpuContext,
+    strategy: Strategy,
+    input: &GpuTensor,
+    weight: &GpuTensor,
+    bias: Option<&GpuTensor>,
+    params: &ConvTranspose2dParams,
+    output: &GpuTensor,
+    timer: Option<(&GpuTimer, u32)>,
+) -> Result<()> {
+    let shape = params.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?;
+    if output.shape() != shape.output_dims_as_given() {
+        return Err(ConvtError::ShapeMismatch {
+            expected: shape.output_dims_as_given(),
+            actual: output.shape().to_vec(),
+        });
+    }
     let mut encoder = ctx.device.create_command_encoder(&Default::default());
     {
         let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 use clap::Args;
 use convt::gpu::ceilings::{self, Ceilings};
-use convt::gpu::{conv_transpose2d_into, GpuTimer};
+use convt::gpu::{conv_transpose2d_with, GpuTimer, Strategy};
 use convt::suite::{self, Case};
 use convt::{GpuContext, GpuTensor, Tensor};
 use serde_json::json;
@@ -39,7 +39,54 @@ pub struct BenchArgs {
 /// Inputs smaller than this are rotated among several copies so that repeated runs do not measure the cache.
 const ROTATE_BELOW_BYTES: usize = 256 << 20;
 
-fn median(mut v: Vec<f64>) -> f64 {
+/// A case's tensors on the GPU, ready to be timed.
+pub struct Prepared {
+    pub case: Case,
+    pub shape: convt::ConvShape,
+    pub inputs: Vec<GpuTensor>,
+    weight: GpuTensor,
+    bias: Option<GpuTensor>,
+    output: GpuTensor,
+}
+
+impl Prepared {
+    /// Random inputs (several sets when small enough to sit in cache), weight, bias and output of a case.
+    pub fn new(ctx: &GpuContext, case: &Case) -> Result<Self> {
+        let shape = case.params.resolve(
+            &case.input_dims(),
+            &case.weight_dims(),
+            case.bias.then_some(&[case.out_channels][..]),
+        )?;
+        let input_bytes = shape.input_dims().iter().product::<usize>() * 4;
+        let sets = ROTATE_BELOW_BYTES.div_ceil(input_bytes.max(1)).clamp(1, 4);
+        let inputs: Vec<GpuTensor> = (0..sets)
+            .map(|i| GpuTensor::upload(ctx, &Tensor::uniform(shape.input_dims(), 0.0, 1.0, 100 + i as u64)?))
+            .collect::<convt::Result<_>>()?;
+        let weight = GpuTensor::upload(ctx, &Tensor::uniform(shape.weight_dims(), -0.1, 0.1, 1)?)?;
+        let bias = case
+            .bias
+            .then(|| GpuTensor::upload(ctx, &Tensor::uniform(vec![shape.out_channels], -0.1, 0.1, 2)?))
+            .transpose()?;
+        let output = GpuTensor::empty(ctx, &shape.output_dims())?;
+        Ok(Self { case: *case, shape, inputs, weight, bias, output })
+    }
+
+    /// GPU times (ms) of `runs` calls after `warmup` untimed ones, with `strategy` or the selector's choice.
+    pub fn time(&self, ctx: &GpuContext, strategy: Option<Strategy>, warmup: u32, runs: u32) -> Result<Vec<f64>> {
+        let timer = GpuTimer::new(ctx, runs)?;
+        let strategy = strategy.unwrap_or_else(|| convt::gpu::select(ctx, &self.shape, self.case.bias));
+        for i in 0..warmup + runs {
+            let slot = (i >= warmup).then(|| (&timer, i - warmup));
+            let input = &self.inputs[i as usize % self.inputs.len()];
+            let params = &self.case.params;
+            conv_transpose2d_with(ctx, strategy, input, &self.weight, self.bias.as_ref(), params, &self.output, slot)?;
+        }
+        ctx.device().poll(wgpu::PollType::Wait { submission_index: None, timeout: None }).ok();
+        Ok(timer.read_ms(ctx, runs)?)
+    }
+}
+
+pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }
@@ -77,45 +124,14 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
             Some(b) => case.with_batch(b),
             None => *case,
         };
-        let shape = case.params.resolve(
-            &case.input_dims(),
-            &case.weight_dims(),
-            case.bias.then_some(&[case.out_channels][..]),
-        )?;
-        let input_bytes = shape.input_dims().iter().product::<usize>() * 4;
-        let sets = ROTATE_BELOW_BYTES.div_ceil(input_bytes.max(1)).clamp(1, 4);
-        let inputs: Vec<GpuTensor> = (0..sets)
-            .map(|i| GpuTensor::upload(&ctx, &Tensor::uniform(shape.input_dims(), 0.0, 1.0, 100 + i as u64)?))
-            .collect::<convt::Result<_>>()?;
-        let weight = GpuTensor::upload(&ctx, &Tensor::uniform(shape.weight_dims(), -0.1, 0.1, 1)?)?;
-        let bias = case
-            .bias
-            .then(|| GpuTensor::upload(&ctx, &Tensor::uniform(vec![shape.out_channels], -0.1, 0.1, 2)?))
-            .transpose()?;
-        let output = GpuTensor::empty(&ctx, &shape.output_dims())?;
-        let timer = GpuTimer::new(&ctx, a.runs)?;
-        for i in 0..a.warmup + a.runs {
-            let slot = (i >= a.warmup).then(|| (&timer, i - a.warmup));
-            conv_transpose2d_into(
-                &ctx,
-                &inputs[i as usize % sets],
-                &weight,
-                bias.as_ref(),
-                &case.params,
-                &output,
-                slot,
-            )?;
-            if i + 1 == a.warmup {
-                ctx.device().poll(wgpu::PollType::Wait { submission_index: None, timeout: None }).ok();
-            }
-        }
-        ctx.device().poll(wgpu::PollType::Wait { submission_index: None, timeout: None }).ok();
-        let times = timer.read_ms(&ctx, a.runs)?;
+        let prepared = Prepared::new(&ctx, &case)?;
+        let shape = prepared.shape;
+        let times = prepared.time(&ctx, None, a.warmup, a.runs)?;
         let ms = median(times.clone());
         let min = times.iter().copied().fold(f64::INFINITY, f64::min);
         let tflops = shape.useful_flops() as f64 / (ms * 1e-3) / 1e12;
         let gbs = shape.min_bytes(case.bias) as f64 / (ms * 1e-3) / 1e9;
-        let algorithm = format!("{:?}", convt::gpu::select(&ctx, &shape));
+        let algorithm = convt::gpu::select(&ctx, &shape, case.bias).name();
         let pct = |v: f64, c: Option<f64>| c.map_or("-".to_string(), |c| format!("{:.0}%", 100.0 * v / c));
         println!(
             "{:<6} {:>9.3} {:>9.3} {:>9.2} {:>9.0} {:>8} {:>8}  {}",
@@ -130,7 +146,7 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
         );
         rows.push(json!({"case": case.name, "batch": case.batch, "ms": ms, "min_ms": min, "times_ms": times,
             "tflops": tflops, "gbs": gbs, "gflop": shape.useful_flops() as f64 / 1e9,
-            "gb": shape.min_bytes(case.bias) as f64 / 1e9, "input_sets": sets, "algorithm": algorithm}));
+            "gb": shape.min_bytes(case.bias) as f64 / 1e9, "input_sets": prepared.inputs.len(), "algorithm": algorithm}));
     }
     if let Some(path) = a.json {
         let doc = json!({"adapter": info.name, "backend": format!("{:?}", info.backend), "driver": info.driver,

@@ -5,6 +5,7 @@ mod args;
 mod bench;
 mod forward;
 mod info;
+mod tune;
 mod verify;
 
 use std::process::ExitCode;
@@ -28,6 +29,8 @@ enum Command {
     Verify(verify::VerifyArgs),
     /// Time the suite cases with GPU timestamps (median of many runs), optionally against measured ceilings.
     Bench(bench::BenchArgs),
+    /// Time every algorithm and tile on the suite cases and keep each case's fastest in the tuning cache.
+    Tune(tune::TuneArgs),
 }
 
 /// What a subcommand reports besides success.
@@ -45,6 +48,7 @@ fn main() -> ExitCode {
         Command::Forward(a) => forward::run(a),
         Command::Verify(a) => verify::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Tune(a) => tune::run(a),
     };
     match result {
         Ok(Outcome::Ok) => ExitCode::SUCCESS,

@@ -1,0 +1,78 @@
+//! `convt tune`: times every candidate strategy (algorithm and tile) on the suite cases with GPU timestamps and
+//! keeps each case's winner in the persistent tuning cache, which later runs' selector reads.
+
+use anyhow::Result;
+use clap::Args;
+use convt::gpu::tune::{self, TuneCache, TuneEntry};
+use convt::gpu::Strategy;
+use convt::suite::{self, Case};
+use convt::{GpuContext, GpuOptions};
+
+use crate::bench::{median, Prepared};
+use crate::Outcome;
+
+#[derive(Args, Debug)]
+pub struct TuneArgs {
+    /// Cases to tune (default: all nine).
+    #[arg(long, num_args = 1..)]
+    case: Vec<String>,
+    /// Override every case's batch size.
+    #[arg(long)]
+    batch: Option<usize>,
+    /// Timed runs per candidate (median).
+    #[arg(long, default_value_t = 10)]
+    runs: u32,
+    #[arg(long, default_value_t = 2)]
+    warmup: u32,
+    /// The cache file (default: CONVT_TUNE_CACHE, else ~/.cache/convt/tune.json).
+    #[arg(long)]
+    cache: Option<std::path::PathBuf>,
+}
+
+pub fn run(a: TuneArgs) -> Result<Outcome> {
+    let cases: Vec<Case> = if a.case.is_empty() {
+        suite::CASES.to_vec()
+    } else {
+        a.case
+            .iter()
+            .map(|n| suite::find(n).copied().ok_or_else(|| anyhow::anyhow!("unknown case `{n}`")))
+            .collect::<Result<_>>()?
+    };
+    let mut opts = GpuOptions::from_env()?;
+    opts.strategy = None;
+    let path = a
+        .cache
+        .clone()
+        .or_else(|| opts.tune_cache.clone())
+        .or_else(tune::default_path)
+        .ok_or_else(|| anyhow::anyhow!("no cache location: pass --cache or set CONVT_TUNE_CACHE"))?;
+    let ctx = GpuContext::with_options(opts)?;
+    let mut cache = TuneCache::load(&path)?;
+    eprintln!("adapter: {}; cache: {}", ctx.adapter_info().name, path.display());
+    for case in &cases {
+        let case = a.batch.map_or(*case, |b| case.with_batch(b));
+        let prepared = Prepared::new(&ctx, &case)?;
+        let mut best: Option<(Strategy, f64)> = None;
+        let mut line = format!("{:<6}", case.name);
+        for strategy in Strategy::candidates() {
+            match prepared.time(&ctx, Some(strategy), a.warmup, a.runs) {
+                Ok(times) => {
+                    let ms = median(times);
+                    line += &format!("  {} {:.3}", strategy.name(), ms);
+                    if best.is_none_or(|(_, b)| ms < b) {
+                        best = Some((strategy, ms));
+                    }
+                }
+                // A candidate this adapter cannot run (a tile too large for it, say) is skipped.
+                Err(e) => line += &format!("  {} skipped ({e})", strategy.name()),
+            }
+        }
+        if let Some((strategy, ms)) = best {
+            println!("{line}\n       -> {} {:.3} ms", strategy.name(), ms);
+            let key = tune::key(ctx.adapter_info(), &prepared.shape, case.bias);
+            cache.entries.insert(key, TuneEntry { strategy: strategy.name(), ms });
+            cache.save(&path)?; // after every case, so an interrupted run keeps what it measured
+        }
+    }
+    Ok(Outcome::Ok)
+}

@@ -1,0 +1,42 @@
+//! The autotuner's cache drives the selector: a cached winner for (adapter, driver, shape) is chosen; an
+//! unreadable cache is ignored (the heuristic decides), never an error.
+
+use convt::gpu::tune::{key, TuneCache, TuneEntry};
+use convt::gpu::{select, GpuContext, GpuOptions, Strategy};
+use convt::ConvTranspose2dParams;
+
+fn temp_path(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("convt-tune-{}-{name}", std::process::id()))
+}
+
+#[test]
+fn the_selector_follows_the_tuning_cache() {
+    let params = ConvTranspose2dParams::default().stride(2).padding(1);
+    let shape = params.resolve(&[2, 32, 9, 9], &[32, 64, 3, 3], None).unwrap();
+    let path = temp_path("cache.json");
+
+    let plain =
+        GpuContext::with_options(GpuOptions { tune_cache: Some(path.clone()), ..GpuOptions::from_env().unwrap() })
+            .unwrap();
+    let heuristic = select(&plain, &shape, false);
+    // Cache a winner that the heuristic would not pick.
+    let winner = Strategy::candidates().into_iter().find(|s| *s != heuristic).unwrap();
+    let mut cache = TuneCache::default();
+    cache.entries.insert(key(plain.adapter_info(), &shape, false), TuneEntry { strategy: winner.name(), ms: 1.0 });
+    cache.save(&path).unwrap();
+    assert_eq!(TuneCache::load(&path).unwrap().entries.len(), 1);
+
+    let tuned =
+        GpuContext::with_options(GpuOptions { tune_cache: Some(path.clone()), ..GpuOptions::from_env().unwrap() })
+            .unwrap();
+    assert_eq!(select(&tuned, &shape, false), winner);
+    // Another shape (or the same with a bias) is not in the cache: the heuristic decides.
+    assert_eq!(select(&tuned, &shape, true), select(&plain, &shape, true));
+
+    std::fs::write(&path, "not json").unwrap();
+    let broken =
+        GpuContext::with_options(GpuOptions { tune_cache: Some(path.clone()), ..GpuOptions::from_env().unwrap() })
+            .unwrap();
+    assert_eq!(select(&broken, &shape, false), heuristic);
+    std::fs::remove_file(&path).ok();
+}
