@@ -90,7 +90,6 @@ struct LoadCtx {
     bn: u32,       // the B column (output channel within the tile) it loads
     ic_lo: u32,
     ic_hi: u32,
-    ic_chunks: u32,
     oc_tile: u32,
     cog: u32,
 }
@@ -100,13 +99,34 @@ struct Staged {
     b: array<f32, B_LOADS>,
 }
 
-// The global loads of K step `s` (tap s / ic_chunks, input channels from ic_lo + (s % ic_chunks) * BK).
-fn load_step(c: LoadCtx, s: u32) -> Staged {
+// Position of a K step: tap (jh, jw) of the phase, input channels from ic0.
+struct Step {
+    jh: u32,
+    jw: u32,
+    ic0: u32,
+}
+
+// The step after `p`: input channels first, then the taps (counters instead of divisions).
+fn next_step(c: LoadCtx, p: Step) -> Step {
+    var n = p;
+    n.ic0 += BK;
+    if (n.ic0 >= c.ic_hi) {
+        n.ic0 = c.ic_lo;
+        n.jw += 1u;
+        if (n.jw == u.cnt_w) {
+            n.jw = 0u;
+            n.jh += 1u;
+        }
+    }
+    return n;
+}
+
+// The global loads of K step `p`.
+fn load_step(c: LoadCtx, p: Step) -> Staged {
     var r: Staged;
-    let t = s / c.ic_chunks;
-    let ic0 = c.ic_lo + (s % c.ic_chunks) * BK;
-    let jh = t / u.cnt_w;
-    let jw = t % u.cnt_w;
+    let jh = p.jh;
+    let jw = p.jw;
+    let ic0 = p.ic0;
     let ih = c.aa + u.off_h - i32(jh * u.istep_h);
     let iw = c.ab + u.off_w - i32(jw * u.istep_w);
     let in_ok = c.am_ok && ih >= 0 && ih < i32(IN_H) && iw >= 0 && iw < i32(IN_W);
@@ -200,10 +220,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let bn = lid % BN;
     let bk0 = lid / BN;
 
-    let lc = LoadCtx(am_ok, aa, ab, a_base, ak0, bk0, bn, ic_lo, ic_hi, ic_chunks, oc_tile, cog);
+    let lc = LoadCtx(am_ok, aa, ab, a_base, ak0, bk0, bn, ic_lo, ic_hi, oc_tile, cog);
     var regs = Staged();
+    var step = Step(0u, 0u, ic_lo);
     if (steps > 0u) {
-        regs = load_step(lc, 0u);
+        regs = load_step(lc, step);
     }
 
     // The TM x TN accumulators as named vec4 registers acc_<pixel>_<channel quad> (generated: no array, so
@@ -228,7 +249,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 
         // Prefetch step s + 1: its global loads are in flight during this step's math.
         if (s + 1u < steps) {
-            regs = load_step(lc, s + 1u);
+            step = next_step(lc, step);
+            regs = load_step(lc, step);
         }
 
         // BK rank-1 updates of the TM x TN register tile.

@@ -71,10 +71,21 @@ pub const TILE_128X64: Tile = tile(128, 64, 8, 8, 8);
 pub const TILE_256X32: Tile = tile(256, 32, 8, 8, 4);
 pub const TILE_128X32: Tile = tile(128, 32, 8, 4, 4);
 pub const TILE_64X64: Tile = tile(64, 64, 8, 4, 4);
+pub const TILE_128X32_K16: Tile = tile(128, 32, 16, 4, 4);
+pub const TILE_64X64_K16: Tile = tile(64, 64, 16, 4, 4);
 
 /// Every tile shape the selector may choose (each is validated by naga and tested on the software driver).
-pub const TILES: &[Tile] =
-    &[TILE_128X128, TILE_128X128_K16, TILE_256X64, TILE_128X64, TILE_256X32, TILE_128X32, TILE_64X64];
+pub const TILES: &[Tile] = &[
+    TILE_128X128,
+    TILE_128X128_K16,
+    TILE_256X64,
+    TILE_128X64,
+    TILE_256X32,
+    TILE_128X32,
+    TILE_64X64,
+    TILE_128X32_K16,
+    TILE_64X64_K16,
+];
 
 impl Tile {
     pub fn threads(&self) -> u32 {
