@@ -142,13 +142,15 @@ impl Tile {
     }
 }
 
-/// The default tile for a shape (before tuning): the best measured on the H100 for the group's output channel
-/// count (docs/PERFORMANCE.md, v2): 128x64 with 8x8 registers from 64 channels up, else 128x32 with 4x4.
+/// The default tile for a shape (before tuning), from the H100 measurements of docs/PERFORMANCE.md (v4):
+/// several stride phases with many output channels per group (up2x, dcgan) run best on 128x128 tiles with
+/// 8x8 registers; otherwise the 4x4-register tiles with 16-channel K steps win, 64x64 from 64 channels up.
 pub fn pick_tile(shape: &ConvShape) -> Tile {
-    if shape.out_per_group() >= 64 {
-        TILE_128X64
-    } else {
-        TILE_128X32
+    let phases = shape.stride[0] * shape.stride[1];
+    match shape.out_per_group() {
+        c if phases > 1 && c >= 128 => TILE_128X128_K16,
+        c if c >= 64 => TILE_64X64_K16,
+        _ => TILE_128X32_K16,
     }
 }
 
