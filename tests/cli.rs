@@ -73,34 +73,6 @@ fn convt_fails(args: &[&str], mentions: &[&str]) -> String {
     lines[0].to_string()
 }
 
-/// A fresh, uniquely named directory under the system temp dir, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> Self {
-        use std::sync::atomic::{AtomicU64, Ordering};
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let nanos =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
-        let dir = std::env::temp_dir().join(format!(
-            "convt-cli-{tag}-{}-{nanos}-{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        Self(dir)
-    }
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
 }
@@ -151,7 +123,7 @@ fn forward_matches_fixture(backend: &str) {
     let tensors = fixture("everything.safetensors");
     let file = TensorFile::load(&tensors).unwrap();
     let expected = file.get("output", &tensors).unwrap();
-    let dir = TempDir::new(backend);
+    let dir = common::TempDir::new(backend);
     let out_path = dir.path("out.safetensors");
     let flags = fixture_flags(&file);
     let mut args = vec!["forward", "--tensors", s(&tensors), "--out", s(&out_path), "--backend", backend];
@@ -182,7 +154,7 @@ fn forward_on_cpu_matches_the_fixture() {
 #[test]
 fn single_integer_means_the_same_value_for_both_axes() {
     let tensors = fixture("basic.safetensors");
-    let dir = TempDir::new("pair");
+    let dir = common::TempDir::new("pair");
     let run = |name: &str, flags: &[&str]| -> Tensor {
         let out_path = dir.path(name);
         let mut args = vec!["forward", "--tensors", s(&tensors), "--out", s(&out_path), "--backend", "cpu"];
@@ -205,7 +177,7 @@ fn single_integer_means_the_same_value_for_both_axes() {
 
 /// `convt forward` on the `everything` fixture (input [3, 6, 4, 5], weight [6, 3, 2, 3]) with `flags`.
 fn forward_fails(flags: &[&str], mentions: &[&str]) -> String {
-    let dir = TempDir::new("bad");
+    let dir = common::TempDir::new("bad");
     let out_path = dir.path("out.safetensors");
     let tensors = fixture("everything.safetensors");
     let mut args = vec!["forward", "--tensors", s(&tensors), "--out", s(&out_path)];
@@ -258,7 +230,7 @@ fn groups_not_dividing_the_channels_fails_cleanly() {
 
 #[test]
 fn missing_tensors_file_fails_cleanly() {
-    let dir = TempDir::new("missing");
+    let dir = common::TempDir::new("missing");
     let missing = dir.path("no-such-file.safetensors");
     let out_path = dir.path("out.safetensors");
     convt_fails(&["forward", "--tensors", s(&missing), "--out", s(&out_path)], &[s(&missing)]);
@@ -267,7 +239,7 @@ fn missing_tensors_file_fails_cleanly() {
 
 #[test]
 fn file_that_is_not_safetensors_fails_cleanly() {
-    let dir = TempDir::new("garbage");
+    let dir = common::TempDir::new("garbage");
     let garbage = dir.path("garbage.safetensors");
     std::fs::write(&garbage, b"definitely not a safetensors file\n").unwrap();
     let out_path = dir.path("out.safetensors");
@@ -280,7 +252,7 @@ fn file_that_is_not_safetensors_fails_cleanly() {
 
 #[test]
 fn file_without_weight_fails_cleanly() {
-    let dir = TempDir::new("noweight");
+    let dir = common::TempDir::new("noweight");
     let path = dir.path("input-only.safetensors");
     let input = Tensor::uniform(vec![1, 2, 3, 3], -1.0, 1.0, 0).unwrap();
     save_tensors(&path, &[("input", &input)], None).unwrap();
@@ -295,7 +267,7 @@ fn file_without_weight_fails_cleanly() {
 #[test]
 fn malformed_pairs_are_usage_errors() {
     let tensors = fixture("everything.safetensors");
-    let dir = TempDir::new("malformed");
+    let dir = common::TempDir::new("malformed");
     let out_path = dir.path("out.safetensors");
     for bad in ["1,2,3", "x", "1,x", ""] {
         let args = ["forward", "--tensors", s(&tensors), "--out", s(&out_path), "--stride", bad];

@@ -73,34 +73,6 @@ fn assert_message(e: &ConvtError, parts: &[&str]) {
     }
 }
 
-/// A fresh, uniquely named directory under the system temp dir, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> Self {
-        use std::sync::atomic::{AtomicU64, Ordering};
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let nanos =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
-        let dir = std::env::temp_dir().join(format!(
-            "convt-validation-{tag}-{}-{nanos}-{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        Self(dir)
-    }
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
 }
@@ -600,7 +572,7 @@ fn weight_larger_than_the_binding_limit_is_too_large_for_binding() {
 #[test]
 fn f64_tensor_in_a_file_is_a_dtype_error() {
     use safetensors::tensor::{Dtype, TensorView};
-    let dir = TempDir::new("dtype");
+    let dir = common::TempDir::new("dtype");
     let path = dir.path("f64.safetensors");
     let values: Vec<u8> = [1.0f64, 2.0, 3.0, 4.0].iter().flat_map(|v| v.to_le_bytes()).collect();
     let view = TensorView::new(Dtype::F64, vec![2, 2], &values).unwrap();
@@ -616,7 +588,7 @@ fn f64_tensor_in_a_file_is_a_dtype_error() {
 
 #[test]
 fn missing_file_is_an_io_error() {
-    let dir = TempDir::new("missing");
+    let dir = common::TempDir::new("missing");
     let path = dir.path("does-not-exist.safetensors");
     let e = TensorFile::load(&path).unwrap_err();
     assert!(
@@ -628,7 +600,7 @@ fn missing_file_is_an_io_error() {
 
 #[test]
 fn garbage_or_truncated_file_is_a_tensor_file_error() {
-    let dir = TempDir::new("garbage");
+    let dir = common::TempDir::new("garbage");
     // A valid file to truncate.
     let good = dir.path("good.safetensors");
     let t = rand(&[2, 3, 4, 4], 1);

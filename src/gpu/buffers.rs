@@ -135,7 +135,7 @@ impl GpuTensor {
     fn empty_unpoisoned(ctx: &GpuContext, shape: &[usize]) -> Result<Self> {
         let (planes_per_row, plane_elems) = plane_layout(shape);
         let numel = checked_numel(shape)?;
-        let planes = if plane_elems == 0 { 0 } else { numel / plane_elems };
+        let planes = numel.checked_div(plane_elems).unwrap_or(0);
         let per_chunk = chunk_planes(ctx.binding_limit(), planes_per_row, plane_elems, shape)?;
         ctx.scoped(|| {
             let mut chunks = Vec::new();
@@ -184,16 +184,7 @@ impl GpuTensor {
             })?;
             let mut staging = staging;
             staging.reusable = false; // until it is unmapped again
-            let (tx, rx) = futures_intrusive::channel::shared::oneshot_channel();
-            staging.map_async(wgpu::MapMode::Read, .., move |r| {
-                let _ = tx.send(r);
-            });
-            ctx.wait()?;
-            match pollster::block_on(rx.receive()) {
-                Some(Ok(())) => {}
-                Some(Err(e)) => return Err(ConvtError::Gpu(format!("reading back a result: {e}"))),
-                None => return Err(ConvtError::Gpu("reading back a result: the map request was dropped".into())),
-            }
+            map_for_reading(ctx, &staging)?;
             {
                 let view =
                     staging.get_mapped_range(..).map_err(|e| ConvtError::Gpu(format!("reading back a result: {e}")))?;
@@ -229,6 +220,20 @@ impl GpuTensor {
                 limit: ctx.binding_limit(),
             }),
         }
+    }
+}
+
+/// Maps a MAP_READ buffer whose copy has been submitted, waiting for the GPU (bounded by the context's timeout).
+pub(crate) fn map_for_reading(ctx: &GpuContext, staging: &wgpu::Buffer) -> Result<()> {
+    let (tx, rx) = futures_intrusive::channel::shared::oneshot_channel();
+    staging.map_async(wgpu::MapMode::Read, .., move |r| {
+        let _ = tx.send(r);
+    });
+    ctx.wait()?;
+    match pollster::block_on(rx.receive()) {
+        Some(Ok(())) => Ok(()),
+        Some(Err(e)) => Err(ConvtError::Gpu(format!("reading back from the GPU: {e}"))),
+        None => Err(ConvtError::Gpu("reading back from the GPU: the map request was dropped".into())),
     }
 }
 

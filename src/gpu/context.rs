@@ -291,7 +291,8 @@ impl GpuContext {
         let internal = self.device.push_error_scope(wgpu::ErrorFilter::Internal);
         let result = f();
         let errors = [internal.pop(), validation.pop(), oom.pop()].map(pollster::block_on);
-        for e in errors.into_iter().flatten() {
+        // The innermost scope's error first: it is the most specific.
+        if let Some(e) = errors.into_iter().flatten().next() {
             return Err(match e {
                 wgpu::Error::OutOfMemory { .. } => ConvtError::OutOfMemory(e.to_string()),
                 other => ConvtError::Gpu(other.to_string()),

@@ -103,12 +103,6 @@ pub fn conv_transpose2d_into(
     timer: Option<(&GpuTimer, u32)>,
 ) -> Result<()> {
     let shape = params.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?;
-    if output.shape() != shape.output_dims_as_given() {
-        return Err(ConvtError::ShapeMismatch {
-            expected: shape.output_dims_as_given(),
-            actual: output.shape().to_vec(),
-        });
-    }
     conv_transpose2d_with(ctx, select(ctx, &shape, bias.is_some()), input, weight, bias, params, output, timer)
 }
 

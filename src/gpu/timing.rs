@@ -2,6 +2,7 @@
 //! query), read back together at the end in milliseconds.
 
 use crate::error::{ConvtError, Result};
+use crate::gpu::buffers::map_for_reading;
 use crate::gpu::context::GpuContext;
 
 pub struct GpuTimer {
@@ -64,15 +65,7 @@ impl GpuTimer {
             ctx.queue().submit([encoder.finish()]);
             Ok(staging)
         })?;
-        let (tx, rx) = futures_intrusive::channel::shared::oneshot_channel();
-        staging.map_async(wgpu::MapMode::Read, .., move |r| {
-            let _ = tx.send(r);
-        });
-        ctx.wait()?;
-        match pollster::block_on(rx.receive()) {
-            Some(Ok(())) => {}
-            _ => return Err(ConvtError::Gpu("reading timestamps failed".into())),
-        }
+        map_for_reading(ctx, &staging)?;
         let period_ns = ctx.queue().get_timestamp_period() as f64;
         let view = staging.get_mapped_range(..).map_err(|e| ConvtError::Gpu(e.to_string()))?;
         let ticks: &[u64] = bytemuck::cast_slice(&view);

@@ -1,6 +1,7 @@
 //! Arguments shared by the subcommands: the convolution options, written as in PyTorch (`2` or `2,3`).
 
 use clap::Args;
+use convt::suite::{self, Case};
 use convt::ConvTranspose2dParams;
 
 /// Parses `N` (both axes) or `H,W` into a pair; negative values pass through so the library can reject them
@@ -44,4 +45,20 @@ impl ConvArgs {
             groups: self.groups,
         }
     }
+}
+
+/// Suite cases by name; no names means all nine.
+pub fn parse_cases(names: &[String]) -> anyhow::Result<Vec<Case>> {
+    if names.is_empty() || names.iter().any(|n| n == "all") {
+        return Ok(suite::CASES.to_vec());
+    }
+    names
+        .iter()
+        .map(|name| {
+            suite::find(name).copied().ok_or_else(|| {
+                let known: Vec<&str> = suite::CASES.iter().map(|c| c.name).collect();
+                anyhow::anyhow!("unknown case `{name}` (known: {})", known.join(", "))
+            })
+        })
+        .collect()
 }

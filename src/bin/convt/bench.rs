@@ -8,7 +8,7 @@ use anyhow::{bail, Result};
 use clap::Args;
 use convt::gpu::ceilings::{self, Ceilings};
 use convt::gpu::{conv_transpose2d_with, GpuTimer, Strategy};
-use convt::suite::{self, Case};
+use convt::suite::Case;
 use convt::{GpuContext, GpuTensor, Tensor};
 use serde_json::json;
 
@@ -92,14 +92,7 @@ pub fn median(mut v: Vec<f64>) -> f64 {
 }
 
 pub fn run(a: BenchArgs) -> Result<Outcome> {
-    let cases: Vec<Case> = if a.case.is_empty() {
-        suite::CASES.to_vec()
-    } else {
-        a.case
-            .iter()
-            .map(|n| suite::find(n).copied().ok_or_else(|| anyhow::anyhow!("unknown case `{n}`")))
-            .collect::<Result<_>>()?
-    };
+    let cases: Vec<Case> = crate::args::parse_cases(&a.case)?;
     if a.runs == 0 {
         bail!("--runs must be at least 1");
     }

@@ -5,7 +5,7 @@ use anyhow::Result;
 use clap::Args;
 use convt::gpu::tune::{self, TuneCache, TuneEntry};
 use convt::gpu::Strategy;
-use convt::suite::{self, Case};
+use convt::suite::Case;
 use convt::{GpuContext, GpuOptions};
 
 use crate::bench::{median, Prepared};
@@ -30,14 +30,7 @@ pub struct TuneArgs {
 }
 
 pub fn run(a: TuneArgs) -> Result<Outcome> {
-    let cases: Vec<Case> = if a.case.is_empty() {
-        suite::CASES.to_vec()
-    } else {
-        a.case
-            .iter()
-            .map(|n| suite::find(n).copied().ok_or_else(|| anyhow::anyhow!("unknown case `{n}`")))
-            .collect::<Result<_>>()?
-    };
+    let cases: Vec<Case> = crate::args::parse_cases(&a.case)?;
     let mut opts = GpuOptions::from_env()?;
     opts.strategy = None;
     let path = a

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Result};
 use clap::{Args, ValueEnum};
-use convt::suite::{self, Case};
+use convt::suite::Case;
 use convt::{cpu, ConvShape, ErrorStats, GpuContext, GpuOptions, Tensor};
 use rand::{Rng, SeedableRng};
 use serde_json::json;
@@ -130,17 +130,7 @@ fn shape_of(c: &Case) -> Result<ConvShape> {
 pub fn run(a: VerifyArgs) -> Result<Outcome> {
     let mut cases: Vec<Case> = match shape_case(&a)? {
         Some(c) => vec![c],
-        None if a.case.is_empty() || a.case.iter().any(|c| c == "all") => suite::CASES.to_vec(),
-        None => a
-            .case
-            .iter()
-            .map(|name| {
-                suite::find(name).copied().ok_or_else(|| {
-                    let known: Vec<&str> = suite::CASES.iter().map(|c| c.name).collect();
-                    anyhow::anyhow!("unknown case `{name}` (known: {})", known.join(", "))
-                })
-            })
-            .collect::<Result<_>>()?,
+        None => crate::args::parse_cases(&a.case)?,
     };
     // Every case must be a valid problem before the GPU is touched.
     for case in &cases {
