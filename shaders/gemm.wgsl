@@ -39,6 +39,24 @@ const THREADS: u32 = WG_M * WG_N;
 const A_LOADS: u32 = BM * BK / THREADS;
 const B_LOADS: u32 = BN * BK / THREADS;
 
+// One stride phase (see above); a dispatch covers up to MAX_PHASES of them, one per grid layer (z).
+struct Phase {
+    rh: u32,
+    rw: u32,
+    ah: u32,        // rows of this phase
+    aw: u32,        // columns of this phase
+    kh0: u32,
+    kw0: u32,
+    cnt_h: u32,
+    cnt_w: u32,
+    off_h: i32,
+    off_w: i32,
+    m_tiles: u32,   // this phase's pixel tiles (the grid has the dispatch's largest count)
+    _pad: u32,
+}
+
+const MAX_PHASES: u32 = 64u;
+
 struct Dispatch {
     n_count: u32,
     in_offset: u32,
@@ -53,21 +71,14 @@ struct Dispatch {
     m_tiles: u32,
     n_tiles_per_group: u32,
     group_begin: u32,
-    rh: u32,
-    rw: u32,
-    ah: u32,        // rows of this phase
-    aw: u32,        // columns of this phase
-    kh0: u32,
-    kw0: u32,
-    cnt_h: u32,
-    cnt_w: u32,
     kstep_h: u32,
     kstep_w: u32,
     istep_h: u32,
     istep_w: u32,
-    off_h: i32,
-    off_w: i32,
-    _pad: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
+    phases: array<Phase, MAX_PHASES>,
 }
 
 @group(0) @binding(0) var<uniform> u: Dispatch;
@@ -75,6 +86,9 @@ struct Dispatch {
 @group(0) @binding(2) var<storage, read> w: array<f32>;
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
+
+// The phase of this workgroup (u.phases[workgroup_id.z]), set once at the start of main.
+var<private> ph: Phase;
 
 var<workgroup> a_tile: array<vec4<f32>, BK * BM / 4>; // [k][m]
 var<workgroup> b_tile: array<vec4<f32>, BK * BN / 4>; // [k][n]
@@ -113,7 +127,7 @@ fn next_step(c: LoadCtx, p: Step) -> Step {
     if (n.ic0 >= c.ic_hi) {
         n.ic0 = c.ic_lo;
         n.jw += 1u;
-        if (n.jw == u.cnt_w) {
+        if (n.jw == ph.cnt_w) {
             n.jw = 0u;
             n.jh += 1u;
         }
@@ -127,8 +141,8 @@ fn load_step(c: LoadCtx, p: Step) -> Staged {
     let jh = p.jh;
     let jw = p.jw;
     let ic0 = p.ic0;
-    let ih = c.aa + u.off_h - i32(jh * u.istep_h);
-    let iw = c.ab + u.off_w - i32(jw * u.istep_w);
+    let ih = c.aa + ph.off_h - i32(jh * u.istep_h);
+    let iw = c.ab + ph.off_w - i32(jw * u.istep_w);
     let in_ok = c.am_ok && ih >= 0 && ih < i32(IN_H) && iw >= 0 && iw < i32(IN_W);
     let pix = u32(max(ih, 0)) * IN_W + u32(max(iw, 0));
     for (var i = 0u; i < A_LOADS; i++) {
@@ -139,7 +153,7 @@ fn load_step(c: LoadCtx, p: Step) -> Staged {
         r.a[i] = select(0.0, x[idx], ok);
     }
     // w is packed as [tap][ic][oc] (shaders/pack_weights.wgsl): consecutive invocations, consecutive oc.
-    let tap = (u.kh0 + jh * u.kstep_h) * K_W + u.kw0 + jw * u.kstep_w;
+    let tap = (ph.kh0 + jh * u.kstep_h) * K_W + ph.kw0 + jw * u.kstep_w;
     let oc = c.oc_tile + c.bn;
     for (var i = 0u; i < B_LOADS; i++) {
         let ic = ic0 + c.bk0 + i * (THREADS / BN);
@@ -167,8 +181,8 @@ fn store4(c: StoreCtx, i: u32, jv: u32, v: vec4<f32>) {
     }
     let n = m / c.phase_pixels;
     let p = m % c.phase_pixels;
-    let oh = u.rh + (p / u.aw) * S_H;
-    let ow = u.rw + (p % u.aw) * S_W;
+    let oh = ph.rh + (p / ph.aw) * S_H;
+    let ow = ph.rw + (p % ph.aw) * S_W;
     let out_plane = OUT_H * OUT_W;
     let base = u.out_offset + n * C_OUT * out_plane + oh * OUT_W + ow;
     for (var j = 0u; j < 4u; j++) {
@@ -190,9 +204,13 @@ fn store4(c: StoreCtx, i: u32, jv: u32, v: vec4<f32>) {
 
 @compute @workgroup_size(THREADS)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    ph = u.phases[wid.z];
     let wg = wid.y * u.dispatch_width + wid.x;
     let m_tile = wg % u.m_tiles;
     let n_lin = wg / u.m_tiles;
+    if (m_tile >= ph.m_tiles) {
+        return; // a smaller phase than the dispatch's largest: the whole workgroup leaves, before any barrier
+    }
     let g = u.group_begin + n_lin / u.n_tiles_per_group;
     let cog = C_OUT / GROUPS;
     let cig = C_IN / GROUPS;
@@ -200,9 +218,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let ic_lo = max(g * cig, u.ic_begin);
     let ic_hi = max(min(g * cig + cig, u.ic_end), ic_lo);
     let ic_chunks = (ic_hi - ic_lo + BK - 1u) / BK;
-    let taps = u.cnt_h * u.cnt_w;
+    let taps = ph.cnt_h * ph.cnt_w;
     let steps = taps * ic_chunks;
-    let phase_pixels = u.ah * u.aw;
+    let phase_pixels = ph.ah * ph.aw;
     let m_total = u.n_count * phase_pixels;
     let plane = IN_H * IN_W;
 
@@ -213,8 +231,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let am_ok = am_g < m_total;
     let an = am_g / max(phase_pixels, 1u);
     let ap = am_g % max(phase_pixels, 1u);
-    let aa = i32(ap / max(u.aw, 1u));
-    let ab = i32(ap % max(u.aw, 1u));
+    let aa = i32(ap / max(ph.aw, 1u));
+    let ab = i32(ap % max(ph.aw, 1u));
     let a_base = u.in_offset + an * C_IN * plane;
     // This invocation's B-load output channel (THREADS is a multiple of BN).
     let bn = lid % BN;

@@ -132,6 +132,12 @@ fn named_edge_configurations() {
             p([1, 2], [0, 1], [1, 2], [2, 3], 1),
         ),
         ("large stride, gaps in output", vec![1, 2, 3, 3], vec![2, 2, 2, 2], p([5, 4], [0, 0], [4, 3], [1, 1], 1)),
+        (
+            "more stride phases (72) than one GEMM dispatch holds (64)",
+            vec![1, 8, 3, 4],
+            vec![8, 16, 3, 3],
+            p([9, 8], [1, 0], [2, 5], [1, 1], 1),
+        ),
         ("everything", vec![3, 6, 4, 5], vec![6, 3, 2, 3], p([3, 2], [2, 1], [1, 2], [2, 3], 2)),
         (
             "many channels (several blocks per group)",

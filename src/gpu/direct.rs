@@ -108,7 +108,7 @@ pub(crate) fn encode(
             };
             let input = &input.chunks()[s.in_chunk].buffer;
             let out = &output.chunks()[s.out_chunk].buffer;
-            dispatch(ctx, pass, &pipeline, bytemuck::bytes_of(&u), input, &ops, out, grid);
+            dispatch(ctx, pass, &pipeline, bytemuck::bytes_of(&u), input, &ops, out, grid, 1);
         }
         Ok(())
     })

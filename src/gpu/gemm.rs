@@ -184,6 +184,27 @@ fn axis_phase(r: usize, out: usize, k: usize, s: usize, p: usize, d: usize) -> A
     }
 }
 
+/// The shader's `Phase`, field for field.
+#[repr(C)]
+#[derive(Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
+struct PhaseUniform {
+    rh: u32,
+    rw: u32,
+    ah: u32,
+    aw: u32,
+    kh0: u32,
+    kw0: u32,
+    cnt_h: u32,
+    cnt_w: u32,
+    off_h: i32,
+    off_w: i32,
+    m_tiles: u32,
+    _pad: u32,
+}
+
+/// Phases per dispatch (`MAX_PHASES` in the shader).
+const MAX_PHASES: usize = 64;
+
 /// The uniform block `Dispatch` of the shader, field for field.
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -201,21 +222,12 @@ struct DispatchUniform {
     m_tiles: u32,
     n_tiles_per_group: u32,
     group_begin: u32,
-    rh: u32,
-    rw: u32,
-    ah: u32,
-    aw: u32,
-    kh0: u32,
-    kw0: u32,
-    cnt_h: u32,
-    cnt_w: u32,
     kstep_h: u32,
     kstep_w: u32,
     istep_h: u32,
     istep_w: u32,
-    off_h: i32,
-    off_w: i32,
-    _pad: u32,
+    _pad: [u32; 3],
+    phases: [PhaseUniform; MAX_PHASES],
 }
 
 /// Encodes the GEMM kernel with `tile` over every slice of the plan and every stride phase into `pass`.
@@ -251,46 +263,32 @@ pub(crate) fn encode(
     let cog = shape.out_per_group();
     let n_tiles_per_group = cog.div_ceil(tile.bn as usize);
     ctx.scoped(|| {
+        let axes = |r: [usize; 2]| {
+            let a = |ax: usize| {
+                axis_phase(
+                    r[ax],
+                    shape.out_hw[ax],
+                    shape.kernel[ax],
+                    shape.stride[ax],
+                    shape.padding[ax],
+                    shape.dilation[ax],
+                )
+            };
+            (a(0), a(1))
+        };
+        let (ph0, pw0) = axes([0, 0]);
         for s in &slices {
             let (g0, g1) = (s.oc.start / cog, (s.oc.end - 1) / cog + 1);
+            // Every non-empty phase of the slice; all of them run in one dispatch (MAX_PHASES at a time).
+            let mut phases = Vec::new();
             for rh in 0..shape.stride[0] {
-                let ph = axis_phase(
-                    rh,
-                    shape.out_hw[0],
-                    shape.kernel[0],
-                    shape.stride[0],
-                    shape.padding[0],
-                    shape.dilation[0],
-                );
                 for rw in 0..shape.stride[1] {
-                    let pw = axis_phase(
-                        rw,
-                        shape.out_hw[1],
-                        shape.kernel[1],
-                        shape.stride[1],
-                        shape.padding[1],
-                        shape.dilation[1],
-                    );
+                    let (ph, pw) = axes([rh, rw]);
                     let m_total = s.samples.len() * ph.count * pw.count;
                     if m_total == 0 {
                         continue;
                     }
-                    let m_tiles = m_total.div_ceil(tile.bm as usize);
-                    let grid = grid(ctx, m_tiles * n_tiles_per_group * (g1 - g0));
-                    let u = DispatchUniform {
-                        n_count: s.samples.len() as u32,
-                        in_offset: s.in_offset as u32,
-                        out_offset: s.out_offset as u32,
-                        out_first_channel: s.out_first_channel as u32,
-                        ic_begin: s.ic.start as u32,
-                        ic_end: s.ic.end as u32,
-                        oc_begin: s.oc.start as u32,
-                        oc_end: s.oc.end as u32,
-                        accumulate: s.accumulate as u32,
-                        dispatch_width: grid.0,
-                        m_tiles: m_tiles as u32,
-                        n_tiles_per_group: n_tiles_per_group as u32,
-                        group_begin: g0 as u32,
+                    phases.push(PhaseUniform {
                         rh: rh as u32,
                         rw: rw as u32,
                         ah: ph.count as u32,
@@ -299,18 +297,42 @@ pub(crate) fn encode(
                         kw0: pw.k0 as u32,
                         cnt_h: ph.taps as u32,
                         cnt_w: pw.taps as u32,
-                        kstep_h: ph.kstep as u32,
-                        kstep_w: pw.kstep as u32,
-                        istep_h: ph.istep as u32,
-                        istep_w: pw.istep as u32,
                         off_h: ph.off as i32,
                         off_w: pw.off as i32,
+                        m_tiles: m_total.div_ceil(tile.bm as usize) as u32,
                         _pad: 0,
-                    };
-                    let input = &input.chunks()[s.in_chunk].buffer;
-                    let out = &output.chunks()[s.out_chunk].buffer;
-                    dispatch(ctx, pass, &pipeline, bytemuck::bytes_of(&u), input, &ops, out, grid);
+                    });
                 }
+            }
+            for batch in phases.chunks(MAX_PHASES) {
+                let m_tiles = batch.iter().map(|p| p.m_tiles as usize).max().unwrap_or(0);
+                let grid = grid(ctx, m_tiles * n_tiles_per_group * (g1 - g0));
+                let mut table = [PhaseUniform::default(); MAX_PHASES];
+                table[..batch.len()].copy_from_slice(batch);
+                let u = DispatchUniform {
+                    n_count: s.samples.len() as u32,
+                    in_offset: s.in_offset as u32,
+                    out_offset: s.out_offset as u32,
+                    out_first_channel: s.out_first_channel as u32,
+                    ic_begin: s.ic.start as u32,
+                    ic_end: s.ic.end as u32,
+                    oc_begin: s.oc.start as u32,
+                    oc_end: s.oc.end as u32,
+                    accumulate: s.accumulate as u32,
+                    dispatch_width: grid.0,
+                    m_tiles: m_tiles as u32,
+                    n_tiles_per_group: n_tiles_per_group as u32,
+                    group_begin: g0 as u32,
+                    kstep_h: ph0.kstep as u32,
+                    kstep_w: pw0.kstep as u32,
+                    istep_h: ph0.istep as u32,
+                    istep_w: pw0.istep as u32,
+                    _pad: [0; 3],
+                    phases: table,
+                };
+                let input = &input.chunks()[s.in_chunk].buffer;
+                let out = &output.chunks()[s.out_chunk].buffer;
+                dispatch(ctx, pass, &pipeline, bytemuck::bytes_of(&u), input, &ops, out, grid, batch.len() as u32);
             }
         }
         Ok(())

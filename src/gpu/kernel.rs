@@ -89,7 +89,9 @@ pub(crate) fn grid(ctx: &GpuContext, workgroups: usize) -> (u32, u32) {
     (width as u32, workgroups.div_ceil(width) as u32)
 }
 
-/// Binds (uniform, input chunk, weight, bias, output chunk) in the shaders' common layout and dispatches.
+/// Binds (uniform, input chunk, weight, bias, output chunk) in the shaders' common layout and dispatches
+/// `(width, height)` workgroups in each of `layers` grid layers.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn dispatch(
     ctx: &GpuContext,
     pass: &mut wgpu::ComputePass<'_>,
@@ -99,6 +101,7 @@ pub(crate) fn dispatch(
     ops: &Operands<'_>,
     output: &wgpu::Buffer,
     (width, height): (u32, u32),
+    layers: u32,
 ) {
     let uniform = ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
         label: Some("convt dispatch"),
@@ -118,7 +121,7 @@ pub(crate) fn dispatch(
     });
     pass.set_pipeline(pipeline);
     pass.set_bind_group(0, &bind_group, &[]);
-    pass.dispatch_workgroups(width, height, 1);
+    pass.dispatch_workgroups(width, height, layers);
 }
 
 #[cfg(test)]
