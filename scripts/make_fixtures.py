@@ -3,13 +3,14 @@
 
 Writes, into the output folder (default tests/fixtures):
   * one `<case>.safetensors` per configuration, holding f32 tensors `input`, `weight`, optional `bias`
-    and PyTorch's `output`; the configuration (stride, padding, output_padding, dilation, groups) is
+    and PyTorch's `output`, plus a random `grad_output` and autograd's `grad_input`, `grad_weight` and
+    (with a bias) `grad_bias`; the configuration (stride, padding, output_padding, dilation, groups) is
     stored in the safetensors metadata as JSON under the key "params";
   * `torch_behaviour.json`: what PyTorch does with edge and invalid configurations (the error message,
     or the output shape when it accepts them), so convt's validation can be checked against PyTorch.
 
-The output is computed by torch.nn.functional.conv_transpose2d in float64 on the CPU from the f32
-inputs, then rounded to f32: the exact operator, without TF32 or reduced-precision algorithms.
+The output and its gradients are computed by torch.nn.functional.conv_transpose2d and autograd in float64
+on the CPU from the f32 inputs, then rounded to f32: the exact operator, without TF32 or reduced-precision algorithms.
 
 Run where PyTorch is installed:  python3 scripts/make_fixtures.py [--out DIR]
 """
@@ -46,16 +47,30 @@ CASES = {
 }
 
 
+def output_size(h, w, k, stride, padding, output_padding, dilation):
+    return [(i - 1) * s - 2 * p + d * (kk - 1) + op + 1
+            for i, kk, s, p, op, d in zip((h, w), k, stride, padding, output_padding, dilation)]
+
+
 def make_case(seed, n, cin, cout, h, w, k, stride, padding, output_padding, dilation, groups, bias):
     g = torch.Generator().manual_seed(seed)
     x = torch.rand(n, cin, h, w, generator=g) * 2 - 1
     wt = torch.rand(cin, cout // groups, k[0], k[1], generator=g) * 2 - 1
     b = (torch.rand(cout, generator=g) * 2 - 1) if bias else None
-    y = F.conv_transpose2d(x.double(), wt.double(), None if b is None else b.double(), stride=stride,
-                           padding=padding, output_padding=output_padding, groups=groups, dilation=dilation)
-    tensors = {"input": x.contiguous(), "weight": wt.contiguous(), "output": y.float().contiguous()}
+    # Drawn after the forward's operands, so adding it left input, weight and bias unchanged.
+    go = torch.rand(n, cout, *output_size(h, w, k, stride, padding, output_padding, dilation), generator=g) * 2 - 1
+    xd = x.double().requires_grad_()
+    wd = wt.double().requires_grad_()
+    bd = None if b is None else b.double().requires_grad_()
+    y = F.conv_transpose2d(xd, wd, bd, stride=stride, padding=padding, output_padding=output_padding,
+                           groups=groups, dilation=dilation)
+    y.backward(go.double())
+    tensors = {"input": x.contiguous(), "weight": wt.contiguous(), "output": y.detach().float().contiguous(),
+               "grad_output": go.contiguous(), "grad_input": xd.grad.float().contiguous(),
+               "grad_weight": wd.grad.float().contiguous()}
     if b is not None:
         tensors["bias"] = b.contiguous()
+        tensors["grad_bias"] = bd.grad.float().contiguous()
     params = {"stride": list(stride), "padding": list(padding), "output_padding": list(output_padding),
               "dilation": list(dilation), "groups": groups}
     return tensors, params
