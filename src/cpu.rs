@@ -3,12 +3,14 @@
 //!
 //! Definition (scatter form, PyTorch's): every input element `x[n, g*Cig+ic, ih, iw]` adds
 //! `x * w[g*Cig+ic, oc, kh, kw]` to `out[n, g*Cog+oc, ih*sH - pH + kh*dH, iw*sW - pW + kw*dW]` when that
-//! position lies inside the output; then the bias is added.
+//! position lies inside the output; then the bias is added. The gradients follow from the same form: each term
+//! `x * w` sends `grad_output` at its output position back to `x` (weighted by `w`) and to `w` (weighted by `x`).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use crate::error::Result;
+use crate::gradients::Gradients;
 use crate::params::{ConvShape, ConvTranspose2dParams};
 use crate::tensor::Tensor;
 
@@ -24,61 +26,160 @@ pub fn conv_transpose2d(
     Tensor::new(shape.output_dims_as_given(), out.into_iter().map(|v| v as f32).collect())
 }
 
-/// The reference in f64 for an already validated problem: the output, `[N, Cout, Ho, Wo]` flattened.
-/// One task per output plane `(n, output channel)`, spread over the machine's cores.
-pub fn conv_transpose2d_f64(shape: &ConvShape, input: &[f32], weight: &[f32], bias: Option<&[f32]>) -> Vec<f64> {
-    let [h, w] = shape.in_hw;
-    let [ho, wo] = shape.out_hw;
-    let plane = ho * wo;
-    let planes = shape.batch * shape.out_channels;
-    let mut out = vec![0f64; planes * plane];
+/// Runs `task(i, chunk)` for every `chunk_len`-long chunk `i` of `out`, spread over the machine's cores. Each
+/// task owns its chunk.
+fn par_chunks(out: &mut [f64], chunk_len: usize, task: impl Fn(usize, &mut [f64]) + Sync) {
+    let chunks: Vec<Mutex<&mut [f64]>> = out.chunks_mut(chunk_len.max(1)).map(Mutex::new).collect();
     let next = AtomicUsize::new(0);
-    let slots: Vec<Mutex<&mut [f64]>> = out.chunks_mut(plane.max(1)).map(Mutex::new).collect();
-    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(planes.max(1));
+    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(chunks.len().max(1));
     std::thread::scope(|scope| {
         for _ in 0..threads {
             scope.spawn(|| loop {
-                let task = next.fetch_add(1, Ordering::Relaxed);
-                if task >= planes {
-                    break;
-                }
-                let (n, co) = (task / shape.out_channels, task % shape.out_channels);
-                let (g, oc) = (co / shape.out_per_group(), co % shape.out_per_group());
-                // Each task owns its plane; the lock is never contended.
-                let mut dst = slots[task].lock().unwrap_or_else(|e| e.into_inner());
-                let b = bias.map_or(0.0, |b| b[co] as f64);
-                dst.iter_mut().for_each(|v| *v = b);
-                for icg in 0..shape.in_per_group() {
-                    let ic = g * shape.in_per_group() + icg;
-                    let x_plane = &input[(n * shape.in_channels + ic) * h * w..][..h * w];
-                    for kh in 0..shape.kernel[0] {
-                        for kw in 0..shape.kernel[1] {
-                            let wv = weight
-                                [((ic * shape.out_per_group() + oc) * shape.kernel[0] + kh) * shape.kernel[1] + kw]
-                                as f64;
-                            for ih in 0..h {
-                                let oh =
-                                    (ih * shape.stride[0] + kh * shape.dilation[0]) as i64 - shape.padding[0] as i64;
-                                if oh < 0 || oh >= ho as i64 {
-                                    continue;
-                                }
-                                for iw in 0..w {
-                                    let ow = (iw * shape.stride[1] + kw * shape.dilation[1]) as i64
-                                        - shape.padding[1] as i64;
-                                    if ow < 0 || ow >= wo as i64 {
-                                        continue;
-                                    }
-                                    dst[oh as usize * wo + ow as usize] += x_plane[ih * w + iw] as f64 * wv;
-                                }
-                            }
-                        }
-                    }
-                }
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(chunk) = chunks.get(i) else { break };
+                // Each chunk is taken by one task only; the lock is never contended.
+                task(i, &mut chunk.lock().unwrap_or_else(|e| e.into_inner()));
             });
         }
     });
-    drop(slots);
+}
+
+/// The output row `oh` that input row `ih` reaches through tap `k` along `axis`, if inside the output.
+fn out_index(shape: &ConvShape, axis: usize, i: usize, k: usize) -> Option<usize> {
+    let o = (i * shape.stride[axis] + k * shape.dilation[axis]) as i64 - shape.padding[axis] as i64;
+    (o >= 0 && o < shape.out_hw[axis] as i64).then_some(o as usize)
+}
+
+/// The reference in f64 for an already validated problem: the output, `[N, Cout, Ho, Wo]` flattened.
+/// One task per output plane `(n, output channel)`.
+pub fn conv_transpose2d_f64(shape: &ConvShape, input: &[f32], weight: &[f32], bias: Option<&[f32]>) -> Vec<f64> {
+    let [h, w] = shape.in_hw;
+    let [ho, wo] = shape.out_hw;
+    let [kh_n, kw_n] = shape.kernel;
+    let mut out = vec![0f64; shape.batch * shape.out_channels * ho * wo];
+    par_chunks(&mut out, ho * wo, |task, dst| {
+        let (n, co) = (task / shape.out_channels, task % shape.out_channels);
+        let (g, oc) = (co / shape.out_per_group(), co % shape.out_per_group());
+        dst.fill(bias.map_or(0.0, |b| b[co] as f64));
+        for ic in g * shape.in_per_group()..(g + 1) * shape.in_per_group() {
+            let x_plane = &input[(n * shape.in_channels + ic) * h * w..][..h * w];
+            for kh in 0..kh_n {
+                for kw in 0..kw_n {
+                    let wv = weight[((ic * shape.out_per_group() + oc) * kh_n + kh) * kw_n + kw] as f64;
+                    for ih in 0..h {
+                        let Some(oh) = out_index(shape, 0, ih, kh) else { continue };
+                        for iw in 0..w {
+                            let Some(ow) = out_index(shape, 1, iw, kw) else { continue };
+                            dst[oh * wo + ow] += x_plane[ih * w + iw] as f64 * wv;
+                        }
+                    }
+                }
+            }
+        }
+    });
     out
+}
+
+/// The three gradients of `conv_transpose2d` given the gradient of its output, on the CPU in f64, rounded to
+/// f32 at the end. Validates like the forward, plus `grad_output`'s size.
+pub fn conv_transpose2d_backward(
+    input: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    grad_output: &Tensor,
+    params: &ConvTranspose2dParams,
+) -> Result<Gradients> {
+    let shape = params.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?;
+    shape.check_grad_output(grad_output.shape())?;
+    let to_f32 = |v: Vec<f64>| v.into_iter().map(|v| v as f32).collect::<Vec<f32>>();
+    let gi = grad_input_f64(&shape, grad_output.data(), weight.data());
+    let gw = grad_weight_f64(&shape, input.data(), grad_output.data());
+    Ok(Gradients {
+        grad_input: Tensor::new(shape.input_dims_as_given(), to_f32(gi))?,
+        grad_weight: Tensor::new(shape.weight_dims(), to_f32(gw))?,
+        grad_bias: bias
+            .map(|_| Tensor::new(vec![shape.out_channels], to_f32(grad_bias_f64(&shape, grad_output.data()))))
+            .transpose()?,
+    })
+}
+
+/// `grad_input[n, ic, ih, iw]` = sum over the output channels `oc` of `ic`'s group and the taps `(kh, kw)` that
+/// land inside the output of `grad_output[n, oc, ih*sH - pH + kh*dH, iw*sW - pW + kw*dW] * w[ic, oc, kh, kw]`:
+/// the derivative of the scatter form with respect to each input element. `[N, Cin, H, W]` flattened.
+pub fn grad_input_f64(shape: &ConvShape, grad_output: &[f32], weight: &[f32]) -> Vec<f64> {
+    let [h, w] = shape.in_hw;
+    let [ho, wo] = shape.out_hw;
+    let [kh_n, kw_n] = shape.kernel;
+    let mut gi = vec![0f64; shape.batch * shape.in_channels * h * w];
+    par_chunks(&mut gi, h * w, |task, dst| {
+        let (n, ic) = (task / shape.in_channels, task % shape.in_channels);
+        let g = ic / shape.in_per_group();
+        for oc in 0..shape.out_per_group() {
+            let co = g * shape.out_per_group() + oc;
+            let go_plane = &grad_output[(n * shape.out_channels + co) * ho * wo..][..ho * wo];
+            for kh in 0..kh_n {
+                for kw in 0..kw_n {
+                    let wv = weight[((ic * shape.out_per_group() + oc) * kh_n + kh) * kw_n + kw] as f64;
+                    for ih in 0..h {
+                        let Some(oh) = out_index(shape, 0, ih, kh) else { continue };
+                        for iw in 0..w {
+                            let Some(ow) = out_index(shape, 1, iw, kw) else { continue };
+                            dst[ih * w + iw] += go_plane[oh * wo + ow] as f64 * wv;
+                        }
+                    }
+                }
+            }
+        }
+    });
+    gi
+}
+
+/// `grad_weight[ic, oc, kh, kw]` = sum over samples and input pixels whose tap `(kh, kw)` lands inside the output
+/// of `x[n, ic, ih, iw] * grad_output[n, g*Cog + oc, ih*sH - pH + kh*dH, iw*sW - pW + kw*dW]`.
+/// `[Cin, Cout/groups, kH, kW]` flattened.
+pub fn grad_weight_f64(shape: &ConvShape, input: &[f32], grad_output: &[f32]) -> Vec<f64> {
+    let [h, w] = shape.in_hw;
+    let [ho, wo] = shape.out_hw;
+    let [kh_n, kw_n] = shape.kernel;
+    let row = shape.out_per_group() * kh_n * kw_n;
+    let mut gw = vec![0f64; shape.in_channels * row];
+    par_chunks(&mut gw, row, |ic, dst| {
+        let g = ic / shape.in_per_group();
+        for n in 0..shape.batch {
+            let x_plane = &input[(n * shape.in_channels + ic) * h * w..][..h * w];
+            for oc in 0..shape.out_per_group() {
+                let co = g * shape.out_per_group() + oc;
+                let go_plane = &grad_output[(n * shape.out_channels + co) * ho * wo..][..ho * wo];
+                for kh in 0..kh_n {
+                    for kw in 0..kw_n {
+                        let mut acc = 0f64;
+                        for ih in 0..h {
+                            let Some(oh) = out_index(shape, 0, ih, kh) else { continue };
+                            for iw in 0..w {
+                                let Some(ow) = out_index(shape, 1, iw, kw) else { continue };
+                                acc += x_plane[ih * w + iw] as f64 * go_plane[oh * wo + ow] as f64;
+                            }
+                        }
+                        dst[(oc * kh_n + kh) * kw_n + kw] += acc;
+                    }
+                }
+            }
+        }
+    });
+    gw
+}
+
+/// `grad_bias[co]` = the sum of `grad_output[n, co, :, :]` over samples and pixels. `[Cout]`.
+pub fn grad_bias_f64(shape: &ConvShape, grad_output: &[f32]) -> Vec<f64> {
+    let plane = shape.out_hw[0] * shape.out_hw[1];
+    (0..shape.out_channels)
+        .map(|co| {
+            (0..shape.batch)
+                .flat_map(|n| &grad_output[(n * shape.out_channels + co) * plane..][..plane])
+                .map(|&v| v as f64)
+                .sum()
+        })
+        .collect()
 }
 
 /// One output element in f64 by the gather form, written independently of [`conv_transpose2d_f64`]: a tap

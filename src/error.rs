@@ -55,6 +55,8 @@ pub enum ConvtError {
     DataLength { shape: Vec<usize>, expected: usize, actual: usize },
     #[error("tensor of size {shape:?} has too many elements to address")]
     SizeOverflow { shape: Vec<usize> },
+    #[error("grad_output must have the output's size {expected:?}, but got grad_output of size {actual:?}")]
+    GradOutputShape { expected: Vec<usize>, actual: Vec<usize> },
     #[error("expected a tensor of size {expected:?}, but got {actual:?}")]
     ShapeMismatch { expected: Vec<usize>, actual: Vec<usize> },
     #[error(

@@ -24,6 +24,7 @@
 pub mod cpu;
 pub mod error;
 pub mod gpu;
+pub mod gradients;
 pub mod io;
 pub mod layer;
 pub mod params;
@@ -31,7 +32,8 @@ pub mod suite;
 pub mod tensor;
 
 pub use error::{ConvtError, Result};
-pub use gpu::{GpuContext, GpuOptions, GpuTensor};
+pub use gpu::{GpuContext, GpuGradients, GpuOptions, GpuTensor};
+pub use gradients::Gradients;
 pub use layer::{ConvTranspose2d, ConvTranspose2dOptions, GpuConvTranspose2d};
 pub use params::{ConvShape, ConvTranspose2dParams, Hw};
 pub use tensor::{ErrorStats, Tensor};

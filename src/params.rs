@@ -219,6 +219,15 @@ impl ConvShape {
     pub fn out_per_group(&self) -> usize {
         self.out_channels / self.groups
     }
+    /// The input's dimensions as the caller gave them (and `grad_input`'s).
+    pub fn input_dims_as_given(&self) -> Vec<usize> {
+        let d = self.input_dims();
+        if self.unbatched {
+            d[1..].to_vec()
+        } else {
+            d
+        }
+    }
     /// `[N, Cin, H, W]` (always batched).
     pub fn input_dims(&self) -> Vec<usize> {
         vec![self.batch, self.in_channels, self.in_hw[0], self.in_hw[1]]
@@ -235,6 +244,17 @@ impl ConvShape {
         } else {
             d
         }
+    }
+    /// Checks that a gradient of the output has the output's size (as the caller sees it: unbatched in,
+    /// unbatched out).
+    pub fn check_grad_output(&self, grad_output: &[usize]) -> Result<()> {
+        if grad_output != self.output_dims_as_given() {
+            return Err(ConvtError::GradOutputShape {
+                expected: self.output_dims_as_given(),
+                actual: grad_output.to_vec(),
+            });
+        }
+        Ok(())
     }
     /// `[Cin, Cout/groups, kH, kW]`.
     pub fn weight_dims(&self) -> Vec<usize> {

@@ -1,12 +1,13 @@
 //! Golden files written by real PyTorch (`scripts/make_fixtures.py`): both backends must reproduce PyTorch's
-//! output within 1e-5 relative L2, and the validation rules must accept and reject what PyTorch does.
+//! output and autograd's three gradients within 1e-5 relative L2, and the validation rules must accept and
+//! reject what PyTorch does.
 
 mod common;
 
 use std::path::{Path, PathBuf};
 
 use convt::io::TensorFile;
-use convt::{ConvTranspose2dParams, ErrorStats, Tensor};
+use convt::{ConvTranspose2dParams, ErrorStats, Gradients, Tensor};
 
 struct Fixture {
     name: String,
@@ -15,6 +16,9 @@ struct Fixture {
     bias: Option<Tensor>,
     expected: Tensor,
     params: ConvTranspose2dParams,
+    /// A random gradient of the output and PyTorch autograd's gradients for it.
+    grad_output: Tensor,
+    expected_grads: Gradients,
 }
 
 fn fixtures_dir() -> PathBuf {
@@ -53,6 +57,12 @@ fn load_fixtures() -> Vec<Fixture> {
                 bias: file.take("bias"),
                 expected: file.take("output").expect("output"),
                 params,
+                grad_output: file.take("grad_output").expect("grad_output"),
+                expected_grads: Gradients {
+                    grad_input: file.take("grad_input").expect("grad_input"),
+                    grad_weight: file.take("grad_weight").expect("grad_weight"),
+                    grad_bias: file.take("grad_bias"),
+                },
             }
         })
         .collect()
@@ -119,6 +129,76 @@ fn gpu_matches_pytorch_with_tensors_split_over_many_bindings() {
         assert!(s.rel_l2 <= common::F32_TOLERANCE, "{}: rel L2 {:e} ({} non-finite)", f.name, s.rel_l2, s.non_finite);
     }
     assert!(split >= 15, "only {split} fixtures were split over several bindings");
+}
+
+/// Each gradient of `got` against PyTorch's for fixture `f`.
+fn check_gradients(f: &Fixture, got: &Gradients, backend: &str) {
+    assert_eq!(got.grad_bias.is_some(), f.expected_grads.grad_bias.is_some(), "{}", f.name);
+    let pairs = [
+        ("grad_input", Some(&got.grad_input), Some(&f.expected_grads.grad_input)),
+        ("grad_weight", Some(&got.grad_weight), Some(&f.expected_grads.grad_weight)),
+        ("grad_bias", got.grad_bias.as_ref(), f.expected_grads.grad_bias.as_ref()),
+    ];
+    for (what, got, expected) in pairs {
+        if let (Some(got), Some(expected)) = (got, expected) {
+            let s = stats(got, expected);
+            assert!(
+                s.rel_l2 <= common::F32_TOLERANCE,
+                "{} {what} on {backend}: rel L2 {:e} ({} non-finite)",
+                f.name,
+                s.rel_l2,
+                s.non_finite
+            );
+        }
+    }
+}
+
+#[test]
+fn cpu_gradients_match_pytorch_autograd() {
+    for f in load_fixtures() {
+        let g = convt::cpu::conv_transpose2d_backward(&f.input, &f.weight, f.bias.as_ref(), &f.grad_output, &f.params)
+            .unwrap();
+        check_gradients(&f, &g, "cpu");
+    }
+}
+
+#[test]
+fn gpu_gradients_match_pytorch_autograd() {
+    let ctx = common::ctx();
+    for f in load_fixtures() {
+        let g = convt::gpu::conv_transpose2d_backward_host(
+            ctx,
+            &f.input,
+            &f.weight,
+            f.bias.as_ref(),
+            &f.grad_output,
+            &f.params,
+        )
+        .unwrap();
+        check_gradients(&f, &g, "gpu");
+    }
+}
+
+#[test]
+fn gpu_gradients_match_pytorch_autograd_with_tensors_split_over_many_bindings() {
+    for f in load_fixtures() {
+        let plane = |t: &Tensor| t.shape()[t.shape().len() - 2..].iter().product::<usize>();
+        let limit = 4 * [f.weight.numel(), plane(&f.input), plane(&f.expected), f.expected.shape()[1]]
+            .into_iter()
+            .max()
+            .unwrap();
+        let ctx = common::ctx_with_binding_limit(limit as u64, None);
+        let g = convt::gpu::conv_transpose2d_backward_host(
+            &ctx,
+            &f.input,
+            &f.weight,
+            f.bias.as_ref(),
+            &f.grad_output,
+            &f.params,
+        )
+        .unwrap();
+        check_gradients(&f, &g, "gpu, split bindings");
+    }
 }
 
 /// PyTorch's own verdicts on edge and invalid configurations (`torch_behaviour.json`): convt must accept what

@@ -3,55 +3,15 @@
 
 mod common;
 
+use common::problems::{problems, Problem};
 use convt::gpu::Strategy as GpuStrategy;
-use convt::{cpu, ConvShape, ConvTranspose2dParams, ErrorStats, GpuContext, Tensor};
+use convt::{cpu, ConvTranspose2dParams, ErrorStats, GpuContext, Tensor};
 use proptest::prelude::*;
-
-/// A valid problem: (input dims, weight dims, bias, params).
-#[derive(Debug, Clone)]
-struct Problem {
-    input: Vec<usize>,
-    weight: Vec<usize>,
-    bias: bool,
-    params: ConvTranspose2dParams,
-    seed: u64,
-}
-
-impl Problem {
-    fn shape(&self) -> ConvShape {
-        let cout = self.weight[1] * self.params.groups as usize;
-        self.params.resolve(&self.input, &self.weight, self.bias.then_some(&[cout][..])).expect("valid problem")
-    }
-}
-
-fn problems() -> impl Strategy<Value = Problem> {
-    (
-        (1usize..=3, 1usize..=4, 1usize..=4, 1usize..=4), // batch, groups, in per group, out per group
-        (1usize..=7, 1usize..=7, 1usize..=5, 1usize..=5), // H, W, kH, kW
-        ([1i64..=4, 1i64..=4], [1i64..=3, 1i64..=3]),     // stride, dilation
-        ([0i64..=3, 0i64..=3], [0i64..=3, 0i64..=3], any::<bool>(), any::<u64>()),
-    )
-        .prop_filter_map(
-            "output must be non-empty",
-            |((n, g, cig, cog), (h, w, kh, kw), (s, d), (p, op, bias, seed))| {
-                // output_padding < max(stride, dilation), as PyTorch requires.
-                let op = [op[0] % s[0].max(d[0]), op[1] % s[1].max(d[1])];
-                let params =
-                    ConvTranspose2dParams { stride: s, padding: p, output_padding: op, dilation: d, groups: g as i64 };
-                let pr =
-                    Problem { input: vec![n, g * cig, h, w], weight: vec![g * cig, cog, kh, kw], bias, params, seed };
-                let cout = cog * g;
-                params.resolve(&pr.input, &pr.weight, bias.then_some(&[cout][..])).ok().map(|_| pr)
-            },
-        )
-}
 
 /// Runs `p` on the GPU and compares with the f64 reference.
 fn check(ctx: &GpuContext, p: &Problem) -> Result<(), TestCaseError> {
     let shape = p.shape();
-    let x = Tensor::uniform(p.input.clone(), -1.0, 1.0, p.seed).unwrap();
-    let w = Tensor::uniform(p.weight.clone(), -1.0, 1.0, p.seed ^ 1).unwrap();
-    let b = p.bias.then(|| Tensor::uniform(vec![shape.out_channels], -1.0, 1.0, p.seed ^ 2).unwrap());
+    let (x, w, b) = p.tensors();
     let out = convt::gpu::conv_transpose2d_host(ctx, &x, &w, b.as_ref(), &p.params).unwrap();
     prop_assert_eq!(out.shape(), &shape.output_dims_as_given()[..]);
     let reference = cpu::conv_transpose2d_f64(&shape, x.data(), w.data(), b.as_ref().map(|b| b.data()));
@@ -92,9 +52,7 @@ proptest! {
     fn scatter_and_gather_references_agree(p in problems()) {
         // The two CPU formulations are written independently; they must agree to f64 rounding.
         let shape = p.shape();
-        let x = Tensor::uniform(p.input.clone(), -1.0, 1.0, p.seed).unwrap();
-        let w = Tensor::uniform(p.weight.clone(), -1.0, 1.0, p.seed ^ 1).unwrap();
-        let b = p.bias.then(|| Tensor::uniform(vec![shape.out_channels], -1.0, 1.0, p.seed ^ 2).unwrap());
+        let (x, w, b) = p.tensors();
         let bias = b.as_ref().map(|b| b.data());
         let scatter = cpu::conv_transpose2d_f64(&shape, x.data(), w.data(), bias);
         let dims = shape.output_dims();

@@ -169,6 +169,22 @@ impl GpuTensor {
         Ok(())
     }
 
+    /// Copies this tensor's values into `dst`, a tensor of the same shape, on the GPU.
+    pub fn copy_to(&self, ctx: &GpuContext, dst: &GpuTensor) -> Result<()> {
+        if self.shape != dst.shape {
+            return Err(ConvtError::ShapeMismatch { expected: dst.shape.clone(), actual: self.shape.clone() });
+        }
+        ctx.scoped(|| {
+            let mut encoder = ctx.device.create_command_encoder(&Default::default());
+            // Equal shapes have equal chunks.
+            for (a, b) in self.chunks.iter().zip(&dst.chunks) {
+                encoder.copy_buffer_to_buffer(&a.buffer, 0, &b.buffer, 0, a.buffer.size());
+            }
+            ctx.queue.submit([encoder.finish()]);
+            Ok(())
+        })
+    }
+
     /// Copies the tensor back to the host through a MAP_READ staging buffer per chunk.
     pub fn download(&self, ctx: &GpuContext) -> Result<Tensor> {
         let mut data = vec![0f32; self.numel()];

@@ -4,7 +4,9 @@
 use crate::error::Result;
 use crate::gpu::buffers::GpuTensor;
 use crate::gpu::context::GpuContext;
-use crate::gpu::kernel::{check_index_range, dispatch, gcd, grid, mod_inverse, shape_constants, Operands};
+use crate::gpu::kernel::{
+    channel_blocks, check_index_range, dispatch, gcd, grid, mod_inverse, shape_constants, Operands,
+};
 use crate::gpu::plan::{plan, Slice};
 use crate::params::ConvShape;
 
@@ -59,14 +61,6 @@ fn constants(shape: &ConvShape, has_bias: bool) -> Result<Vec<(&'static str, f64
     Ok(c)
 }
 
-/// Output channel blocks `[begin, end)` covering output channels `oc` (blocks never straddle a group).
-fn blocks(shape: &ConvShape, oc: &std::ops::Range<usize>) -> (usize, usize) {
-    let cog = shape.out_per_group();
-    let per_group = cog.div_ceil(OC_BLOCK);
-    let block_of = |c: usize| (c / cog) * per_group + (c % cog) / OC_BLOCK;
-    (block_of(oc.start), block_of(oc.end - 1) + 1)
-}
-
 /// Encodes the direct kernel over every slice of the plan into `pass`; `output` has `shape`'s output size.
 pub(crate) fn encode(
     ctx: &GpuContext,
@@ -89,7 +83,7 @@ pub(crate) fn encode(
     let pixels = shape.out_hw[0] * shape.out_hw[1];
     ctx.scoped(|| {
         for s in &slices {
-            let (b0, b1) = blocks(shape, &s.oc);
+            let (b0, b1) = channel_blocks(shape.out_per_group(), OC_BLOCK, &s.oc);
             let invocations = s.samples.len() * (b1 - b0) * pixels;
             let grid = grid(ctx, invocations.div_ceil(WORKGROUP_SIZE as usize));
             let u = SliceUniform {

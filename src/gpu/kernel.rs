@@ -89,8 +89,8 @@ pub(crate) fn grid(ctx: &GpuContext, workgroups: usize) -> (u32, u32) {
     (width as u32, workgroups.div_ceil(width) as u32)
 }
 
-/// Binds (uniform, input chunk, weight, bias, output chunk) in the shaders' common layout and dispatches
-/// `(width, height)` workgroups in each of `layers` grid layers.
+/// Binds (uniform, input chunk, weight, bias, output chunk) in the forward shaders' common layout and
+/// dispatches `(width, height)` workgroups in each of `layers` grid layers.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn dispatch(
     ctx: &GpuContext,
@@ -100,6 +100,20 @@ pub(crate) fn dispatch(
     input: &wgpu::Buffer,
     ops: &Operands<'_>,
     output: &wgpu::Buffer,
+    grid: (u32, u32),
+    layers: u32,
+) {
+    dispatch_buffers(ctx, pass, pipeline, uniform, &[input, ops.weight, ops.bias(), output], grid, layers);
+}
+
+/// Binds `uniform` at binding 0 and `buffers` at bindings 1, 2, ... (as the shader declares them) and
+/// dispatches `(width, height)` workgroups in each of `layers` grid layers.
+pub(crate) fn dispatch_buffers(
+    ctx: &GpuContext,
+    pass: &mut wgpu::ComputePass<'_>,
+    pipeline: &wgpu::ComputePipeline,
+    uniform: &[u8],
+    buffers: &[&wgpu::Buffer],
     (width, height): (u32, u32),
     layers: u32,
 ) {
@@ -108,20 +122,31 @@ pub(crate) fn dispatch(
         contents: uniform,
         usage: wgpu::BufferUsages::UNIFORM,
     });
+    let entries: Vec<wgpu::BindGroupEntry<'_>> =
+        std::iter::once(wgpu::BindGroupEntry { binding: 0, resource: uniform.as_entire_binding() })
+            .chain(
+                buffers
+                    .iter()
+                    .zip(1..)
+                    .map(|(b, i)| wgpu::BindGroupEntry { binding: i, resource: b.as_entire_binding() }),
+            )
+            .collect();
     let bind_group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
         label: None,
         layout: &pipeline.get_bind_group_layout(0),
-        entries: &[
-            wgpu::BindGroupEntry { binding: 0, resource: uniform.as_entire_binding() },
-            wgpu::BindGroupEntry { binding: 1, resource: input.as_entire_binding() },
-            wgpu::BindGroupEntry { binding: 2, resource: ops.weight.as_entire_binding() },
-            wgpu::BindGroupEntry { binding: 3, resource: ops.bias().as_entire_binding() },
-            wgpu::BindGroupEntry { binding: 4, resource: output.as_entire_binding() },
-        ],
+        entries: &entries,
     });
     pass.set_pipeline(pipeline);
     pass.set_bind_group(0, &bind_group, &[]);
     pass.dispatch_workgroups(width, height, layers);
+}
+
+/// Blocks of `block` channels covering the channel range `channels` of a tensor whose groups have `per_group`
+/// channels, as `[begin, end)` block indices (blocks never straddle a group; a group's last block may be short).
+pub(crate) fn channel_blocks(per_group: usize, block: usize, channels: &std::ops::Range<usize>) -> (usize, usize) {
+    let per_group_blocks = per_group.div_ceil(block);
+    let block_of = |c: usize| (c / per_group) * per_group_blocks + (c % per_group) / block;
+    (block_of(channels.start), block_of(channels.end - 1) + 1)
 }
 
 #[cfg(test)]

@@ -1,17 +1,26 @@
 //! The GPU backend: context ([`context`]), buffers ([`buffers`]), the slice plan for large tensors, and one
-//! module per algorithm. [`conv_transpose2d`] is the single entry point; [`select`] the single place that
-//! picks the algorithm for a shape.
+//! module per algorithm. [`conv_transpose2d`] is the single entry point of the forward; [`select`] the single
+//! place that picks its algorithm for a shape. The backward pass ([`backward`]) runs one kernel per gradient
+//! ([`grad_input`], [`grad_weight`], [`grad_bias`]); [`elementwise`] holds what a training loop adds.
 
+pub mod backward;
 pub mod buffers;
 pub mod ceilings;
 pub mod context;
 pub mod direct;
+pub mod elementwise;
 pub mod gemm;
+pub mod grad_bias;
+pub mod grad_input;
+pub mod grad_weight;
 pub(crate) mod kernel;
 pub(crate) mod plan;
 pub mod timing;
 pub mod tune;
 
+pub use backward::{
+    conv_transpose2d_backward, conv_transpose2d_backward_host, conv_transpose2d_backward_into, GpuGradients,
+};
 pub use buffers::GpuTensor;
 pub use context::{GpuContext, GpuOptions, ShaderChecks};
 pub use timing::GpuTimer;
@@ -51,6 +60,14 @@ pub fn shader_sources() -> Vec<(&'static str, String, String)> {
         (ceilings::FMA_SHADER.0, ceilings::FMA_SHADER.0.to_string(), ceilings::FMA_SHADER.1.to_string()),
         (ceilings::COPY_SHADER.0, ceilings::COPY_SHADER.0.to_string(), ceilings::COPY_SHADER.1.to_string()),
     ];
+    for (file, source) in [
+        (grad_input::SHADER_NAME, grad_input::SHADER),
+        (grad_weight::SHADER_NAME, grad_weight::SHADER),
+        (grad_bias::SHADER_NAME, grad_bias::SHADER),
+        (elementwise::SHADER_NAME, elementwise::SHADER),
+    ] {
+        v.push((file, file.to_string(), source.to_string()));
+    }
     v.push((gemm::PACK_SHADER_NAME, gemm::PACK_SHADER_NAME.to_string(), gemm::PACK_SHADER.to_string()));
     v.extend(gemm::TILES.iter().map(|t| (gemm::SHADER_NAME, t.name(), t.source())));
     v

@@ -1,11 +1,20 @@
 //! Splitting one convolution into slices of work that each read one input chunk and write one output chunk
 //! (see [`GpuTensor`]'s chunks). Every algorithm dispatches through this plan, so large tensors work the same
-//! way for all of them.
+//! way for all of them, the backward kernels included: there "input" is the tensor a kernel reads and
+//! "output" the one it writes (for grad_input: grad_output and grad_input; see [`plan_between`]).
 
 use std::ops::Range;
 
 use crate::gpu::buffers::GpuTensor;
 use crate::params::ConvShape;
+
+/// One side of a plan: a chunked `[N, C, H, W]` tensor whose `channels` form groups of `per_group`.
+#[derive(Clone, Copy)]
+pub(crate) struct Side<'a> {
+    pub tensor: &'a GpuTensor,
+    pub channels: usize,
+    pub per_group: usize,
+}
 
 /// One dispatch's share of the work.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,11 +51,21 @@ fn sample_parts(t: &GpuTensor, n: usize, channels: usize) -> Vec<(usize, Range<u
 /// Slices covering every output element exactly once with a non-accumulating write (plus accumulating ones
 /// where a sample's input channels span several chunks), in an order where each accumulation follows its write.
 pub(crate) fn plan(shape: &ConvShape, input: &GpuTensor, output: &GpuTensor) -> Vec<Slice> {
-    let (cig, cog) = (shape.in_per_group(), shape.out_per_group());
+    plan_between(
+        shape.batch,
+        Side { tensor: input, channels: shape.in_channels, per_group: shape.in_per_group() },
+        Side { tensor: output, channels: shape.out_channels, per_group: shape.out_per_group() },
+    )
+}
+
+/// [`plan`] between any tensor read (`input`) and any tensor written (`output`) sample by sample, their
+/// channels connected group to group.
+pub(crate) fn plan_between(batch: usize, input: Side<'_>, output: Side<'_>) -> Vec<Slice> {
+    let (cig, cog) = (input.per_group, output.per_group);
     let mut slices: Vec<Slice> = Vec::new();
-    for n in 0..shape.batch {
-        let ins = sample_parts(input, n, shape.in_channels);
-        for (out_chunk, oc, out_offset) in sample_parts(output, n, shape.out_channels) {
+    for n in 0..batch {
+        let ins = sample_parts(input.tensor, n, input.channels);
+        for (out_chunk, oc, out_offset) in sample_parts(output.tensor, n, output.channels) {
             let groups_out = oc.start / cog..(oc.end - 1) / cog + 1;
             let mut first = true;
             for (in_chunk, ic, in_offset) in &ins {
@@ -70,7 +89,7 @@ pub(crate) fn plan(shape: &ConvShape, input: &GpuTensor, output: &GpuTensor) -> 
                 };
                 first = false;
                 // Whole samples in the same chunks as the previous slice: extend it instead.
-                let whole = s.ic == (0..shape.in_channels) && s.oc == (0..shape.out_channels);
+                let whole = s.ic == (0..input.channels) && s.oc == (0..output.channels);
                 match slices.last_mut() {
                     Some(p)
                         if whole

@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod problems;
+
 use std::sync::OnceLock;
 
 use convt::gpu::{GpuContext, GpuOptions};

@@ -1,0 +1,58 @@
+//! The grad_bias kernel, `shaders/grad_bias.wgsl`: a deterministic sum of grad_output per output channel, one
+//! workgroup per channel and chunk of grad_output.
+
+use crate::error::Result;
+use crate::gpu::buffers::GpuTensor;
+use crate::gpu::context::GpuContext;
+use crate::gpu::kernel::{dispatch_buffers, grid};
+use crate::params::ConvShape;
+
+pub const SHADER_NAME: &str = "grad_bias.wgsl";
+pub const SHADER: &str = include_str!("../../shaders/grad_bias.wgsl");
+
+/// The uniform block `Chunk` of the shader, field for field.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct ChunkUniform {
+    first_plane: u32,
+    planes: u32,
+    accumulate: u32,
+    dispatch_width: u32,
+}
+
+/// Whether `encode` adds to `grad_bias` (which must then start at zero): when grad_output has several chunks.
+pub(crate) fn accumulates(grad_output: &GpuTensor) -> bool {
+    grad_output.chunks().len() > 1
+}
+
+/// Encodes the gradient of the bias given `grad_output` into `grad_bias` (`[Cout]`).
+pub(crate) fn encode(
+    ctx: &GpuContext,
+    shape: &ConvShape,
+    grad_output: &GpuTensor,
+    grad_bias: &GpuTensor,
+    pass: &mut wgpu::ComputePass<'_>,
+) -> Result<()> {
+    let accumulate = accumulates(grad_output);
+    let gb = grad_bias.single_buffer("grad_bias", ctx)?;
+    let module = ctx.module(SHADER_NAME, SHADER)?;
+    let consts: Vec<(&str, f64)> =
+        [("C_OUT", shape.out_channels), ("OUT_H", shape.out_hw[0]), ("OUT_W", shape.out_hw[1])]
+            .map(|(k, v)| (k, v as f64))
+            .to_vec();
+    let key = format!("grad_bias {:?} {:?}", ctx.options().shader_checks, consts);
+    let pipeline = ctx.pipeline(key, &module, &consts)?;
+    let grid = grid(ctx, shape.out_channels);
+    ctx.scoped(|| {
+        for c in grad_output.chunks() {
+            let u = ChunkUniform {
+                first_plane: c.first_plane as u32,
+                planes: c.planes as u32,
+                accumulate: accumulate as u32,
+                dispatch_width: grid.0,
+            };
+            dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &[&c.buffer, gb], grid, 1);
+        }
+        Ok(())
+    })
+}

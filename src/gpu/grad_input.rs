@@ -1,0 +1,92 @@
+//! The grad_input kernel, `shaders/grad_input.wgsl`: a gather over grad_output, one invocation per input pixel
+//! and block of input channels, for every option. See the shader's opening comment.
+
+use crate::error::Result;
+use crate::gpu::buffers::GpuTensor;
+use crate::gpu::context::GpuContext;
+use crate::gpu::kernel::{channel_blocks, check_index_range, dispatch_buffers, grid, shape_constants};
+use crate::gpu::plan::{plan_between, Side};
+use crate::params::ConvShape;
+
+pub const SHADER_NAME: &str = "grad_input.wgsl";
+pub const SHADER: &str = include_str!("../../shaders/grad_input.wgsl");
+const WORKGROUP_SIZE: u32 = 256;
+/// Input channels per invocation (`IC_BLOCK` in the shader).
+const IC_BLOCK: usize = 4;
+
+/// The uniform block `Slice` of the shader, field for field.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct SliceUniform {
+    n_count: u32,
+    go_offset: u32,
+    gi_offset: u32,
+    gi_first_channel: u32,
+    go_begin: u32,
+    go_end: u32,
+    block_begin: u32,
+    block_count: u32,
+    gi_begin: u32,
+    gi_end: u32,
+    accumulate: u32,
+    dispatch_width: u32,
+}
+
+/// The override constants of the shape: its sizes, padding and dilation.
+pub(crate) fn constants(shape: &ConvShape) -> Result<Vec<(&'static str, f64)>> {
+    check_index_range(shape)?;
+    let mut c: Vec<(&str, f64)> = shape_constants(shape, false).into_iter().filter(|(k, _)| *k != "HAS_BIAS").collect();
+    c.extend(
+        [("P_H", shape.padding[0]), ("P_W", shape.padding[1]), ("D_H", shape.dilation[0]), ("D_W", shape.dilation[1])]
+            .map(|(k, v)| (k, v as f64)),
+    );
+    Ok(c)
+}
+
+/// Encodes grad_input = the gradient of the input given `grad_output`, into `grad_input` (the input's size).
+pub(crate) fn encode(
+    ctx: &GpuContext,
+    shape: &ConvShape,
+    weight: &GpuTensor,
+    grad_output: &GpuTensor,
+    grad_input: &GpuTensor,
+    pass: &mut wgpu::ComputePass<'_>,
+) -> Result<()> {
+    let slices = plan_between(
+        shape.batch,
+        Side { tensor: grad_output, channels: shape.out_channels, per_group: shape.out_per_group() },
+        Side { tensor: grad_input, channels: shape.in_channels, per_group: shape.in_per_group() },
+    );
+    let weight = weight.single_buffer("weight", ctx)?;
+    let module = ctx.module(SHADER_NAME, SHADER)?;
+    let mut consts = constants(shape)?;
+    consts.push(("WORKGROUP_SIZE", WORKGROUP_SIZE as f64));
+    let key = format!("grad_input {:?} {:?}", ctx.options().shader_checks, consts);
+    let pipeline = ctx.pipeline(key, &module, &consts)?;
+    let pixels = shape.in_hw[0] * shape.in_hw[1];
+    ctx.scoped(|| {
+        for s in &slices {
+            // In this plan "in" is grad_output (read) and "out" is grad_input (written).
+            let (b0, b1) = channel_blocks(shape.in_per_group(), IC_BLOCK, &s.oc);
+            let grid = grid(ctx, (s.samples.len() * (b1 - b0) * pixels).div_ceil(WORKGROUP_SIZE as usize));
+            let u = SliceUniform {
+                n_count: s.samples.len() as u32,
+                go_offset: s.in_offset as u32,
+                gi_offset: s.out_offset as u32,
+                gi_first_channel: s.out_first_channel as u32,
+                go_begin: s.ic.start as u32,
+                go_end: s.ic.end as u32,
+                block_begin: b0 as u32,
+                block_count: (b1 - b0) as u32,
+                gi_begin: s.oc.start as u32,
+                gi_end: s.oc.end as u32,
+                accumulate: s.accumulate as u32,
+                dispatch_width: grid.0,
+            };
+            let go = &grad_output.chunks()[s.in_chunk].buffer;
+            let gi = &grad_input.chunks()[s.out_chunk].buffer;
+            dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &[go, weight, gi], grid, 1);
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,154 @@
+//! The backward pass: all three gradients on the GPU (outputs poisoned with NaN before the kernels run) against
+//! the float64 CPU reference on random problems covering every option, relative L2 <= 1e-5; the CPU reference
+//! itself against the adjoint identities; determinism; validation. PyTorch's own gradients are checked in
+//! tests/fixtures.rs.
+
+mod common;
+
+use common::problems::{problems, Problem};
+use convt::{cpu, ConvShape, ErrorStats, GpuContext, GpuTensor, Tensor};
+use proptest::prelude::*;
+
+/// The problem's tensors and a random grad_output of the output's size.
+fn operands(p: &Problem) -> (Tensor, Tensor, Option<Tensor>, Tensor) {
+    let (x, w, b) = p.tensors();
+    let go = Tensor::uniform(p.shape().output_dims_as_given(), -1.0, 1.0, p.seed ^ 3).unwrap();
+    (x, w, b, go)
+}
+
+/// Compares a GPU gradient with its f64 reference: every element written and finite, rel L2 <= 1e-5.
+fn close(what: &str, got: &Tensor, reference: &[f64], p: &Problem) -> Result<(), TestCaseError> {
+    let s = ErrorStats::compare(got.data(), reference);
+    prop_assert!(s.non_finite == 0, "{what}: {} unwritten or non-finite elements for {:?}", s.non_finite, p);
+    prop_assert!(s.rel_l2 <= common::F32_TOLERANCE, "{what}: rel L2 {:e} for {:?}", s.rel_l2, p);
+    Ok(())
+}
+
+/// Runs the backward of `p` on the GPU and compares each gradient with the f64 reference.
+fn check(ctx: &GpuContext, p: &Problem) -> Result<(), TestCaseError> {
+    let shape = p.shape();
+    let (x, w, b, go) = operands(p);
+    let g = convt::gpu::conv_transpose2d_backward_host(ctx, &x, &w, b.as_ref(), &go, &p.params).unwrap();
+    prop_assert_eq!(g.grad_input.shape(), &shape.input_dims_as_given()[..]);
+    prop_assert_eq!(g.grad_weight.shape(), &shape.weight_dims()[..]);
+    close("grad_input", &g.grad_input, &cpu::grad_input_f64(&shape, go.data(), w.data()), p)?;
+    close("grad_weight", &g.grad_weight, &cpu::grad_weight_f64(&shape, x.data(), go.data()), p)?;
+    match (&g.grad_bias, &b) {
+        (Some(gb), Some(_)) => close("grad_bias", gb, &cpu::grad_bias_f64(&shape, go.data()), p)?,
+        (None, None) => {}
+        _ => prop_assert!(false, "grad_bias present iff the bias is"),
+    }
+    Ok(())
+}
+
+fn dot(a: &[f32], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(&a, &b)| a as f64 * b).sum()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn gpu_gradients_match_reference_on_random_problems(p in problems()) {
+        check(common::ctx(), &p)?;
+    }
+
+    #[test]
+    fn gpu_gradients_match_reference_with_tiny_bindings(p in problems()) {
+        // Bindings of the weight's size (or one plane, if larger): every tensor split over chunks, samples split
+        // across channel chunks, so the sliced dispatches and the in-place accumulation of the reductions run.
+        let shape = p.shape();
+        let plane = (shape.in_hw[0] * shape.in_hw[1]).max(shape.out_hw[0] * shape.out_hw[1]);
+        let weight: usize = p.weight.iter().product();
+        let limit = 4 * weight.max(plane).max(shape.out_channels);
+        check(&common::ctx_with_binding_limit(limit as u64, None), &p)?;
+    }
+
+    #[test]
+    fn reference_gradients_satisfy_the_adjoint_identities(p in problems()) {
+        // The output is linear in x and in w: <y(x, w), go> = <x, grad_input> = <w, grad_weight> (without bias),
+        // and <bias, grad_bias> is the bias's share. This checks the three reference gradients against the
+        // forward reference, which tests/fixtures.rs checks against PyTorch.
+        let shape: ConvShape = p.shape();
+        let (x, w, b, go) = operands(&p);
+        let y = cpu::conv_transpose2d_f64(&shape, x.data(), w.data(), None);
+        let go64: Vec<f64> = go.data().iter().map(|&v| v as f64).collect();
+        let lhs: f64 = y.iter().zip(&go64).map(|(a, b)| a * b).sum();
+        let via_input = dot(x.data(), &cpu::grad_input_f64(&shape, go.data(), w.data()));
+        let via_weight = dot(w.data(), &cpu::grad_weight_f64(&shape, x.data(), go.data()));
+        let scale = 1.0 + y.iter().map(|v| v.abs()).sum::<f64>();
+        prop_assert!((lhs - via_input).abs() <= 1e-9 * scale, "<y,go> {} vs <x,gi> {} for {:?}", lhs, via_input, p);
+        prop_assert!((lhs - via_weight).abs() <= 1e-9 * scale, "<y,go> {} vs <w,gw> {} for {:?}", lhs, via_weight, p);
+        if let Some(b) = &b {
+            let with_bias = cpu::conv_transpose2d_f64(&shape, x.data(), w.data(), Some(b.data()));
+            let lhs_b: f64 = with_bias.iter().zip(&go64).map(|(a, b)| a * b).sum::<f64>() - lhs;
+            let via_bias = dot(b.data(), &cpu::grad_bias_f64(&shape, go.data()));
+            prop_assert!((lhs_b - via_bias).abs() <= 1e-9 * scale, "bias: {} vs {} for {:?}", lhs_b, via_bias, p);
+        }
+    }
+}
+
+#[test]
+fn gradients_are_the_same_bits_on_every_run() {
+    // Reductions in a fixed order, no atomics: two runs agree exactly, also when split over bindings.
+    let p = Problem {
+        input: vec![3, 8, 9, 7],
+        weight: vec![8, 6, 3, 4],
+        bias: true,
+        params: convt::ConvTranspose2dParams::default().stride((2, 1)).padding((1, 2)).groups(2),
+        seed: common::fresh_seed(),
+    };
+    let (x, w, b, go) = operands(&p);
+    // A binding of the weight's size (8*6*3*4 floats) splits x and grad_output over many chunks.
+    for ctx in [common::ctx(), &common::ctx_with_binding_limit(4 * 8 * 6 * 3 * 4, None)] {
+        let run = || convt::gpu::conv_transpose2d_backward_host(ctx, &x, &w, b.as_ref(), &go, &p.params).unwrap();
+        let first = run();
+        for _ in 0..3 {
+            assert!(run() == first, "gradients differ between runs (seed {})", p.seed);
+        }
+    }
+}
+
+#[test]
+fn unbatched_input_gives_unbatched_grad_input() {
+    let params = convt::ConvTranspose2dParams::default().stride(2).padding(1).output_padding(1);
+    let x = Tensor::uniform(vec![3, 4, 5], -1.0, 1.0, common::fresh_seed()).unwrap();
+    let w = Tensor::uniform(vec![3, 2, 3, 3], -1.0, 1.0, common::fresh_seed()).unwrap();
+    let go = Tensor::uniform(vec![2, 8, 10], -1.0, 1.0, common::fresh_seed()).unwrap();
+    let gpu = convt::gpu::conv_transpose2d_backward_host(common::ctx(), &x, &w, None, &go, &params).unwrap();
+    let cpu = cpu::conv_transpose2d_backward(&x, &w, None, &go, &params).unwrap();
+    assert_eq!(gpu.grad_input.shape(), &[3, 4, 5]);
+    assert_eq!(cpu.grad_input.shape(), &[3, 4, 5]);
+    assert!(gpu.grad_bias.is_none() && cpu.grad_bias.is_none());
+    let reference: Vec<f64> = cpu.grad_input.data().iter().map(|&v| v as f64).collect();
+    assert!(ErrorStats::compare(gpu.grad_input.data(), &reference).rel_l2 <= common::F32_TOLERANCE);
+}
+
+#[test]
+fn grad_output_of_the_wrong_size_is_rejected_by_both_backends() {
+    let params = convt::ConvTranspose2dParams::default().stride(2);
+    let x = Tensor::uniform(vec![1, 3, 4, 4], -1.0, 1.0, 1).unwrap();
+    let w = Tensor::uniform(vec![3, 2, 3, 3], -1.0, 1.0, 2).unwrap();
+    let go = Tensor::uniform(vec![1, 2, 9, 8], -1.0, 1.0, 3).unwrap(); // the output is [1, 2, 9, 9]
+    let cpu_err = cpu::conv_transpose2d_backward(&x, &w, None, &go, &params).unwrap_err();
+    let gpu_err = convt::gpu::conv_transpose2d_backward_host(common::ctx(), &x, &w, None, &go, &params).unwrap_err();
+    for e in [&cpu_err, &gpu_err] {
+        assert!(matches!(e, convt::ConvtError::GradOutputShape { .. }), "{e}");
+        assert_eq!(
+            e.to_string(),
+            "grad_output must have the output's size [1, 2, 9, 9], but got grad_output of size [1, 2, 9, 8]"
+        );
+    }
+}
+
+#[test]
+fn gradient_tensors_of_the_wrong_size_are_rejected() {
+    let ctx = common::ctx();
+    let params = convt::ConvTranspose2dParams::default();
+    let up = |dims: Vec<usize>| GpuTensor::upload(ctx, &Tensor::uniform(dims, -1.0, 1.0, 5).unwrap()).unwrap();
+    let (x, w, go) = (up(vec![1, 3, 4, 4]), up(vec![3, 2, 3, 3]), up(vec![1, 2, 6, 6]));
+    let mut grads = convt::GpuGradients::empty(ctx, &x, &w, None, &params).unwrap();
+    grads.grad_weight = up(vec![3, 2, 3, 2]);
+    let e = convt::gpu::conv_transpose2d_backward_into(ctx, &x, &w, None, &go, &params, &grads, None).unwrap_err();
+    assert!(matches!(e, convt::ConvtError::ShapeMismatch { .. }), "{e}");
+}
