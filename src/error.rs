@@ -84,6 +84,8 @@ pub enum ConvtError {
     MissingTensor { path: PathBuf, name: String, found: String },
     #[error("{path}: tensor `{name}` has dtype {dtype}, but convt reads f32 tensors only")]
     DType { path: PathBuf, name: String, dtype: String },
+    #[error("{path}: this state_dict does not fit the layer: {message}")]
+    StateDict { path: PathBuf, message: String },
     #[error("{0}")]
     InvalidArgument(String),
 }

@@ -1,9 +1,17 @@
 //! `ConvTranspose2d`, the nn-style layer: built from the same arguments as PyTorch's
 //! `nn.ConvTranspose2d(in_channels, out_channels, kernel_size, stride=1, padding=0, output_padding=0,
-//! groups=1, bias=True, dilation=1)`, initialised the same way, run on the CPU or the GPU.
+//! groups=1, bias=True, dilation=1)`, initialised the same way, run forward and backward on the CPU or the GPU,
+//! its parameters exchanged with PyTorch as a `state_dict` in a safetensors file (`weight`, `bias`).
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
 
 use crate::error::{ConvtError, Result};
-use crate::gpu::{self, GpuContext, GpuTensor};
+use crate::gpu::{self, GpuContext, GpuGradients, GpuTensor};
+use crate::gradients::Gradients;
+use crate::io::{save_tensors, TensorFile};
 use crate::params::{ConvTranspose2dParams, Hw};
 use crate::tensor::Tensor;
 
@@ -117,6 +125,155 @@ impl ConvTranspose2d {
         crate::cpu::conv_transpose2d(input, &self.weight, self.bias.as_ref(), &self.params)
     }
 
+    /// The gradients with respect to the input, the weight and the bias (when the layer has one) given the
+    /// gradient of the output, on the CPU reference (f64 accumulation).
+    pub fn backward_cpu(&self, input: &Tensor, grad_output: &Tensor) -> Result<Gradients> {
+        crate::cpu::conv_transpose2d_backward(input, &self.weight, self.bias.as_ref(), grad_output, &self.params)
+    }
+
+    /// [`Self::backward_cpu`] on the GPU: upload, run, read back.
+    pub fn backward(&self, ctx: &GpuContext, input: &Tensor, grad_output: &Tensor) -> Result<Gradients> {
+        gpu::conv_transpose2d_backward_host(ctx, input, &self.weight, self.bias.as_ref(), grad_output, &self.params)
+    }
+
+    /// Replaces the weight with one of the same size.
+    pub fn set_weight(&mut self, weight: Tensor) -> Result<()> {
+        if weight.shape() != self.weight.shape() {
+            return Err(ConvtError::ShapeMismatch {
+                expected: self.weight.shape().to_vec(),
+                actual: weight.shape().to_vec(),
+            });
+        }
+        self.weight = weight;
+        Ok(())
+    }
+
+    /// Replaces the bias of a layer that has one with one of the same size.
+    pub fn set_bias(&mut self, bias: Tensor) -> Result<()> {
+        match &self.bias {
+            Some(b) if b.shape() == bias.shape() => {
+                self.bias = Some(bias);
+                Ok(())
+            }
+            Some(b) => Err(ConvtError::ShapeMismatch { expected: b.shape().to_vec(), actual: bias.shape().to_vec() }),
+            None => Err(ConvtError::InvalidArgument("the layer was built without a bias".into())),
+        }
+    }
+
+    /// The constructor arguments of the equivalent `nn.ConvTranspose2d`.
+    pub fn config(&self) -> LayerConfig {
+        let p = &self.params;
+        LayerConfig {
+            in_channels: self.in_channels(),
+            out_channels: self.out_channels(),
+            kernel_size: [self.weight.shape()[2], self.weight.shape()[3]],
+            stride: p.stride,
+            padding: p.padding,
+            output_padding: p.output_padding,
+            groups: p.groups,
+            bias: self.bias.is_some(),
+            dilation: p.dilation,
+        }
+    }
+
+    /// The parameters by PyTorch's names, as `nn.ConvTranspose2d.state_dict()` lists them.
+    pub fn state_dict(&self) -> Vec<(&'static str, &Tensor)> {
+        std::iter::once(("weight", &self.weight)).chain(self.bias.as_ref().map(|b| ("bias", b))).collect()
+    }
+
+    /// Writes the state_dict to a safetensors file PyTorch loads with
+    /// `layer.load_state_dict(safetensors.torch.load_file(path))`; the layer's configuration goes into the
+    /// file's metadata under "convt" (JSON with `nn.ConvTranspose2d`'s argument names).
+    pub fn save_state_dict(&self, path: impl AsRef<Path>) -> Result<()> {
+        let config = serde_json::to_string(&self.config()).map_err(|e| ConvtError::InvalidArgument(e.to_string()))?;
+        save_tensors(path, &self.state_dict(), Some(HashMap::from([("convt".to_string(), config)])))
+    }
+
+    /// A layer with `options` whose parameters come from a PyTorch state_dict saved as safetensors
+    /// (`safetensors.torch.save_file(layer.state_dict(), path)`). Channels and kernel size are read from the
+    /// weight; strict like PyTorch's `load_state_dict`: `weight` must be there, `bias` exactly when
+    /// `options.bias` is set, and no other tensor.
+    pub fn from_state_dict(path: impl AsRef<Path>, options: ConvTranspose2dOptions) -> Result<Self> {
+        let path = path.as_ref();
+        Self::from_tensor_file(TensorFile::load(path)?, "", options, path)
+    }
+
+    /// [`Self::from_state_dict`] for one layer of a larger model's state_dict: the tensors `{prefix}weight` and
+    /// `{prefix}bias` (e.g. prefix `"decoder.0."`), other names ignored.
+    pub fn from_state_dict_prefixed(
+        path: impl AsRef<Path>,
+        prefix: &str,
+        options: ConvTranspose2dOptions,
+    ) -> Result<Self> {
+        let path = path.as_ref();
+        Self::from_tensor_file(TensorFile::load(path)?, prefix, options, path)
+    }
+
+    fn from_tensor_file(
+        mut file: TensorFile,
+        prefix: &str,
+        options: ConvTranspose2dOptions,
+        path: &Path,
+    ) -> Result<Self> {
+        let bad = |message: String| ConvtError::StateDict { path: path.into(), message };
+        let weight_key = format!("{prefix}weight");
+        let bias_key = format!("{prefix}bias");
+        let weight = file.get(&weight_key, path)?.clone();
+        let bias = file.take(&bias_key);
+        if prefix.is_empty() {
+            let extra: Vec<&String> = file.tensors.keys().filter(|k| **k != weight_key).collect();
+            if !extra.is_empty() {
+                return Err(bad(format!(
+                    "unexpected tensors {extra:?} (an nn.ConvTranspose2d has only weight and bias)"
+                )));
+            }
+        }
+        match (options.bias, &bias) {
+            (true, None) => return Err(bad(format!("`{bias_key}` is missing but the options ask for a bias"))),
+            (false, Some(_)) => return Err(bad(format!("`{bias_key}` is present but the options say bias = false"))),
+            _ => {}
+        }
+        if weight.shape().len() != 4 {
+            return Err(bad(format!(
+                "`{weight_key}` has size {:?}, expected [in, out/groups, kH, kW]",
+                weight.shape()
+            )));
+        }
+        Self::from_weights(weight, bias, options.params())
+    }
+
+    /// Replaces the parameters with those of a state_dict file, strictly: the same tensors with the same sizes.
+    pub fn load_state_dict(&mut self, path: impl AsRef<Path>) -> Result<()> {
+        let path = path.as_ref();
+        let options = ConvTranspose2dOptions { bias: self.bias.is_some(), ..self.options() };
+        let loaded = Self::from_state_dict(path, options)?;
+        if loaded.weight.shape() != self.weight.shape() {
+            return Err(ConvtError::StateDict {
+                path: path.into(),
+                message: format!(
+                    "`weight` has size {:?}, the layer's is {:?}",
+                    loaded.weight.shape(),
+                    self.weight.shape()
+                ),
+            });
+        }
+        *self = loaded;
+        Ok(())
+    }
+
+    /// The layer's options (stride, padding, ...), as given to [`Self::new`].
+    pub fn options(&self) -> ConvTranspose2dOptions {
+        let p = &self.params;
+        ConvTranspose2dOptions {
+            stride: Hw(p.stride),
+            padding: Hw(p.padding),
+            output_padding: Hw(p.output_padding),
+            groups: p.groups,
+            bias: self.bias.is_some(),
+            dilation: Hw(p.dilation),
+        }
+    }
+
     /// Runs on the GPU: upload the input, run, read back. For several calls, keep the weights resident with
     /// [`Self::to_gpu`].
     pub fn forward(&self, ctx: &GpuContext, input: &Tensor) -> Result<Tensor> {
@@ -147,4 +304,50 @@ impl GpuConvTranspose2d<'_> {
     pub fn forward(&self, input: &GpuTensor) -> Result<GpuTensor> {
         gpu::conv_transpose2d(self.ctx, input, &self.weight, self.bias.as_ref(), &self.params)
     }
+
+    /// The three gradients given the gradient of the output, on the GPU.
+    pub fn backward(&self, input: &GpuTensor, grad_output: &GpuTensor) -> Result<GpuGradients> {
+        gpu::conv_transpose2d_backward(self.ctx, input, &self.weight, self.bias.as_ref(), grad_output, &self.params)
+    }
+
+    /// One step of plain gradient descent on the GPU: `w -= lr * grad_weight`, `b -= lr * grad_bias`.
+    pub fn sgd_step(&mut self, grads: &GpuGradients, lr: f32) -> Result<()> {
+        gpu::elementwise::axpby(self.ctx, -lr, &grads.grad_weight, 1.0, &self.weight)?;
+        match (&self.bias, &grads.grad_bias) {
+            (Some(b), Some(gb)) => gpu::elementwise::axpby(self.ctx, -lr, gb, 1.0, b),
+            (None, None) => Ok(()),
+            _ => Err(ConvtError::InvalidArgument("grad_bias must be given exactly when the layer has a bias".into())),
+        }
+    }
+
+    pub fn weight(&self) -> &GpuTensor {
+        &self.weight
+    }
+    pub fn bias(&self) -> Option<&GpuTensor> {
+        self.bias.as_ref()
+    }
+
+    /// The layer with its current parameters read back to the host (e.g. to save them).
+    pub fn to_host(&self) -> Result<ConvTranspose2d> {
+        ConvTranspose2d::from_weights(
+            self.weight.download(self.ctx)?,
+            self.bias.as_ref().map(|b| b.download(self.ctx)).transpose()?,
+            self.params,
+        )
+    }
+}
+
+/// The constructor arguments of an `nn.ConvTranspose2d`, under PyTorch's names: what convt writes into a
+/// state_dict file's metadata so the layer can be rebuilt on either side (`scripts/state_dict.py`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LayerConfig {
+    pub in_channels: usize,
+    pub out_channels: usize,
+    pub kernel_size: [usize; 2],
+    pub stride: [i64; 2],
+    pub padding: [i64; 2],
+    pub output_padding: [i64; 2],
+    pub groups: i64,
+    pub bias: bool,
+    pub dilation: [i64; 2],
 }

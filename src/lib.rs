@@ -34,6 +34,6 @@ pub mod tensor;
 pub use error::{ConvtError, Result};
 pub use gpu::{GpuContext, GpuGradients, GpuOptions, GpuTensor};
 pub use gradients::Gradients;
-pub use layer::{ConvTranspose2d, ConvTranspose2dOptions, GpuConvTranspose2d};
+pub use layer::{ConvTranspose2d, ConvTranspose2dOptions, GpuConvTranspose2d, LayerConfig};
 pub use params::{ConvShape, ConvTranspose2dParams, Hw};
 pub use tensor::{ErrorStats, Tensor};

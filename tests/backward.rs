@@ -152,3 +152,18 @@ fn gradient_tensors_of_the_wrong_size_are_rejected() {
     let e = convt::gpu::conv_transpose2d_backward_into(ctx, &x, &w, None, &go, &params, &grads, None).unwrap_err();
     assert!(matches!(e, convt::ConvtError::ShapeMismatch { .. }), "{e}");
 }
+
+#[test]
+fn mse_gradient_on_the_gpu_is_two_over_n_times_the_difference() {
+    let ctx = common::ctx();
+    let pred = Tensor::uniform(vec![2, 3, 5, 4], -1.0, 1.0, common::fresh_seed()).unwrap();
+    let target = Tensor::uniform(vec![2, 3, 5, 4], -1.0, 1.0, common::fresh_seed()).unwrap();
+    let grad = GpuTensor::empty(ctx, pred.shape()).unwrap();
+    let (p, t) = (GpuTensor::upload(ctx, &pred).unwrap(), GpuTensor::upload(ctx, &target).unwrap());
+    convt::gpu::elementwise::mse_grad(ctx, &p, &t, &grad).unwrap();
+    let n = pred.numel() as f64;
+    let expected: Vec<f64> =
+        pred.data().iter().zip(target.data()).map(|(&a, &b)| 2.0 / n * (a as f64 - b as f64)).collect();
+    let s = ErrorStats::compare(grad.download(ctx).unwrap().data(), &expected);
+    assert!(s.non_finite == 0 && s.rel_l2 <= common::F32_TOLERANCE, "{s:?}");
+}
