@@ -217,3 +217,44 @@ pub fn output_at(
     }
     acc
 }
+
+/// One element of grad_input in f64, written independently of [`grad_input_f64`] (gather over the taps that
+/// land inside the output). For checking huge problems at sampled positions.
+pub fn grad_input_at(shape: &ConvShape, grad_output: &[f32], weight: &[f32], [n, ic, ih, iw]: [usize; 4]) -> f64 {
+    let [ho, wo] = shape.out_hw;
+    let g = ic / shape.in_per_group();
+    let mut acc = 0f64;
+    for oc in 0..shape.out_per_group() {
+        let co = g * shape.out_per_group() + oc;
+        for kh in 0..shape.kernel[0] {
+            let Some(oh) = out_index(shape, 0, ih, kh) else { continue };
+            for kw in 0..shape.kernel[1] {
+                let Some(ow) = out_index(shape, 1, iw, kw) else { continue };
+                let wv = weight[((ic * shape.out_per_group() + oc) * shape.kernel[0] + kh) * shape.kernel[1] + kw];
+                acc += grad_output[((n * shape.out_channels + co) * ho + oh) * wo + ow] as f64 * wv as f64;
+            }
+        }
+    }
+    acc
+}
+
+/// One element of grad_weight in f64 (a sum over the whole batch and every input pixel). For checking huge
+/// problems at sampled positions.
+pub fn grad_weight_at(shape: &ConvShape, input: &[f32], grad_output: &[f32], [ic, oc, kh, kw]: [usize; 4]) -> f64 {
+    let [h, w] = shape.in_hw;
+    let [ho, wo] = shape.out_hw;
+    let co = ic / shape.in_per_group() * shape.out_per_group() + oc;
+    let mut acc = 0f64;
+    for n in 0..shape.batch {
+        for ih in 0..h {
+            let Some(oh) = out_index(shape, 0, ih, kh) else { continue };
+            let x_row = &input[((n * shape.in_channels + ic) * h + ih) * w..][..w];
+            let go_row = &grad_output[((n * shape.out_channels + co) * ho + oh) * wo..][..wo];
+            for (iw, &x) in x_row.iter().enumerate() {
+                let Some(ow) = out_index(shape, 1, iw, kw) else { continue };
+                acc += x as f64 * go_row[ow] as f64;
+            }
+        }
+    }
+    acc
+}

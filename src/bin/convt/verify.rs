@@ -1,7 +1,9 @@
 //! `convt verify`: the GPU against the CPU reference on fresh random inputs, for suite cases or a shape given
 //! by flags. Small problems are checked element by element against the full f64 reference; large ones at
 //! randomly sampled output positions (the reference evaluated there), and every element is checked to be
-//! finite (outputs are poisoned with NaN before the kernel runs, so an unwritten element fails).
+//! finite (outputs are poisoned with NaN before the kernel runs, so an unwritten element fails). With
+//! `--backward` the same is done for the three gradients (grad_output drawn at random too); grad_bias is
+//! always checked in full.
 
 use std::time::Instant;
 
@@ -75,6 +77,9 @@ pub struct VerifyArgs {
     /// Print one JSON object per case instead of a table.
     #[arg(long)]
     json: bool,
+    /// Check the backward pass (grad_input, grad_weight, grad_bias) instead of the forward.
+    #[arg(long)]
+    backward: bool,
 }
 
 fn shape_case(a: &VerifyArgs) -> Result<Option<Case>> {
@@ -152,28 +157,36 @@ pub fn run(a: VerifyArgs) -> Result<Outcome> {
             *case = scale_down(*case, a.max_gflop)?;
         }
         let seed = a.seed.unwrap_or_else(rand::random);
-        let r = verify_case(&ctx, case, seed, &a)?;
-        let ok = r.stats.rel_l2 <= a.tolerance && r.stats.non_finite == 0 && r.all_finite;
+        let r = if a.backward { verify_backward(&ctx, case, seed, &a)? } else { verify_case(&ctx, case, seed, &a)? };
+        let ok = r.checks.iter().all(|(_, s)| s.rel_l2 <= a.tolerance && s.non_finite == 0) && r.all_finite;
         failed += usize::from(!ok);
         let shape = shape_of(case)?;
         if a.json {
+            let checks: Vec<serde_json::Value> = r
+                .checks
+                .iter()
+                .map(|(what, s)| json!({"tensor": what, "compared": s.compared, "rel_l2": s.rel_l2, "max_abs": s.max_abs}))
+                .collect();
             println!(
                 "{}",
                 json!({"case": case.name, "input": shape.input_dims(), "output": shape.output_dims(), "seed": seed,
-                       "check": r.mode, "compared": r.stats.compared, "rel_l2": r.stats.rel_l2,
-                       "max_abs": r.stats.max_abs, "all_finite": r.all_finite, "gpu_s": r.gpu_s,
+                       "check": r.mode, "checks": checks, "all_finite": r.all_finite, "gpu_s": r.gpu_s,
                        "reference_s": r.reference_s, "ok": ok})
             );
         } else {
+            let errors: Vec<String> = r
+                .checks
+                .iter()
+                .map(|(what, s)| {
+                    format!("{what} {} of {}: rel L2 {:.2e}, max abs {:.2e}", r.mode, s.compared, s.rel_l2, s.max_abs)
+                })
+                .collect();
             println!(
-                "{:<6} in {:?} -> out {:?}  {} check of {} elements: rel L2 {:.2e}, max abs {:.2e}{}  (gpu {:.2}s, reference {:.2}s, seed {seed})  {}",
+                "{:<6} in {:?} -> out {:?}  {}{}  (gpu {:.2}s, reference {:.2}s, seed {seed})  {}",
                 case.name,
                 shape.input_dims(),
                 shape.output_dims(),
-                r.mode,
-                r.stats.compared,
-                r.stats.rel_l2,
-                r.stats.max_abs,
+                errors.join("; "),
                 if r.all_finite { "" } else { ", NON-FINITE OUTPUT" },
                 r.gpu_s,
                 r.reference_s,
@@ -186,7 +199,8 @@ pub fn run(a: VerifyArgs) -> Result<Outcome> {
 
 struct CaseResult {
     mode: &'static str,
-    stats: ErrorStats,
+    /// (tensor checked, its errors).
+    checks: Vec<(&'static str, ErrorStats)>,
     all_finite: bool,
     gpu_s: f64,
     reference_s: f64,
@@ -201,32 +215,90 @@ fn verify_case(ctx: &GpuContext, case: &Case, seed: u64, a: &VerifyArgs) -> Resu
     let out = convt::gpu::conv_transpose2d_host(ctx, &input, &weight, bias.as_ref(), &case.params)?;
     let gpu_s = t.elapsed().as_secs_f64();
     let all_finite = out.data().iter().all(|v| v.is_finite());
-    let gflop = shape.useful_flops() as f64 / 1e9;
-    let full = match a.check {
-        Check::Full => true,
-        Check::Sampled => false,
-        Check::Auto => gflop <= a.full_check_gflop,
-    };
+    let full = full_check(&shape, a);
     let t = Instant::now();
     let bias_data = bias.as_ref().map(|b| b.data());
     let stats = if full {
         let reference = cpu::conv_transpose2d_f64(&shape, input.data(), weight.data(), bias_data);
         ErrorStats::compare(out.data(), &reference)
     } else {
-        let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 3);
-        let dims = shape.output_dims();
-        let (mut got, mut want) = (Vec::with_capacity(a.samples), Vec::with_capacity(a.samples));
-        for _ in 0..a.samples.min(out.numel()) {
-            let idx = [0, 1, 2, 3].map(|d| rng.random_range(0..dims[d]));
-            let flat = ((idx[0] * dims[1] + idx[1]) * dims[2] + idx[2]) * dims[3] + idx[3];
-            got.push(out.data()[flat]);
-            want.push(cpu::output_at(&shape, input.data(), weight.data(), bias_data, idx));
-        }
+        let (got, want): (Vec<f32>, Vec<f64>) =
+            sample_positions(&shape.output_dims(), a.samples.min(out.numel()), seed ^ 3)
+                .into_iter()
+                .map(|(i, p)| (out.data()[i], cpu::output_at(&shape, input.data(), weight.data(), bias_data, p)))
+                .unzip();
         ErrorStats::compare(&got, &want)
     };
     Ok(CaseResult {
         mode: if full { "full" } else { "sampled" },
-        stats,
+        checks: vec![("output", stats)],
+        all_finite,
+        gpu_s,
+        reference_s: t.elapsed().as_secs_f64(),
+    })
+}
+
+/// Whether the check compares every element (else sampled ones).
+fn full_check(shape: &ConvShape, a: &VerifyArgs) -> bool {
+    match a.check {
+        Check::Full => true,
+        Check::Sampled => false,
+        Check::Auto => shape.useful_flops() as f64 / 1e9 <= a.full_check_gflop,
+    }
+}
+
+/// `count` random positions in a tensor of `dims` (4-D): (flat index, position).
+fn sample_positions(dims: &[usize], count: usize, seed: u64) -> Vec<(usize, [usize; 4])> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    (0..count)
+        .map(|_| {
+            let idx = [0, 1, 2, 3].map(|d| rng.random_range(0..dims[d]));
+            (((idx[0] * dims[1] + idx[1]) * dims[2] + idx[2]) * dims[3] + idx[3], idx)
+        })
+        .collect()
+}
+
+fn verify_backward(ctx: &GpuContext, case: &Case, seed: u64, a: &VerifyArgs) -> Result<CaseResult> {
+    let shape = shape_of(case)?;
+    let input = Tensor::uniform(shape.input_dims(), -1.0, 1.0, seed)?;
+    let weight = Tensor::uniform(shape.weight_dims(), -1.0, 1.0, seed ^ 1)?;
+    let bias = case.bias.then(|| Tensor::uniform(vec![shape.out_channels], -1.0, 1.0, seed ^ 2)).transpose()?;
+    let grad_output = Tensor::uniform(shape.output_dims(), -1.0, 1.0, seed ^ 4)?;
+    let t = Instant::now();
+    let g =
+        convt::gpu::conv_transpose2d_backward_host(ctx, &input, &weight, bias.as_ref(), &grad_output, &case.params)?;
+    let gpu_s = t.elapsed().as_secs_f64();
+    let all_finite = [Some(&g.grad_input), Some(&g.grad_weight), g.grad_bias.as_ref()]
+        .into_iter()
+        .flatten()
+        .all(|t| t.data().iter().all(|v| v.is_finite()));
+    let full = full_check(&shape, a);
+    let t = Instant::now();
+    let (x, w, go) = (input.data(), weight.data(), grad_output.data());
+    let mut checks = Vec::new();
+    if full {
+        checks.push(("grad_input", ErrorStats::compare(g.grad_input.data(), &cpu::grad_input_f64(&shape, go, w))));
+        checks.push(("grad_weight", ErrorStats::compare(g.grad_weight.data(), &cpu::grad_weight_f64(&shape, x, go))));
+    } else {
+        // grad_weight elements each sum over the whole batch: sample fewer of them.
+        let sampled = |t: &Tensor, count: usize, salt: u64, at: &dyn Fn([usize; 4]) -> f64| {
+            let (got, want): (Vec<f32>, Vec<f64>) = sample_positions(t.shape(), count.min(t.numel()), seed ^ salt)
+                .into_iter()
+                .map(|(i, p)| (t.data()[i], at(p)))
+                .unzip();
+            ErrorStats::compare(&got, &want)
+        };
+        let gw_samples = (a.samples / 100).max(16);
+        checks.push(("grad_input", sampled(&g.grad_input, a.samples, 5, &|p| cpu::grad_input_at(&shape, go, w, p))));
+        checks
+            .push(("grad_weight", sampled(&g.grad_weight, gw_samples, 6, &|p| cpu::grad_weight_at(&shape, x, go, p))));
+    }
+    if let Some(gb) = &g.grad_bias {
+        checks.push(("grad_bias", ErrorStats::compare(gb.data(), &cpu::grad_bias_f64(&shape, go))));
+    }
+    Ok(CaseResult {
+        mode: if full { "full" } else { "sampled" },
+        checks,
         all_finite,
         gpu_s,
         reference_s: t.elapsed().as_secs_f64(),
