@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Joins `convt bench --json` and `scripts/torch_bench.py --json` into the side-by-side table (markdown, with
-ratios: > 1 means convt is faster) and, where matplotlib is available, a PNG chart.
+ratios: > 1 means convt is faster) and, where matplotlib is available, a PNG chart. Both files must time the same
+pass (forward or, with --backward, backward); the table is titled with it when the files name it.
 
     python3 scripts/side_by_side.py convt.json torch.json [--md table.md] [--png chart.png]
 """
@@ -16,9 +17,16 @@ def main():
     ap.add_argument("--png")
     a = ap.parse_args()
     c = json.load(open(a.convt))
-    t = {r["case"]: r for r in json.load(open(a.torch))["cases"]}
+    tj = json.load(open(a.torch))
+    t = {r["case"]: r for r in tj["cases"]}
+    # Files from before `--backward` carry no "pass" (they are forward); a backward file says so.
+    pc, pt = c.get("pass"), tj.get("pass")
+    if (pc or "forward") != (pt or "forward"):
+        raise SystemExit(f"{a.convt} times the {pc or 'forward'} pass but {a.torch} the {pt or 'forward'} pass")
+    pass_name = pc or pt
     ceil = c.get("ceilings") or {}
     lines = [
+        *([f"### {pass_name} pass", ""] if pass_name else []),
         f"adapter: {c['adapter']} ({c['backend']}, driver {c['driver']} {c['driver_info']}), shader checks "
         f"{c['shader_checks']}, median of {c['runs']} runs"
         + (f"; ceilings: FMA {ceil['fma_tflops']:.1f} TFLOP/s, copy {ceil['copy_gbs']:.0f} GB/s" if ceil else ""),
@@ -60,7 +68,7 @@ def main():
         ax.set_xticks(range(len(names)), names)
         ax.set_yscale("log")
         ax.set_ylabel("speed-up of convt (PyTorch ms / convt ms)")
-        ax.set_title(f"convt vs PyTorch, {c['adapter']}")
+        ax.set_title(f"convt vs PyTorch, {c['adapter']}" + (f", {pass_name} pass" if pass_name else ""))
         ax.legend()
         fig.tight_layout()
         fig.savefig(a.png, dpi=120)

@@ -4,7 +4,14 @@ conv_transpose2d on CUDA, in three modes: fp32 (cuDNN with TF32 off), tf32 (PyTo
 convolutions) and fp16. CUDA events around each call, warm-up, median of --runs, cudnn.benchmark on, inputs
 torch.rand (as KernelBench draws them). Also reports each mode's relative L2 error against a float64 result.
 
-    python3 scripts/torch_bench.py [--case kb57 ...] [--runs 30] [--json out.json]
+--backward times the backward pass instead, as `convt bench --backward` does: the gradients of the input, the
+weight and (when the case has one) the bias from a grad_output drawn U(-1,1), one call of
+torch.ops.aten.convolution_backward (what autograd runs for conv_transpose2d; the forward is not timed). Its
+errors against float64: grad_input on sample 0 (`{mode}_rel_l2`, also `{mode}_grad_input_rel_l2`), grad_weight on
+the whole batch (`{mode}_grad_weight_rel_l2`; its float64 reference is computed on the GPU, and the error is null
+when that does not fit in memory) and grad_bias (`{mode}_grad_bias_rel_l2`, bias cases only).
+
+    python3 scripts/torch_bench.py [--case kb57 ...] [--runs 30] [--backward] [--json out.json]
 """
 import argparse
 import json
@@ -46,18 +53,79 @@ def rel_l2(y, ref):
     return float(torch.linalg.vector_norm(y.double() - ref) / torch.linalg.vector_norm(ref))
 
 
+def output_size(h, w, k, s, p, op, d):
+    """ConvTranspose2d's output height and width."""
+    return tuple((i - 1) * s[j] - 2 * p[j] + d[j] * (k[j] - 1) + op[j] + 1 for j, i in enumerate((h, w)))
+
+
+def conv_backward(go, x, wt, has_bias, kw, mask):
+    """(grad_input, grad_weight, grad_bias) of conv_transpose2d, those that `mask` asks for (the others None)."""
+    return torch.ops.aten.convolution_backward(
+        go, x, wt, [wt.shape[1] * kw["groups"]] if has_bias else None, kw["stride"], kw["padding"], kw["dilation"],
+        True, kw["output_padding"], kw["groups"], mask)
+
+
+def forward_row(x, wt, b, kw, warmup, runs):
+    row = {}
+    # float64 reference for the errors, sample 0 only (keeps memory and time small).
+    ref = F.conv_transpose2d(x[:1].double(), wt.double(), None if b is None else b.double(), **kw)
+    for mode in ("fp32", "tf32", "fp16"):
+        torch.backends.cudnn.allow_tf32 = mode == "tf32"
+        torch.backends.cuda.matmul.allow_tf32 = mode == "tf32"
+        xm, wm, bm = (x, wt, b) if mode != "fp16" else (x.half(), wt.half(), None if b is None else b.half())
+        fn = lambda: F.conv_transpose2d(xm, wm, bm, **kw)
+        ms, times = time_ms(fn, warmup, runs)
+        row[f"{mode}_ms"] = ms
+        row[f"{mode}_times_ms"] = times
+        row[f"{mode}_rel_l2"] = rel_l2(F.conv_transpose2d(xm[:1], wm, bm, **kw), ref)
+    return row
+
+
+def backward_row(x, wt, has_bias, go, kw, warmup, runs):
+    row = {}
+    # float64 references: grad_input of sample 0 (it depends on that sample's grad_output only), grad_bias, and
+    # grad_weight of the whole batch on the GPU when it fits.
+    ref_gi = conv_backward(go[:1].double(), x[:1].double(), wt.double(), False, kw, [True, False, False])[0]
+    ref_gb = go.double().sum(dim=(0, 2, 3)) if has_bias else None
+    try:
+        ref_gw = conv_backward(go.double(), x.double(), wt.double(), False, kw, [False, True, False])[1]
+    except torch.cuda.OutOfMemoryError:
+        ref_gw = None
+        print("  (float64 grad_weight reference does not fit in GPU memory: no grad_weight error)")
+    torch.cuda.empty_cache()
+    for mode in ("fp32", "tf32", "fp16"):
+        torch.backends.cudnn.allow_tf32 = mode == "tf32"
+        torch.backends.cuda.matmul.allow_tf32 = mode == "tf32"
+        xm, wm, gom = (x, wt, go) if mode != "fp16" else (x.half(), wt.half(), go.half())
+        fn = lambda: conv_backward(gom, xm, wm, has_bias, kw, [True, True, has_bias])
+        ms, times = time_ms(fn, warmup, runs)
+        gi, gw, gb = fn()
+        row[f"{mode}_ms"] = ms
+        row[f"{mode}_times_ms"] = times
+        row[f"{mode}_grad_input_rel_l2"] = row[f"{mode}_rel_l2"] = rel_l2(gi[:1], ref_gi)
+        row[f"{mode}_grad_weight_rel_l2"] = None if ref_gw is None else rel_l2(gw, ref_gw)
+        if has_bias:
+            row[f"{mode}_grad_bias_rel_l2"] = rel_l2(gb, ref_gb)
+        del xm, wm, gom, gi, gw, gb
+    return row
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--case", nargs="*", default=list(CASES))
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--backward", action="store_true", help="time the backward pass (all three gradients)")
     ap.add_argument("--json")
     args = ap.parse_args()
     torch.backends.cudnn.benchmark = True
     dev = torch.device("cuda")
+    pass_name = "backward" if args.backward else "forward"
     out = {"torch": torch.__version__, "cudnn": torch.backends.cudnn.version(), "gpu": torch.cuda.get_device_name(),
-           "runs": args.runs, "cases": []}
-    print(f"{'case':<6} {'fp32 ms':>9} {'tf32 ms':>9} {'fp16 ms':>9}  errors (fp32 / tf32 / fp16)")
+           "pass": pass_name, "runs": args.runs, "cases": []}
+    errors = "grad_input errors" if args.backward else "errors"
+    print(f"{pass_name} pass")
+    print(f"{'case':<6} {'fp32 ms':>9} {'tf32 ms':>9} {'fp16 ms':>9}  {errors} (fp32 / tf32 / fp16)")
     for name in args.case:
         n, cin, cout, h, w, k, s, p, op, d, g, bias = CASES[name]
         torch.manual_seed(0)
@@ -65,22 +133,20 @@ def main():
         wt = torch.empty(cin, cout // g, *k, device=dev).uniform_(-0.1, 0.1)
         b = torch.empty(cout, device=dev).uniform_(-0.1, 0.1) if bias else None
         kw = dict(stride=s, padding=p, output_padding=op, dilation=d, groups=g)
-        row = {"case": name}
-        # float64 reference for the errors, sample 0 only (keeps memory and time small).
-        ref = F.conv_transpose2d(x[:1].double(), wt.double(), None if b is None else b.double(), **kw)
-        for mode in ("fp32", "tf32", "fp16"):
-            torch.backends.cudnn.allow_tf32 = mode == "tf32"
-            torch.backends.cuda.matmul.allow_tf32 = mode == "tf32"
-            xm, wm, bm = (x, wt, b) if mode != "fp16" else (x.half(), wt.half(), None if b is None else b.half())
-            fn = lambda: F.conv_transpose2d(xm, wm, bm, **kw)
-            ms, times = time_ms(fn, args.warmup, args.runs)
-            row[f"{mode}_ms"] = ms
-            row[f"{mode}_times_ms"] = times
-            row[f"{mode}_rel_l2"] = rel_l2(F.conv_transpose2d(xm[:1], wm, bm, **kw), ref)
+        if args.backward:
+            go = torch.empty(n, cout, *output_size(h, w, k, s, p, op, d), device=dev).uniform_(-1.0, 1.0)
+            row = {"case": name, **backward_row(x, wt, bias, go, kw, args.warmup, args.runs)}
+            del go
+        else:
+            row = {"case": name, **forward_row(x, wt, b, kw, args.warmup, args.runs)}
         out["cases"].append(row)
-        print(f"{name:<6} {row['fp32_ms']:>9.3f} {row['tf32_ms']:>9.3f} {row['fp16_ms']:>9.3f}  "
-              f"{row['fp32_rel_l2']:.1e} / {row['tf32_rel_l2']:.1e} / {row['fp16_rel_l2']:.1e}")
-        del x, wt, b, ref
+        line = (f"{name:<6} {row['fp32_ms']:>9.3f} {row['tf32_ms']:>9.3f} {row['fp16_ms']:>9.3f}  "
+                f"{row['fp32_rel_l2']:.1e} / {row['tf32_rel_l2']:.1e} / {row['fp16_rel_l2']:.1e}")
+        if args.backward and row["fp32_grad_weight_rel_l2"] is not None:
+            gw = [row[f"{m}_grad_weight_rel_l2"] for m in ("fp32", "tf32", "fp16")]
+            line += "; grad_weight " + " / ".join(f"{e:.1e}" for e in gw)
+        print(line)
+        del x, wt, b
         torch.cuda.empty_cache()
     if args.json:
         with open(args.json, "w") as f:

@@ -54,14 +54,23 @@ proptest! {
     }
 
     #[test]
-    fn gpu_gradients_match_reference_with_tiny_bindings(p in problems()) {
+    fn gpu_gradients_match_reference_with_every_forward_strategy(p in problems(), pick in 0usize..64) {
+        // At stride 1 grad_input runs as a transposed convolution through the forward's selector: every
+        // algorithm and tile it may choose, forced, also on problems it would not pick them for.
+        let all = convt::gpu::Strategy::candidates();
+        check(common::ctx_with_strategy(all[pick % all.len()]), &p)?;
+    }
+
+    #[test]
+    fn gpu_gradients_match_reference_with_tiny_bindings(p in problems(), pick in 0usize..64) {
         // Bindings of the weight's size (or one plane, if larger): every tensor split over chunks, samples split
         // across channel chunks, so the sliced dispatches and the in-place accumulation of the reductions run.
         let shape = p.shape();
         let plane = (shape.in_hw[0] * shape.in_hw[1]).max(shape.out_hw[0] * shape.out_hw[1]);
         let weight: usize = p.weight.iter().product();
         let limit = 4 * weight.max(plane).max(shape.out_channels);
-        check(&common::ctx_with_binding_limit(limit as u64, None), &p)?;
+        let all = convt::gpu::Strategy::candidates();
+        check(&common::ctx_with_binding_limit(limit as u64, Some(all[pick % all.len()])), &p)?;
     }
 
     #[test]
@@ -166,4 +175,36 @@ fn mse_gradient_on_the_gpu_is_two_over_n_times_the_difference() {
         pred.data().iter().zip(target.data()).map(|(&a, &b)| 2.0 / n * (a as f64 - b as f64)).collect();
     let s = ErrorStats::compare(grad.download(ctx).unwrap().data(), &expected);
     assert!(s.non_finite == 0 && s.rel_l2 <= common::F32_TOLERANCE, "{s:?}");
+}
+
+#[test]
+fn stride_one_grad_input_runs_through_every_forward_strategy() {
+    // The configurations whose grad_input is a transposed convolution (stride 1, no output_padding, padding
+    // <= dilation*(k-1)), each with every algorithm and tile forced, so every GEMM variant computes grad_input.
+    let p = |pad: [i64; 2], d: [i64; 2], g: i64| convt::ConvTranspose2dParams {
+        stride: [1, 1],
+        padding: pad,
+        output_padding: [0, 0],
+        dilation: d,
+        groups: g,
+    };
+    let cases = [
+        (vec![2, 16, 7, 9], vec![16, 24, 3, 3], p([0, 0], [1, 1], 1)),
+        (vec![1, 12, 6, 5], vec![12, 5, 3, 5], p([2, 1], [2, 1], 3)),
+        (vec![2, 9, 5, 6], vec![9, 7, 1, 1], p([0, 0], [1, 1], 1)),
+    ];
+    for (input, weight, params) in cases {
+        let shape = params.resolve(&input, &weight, None).unwrap();
+        assert!(convt::gpu::grad_input::as_transposed_convolution(&shape).is_some(), "{shape:?}");
+        for strategy in convt::gpu::Strategy::candidates() {
+            let prob = Problem {
+                input: input.clone(),
+                weight: weight.clone(),
+                bias: true,
+                params,
+                seed: common::fresh_seed(),
+            };
+            check(common::ctx_with_strategy(strategy), &prob).unwrap_or_else(|e| panic!("{}: {e}", strategy.name()));
+        }
+    }
 }

@@ -1,6 +1,7 @@
 //! The `convt` binary, run as a user runs it: `forward` reproduces PyTorch's output on a fixture with both
 //! backends, bad input fails with exit code 2 and one `error:` line (no panic, no backtrace), `verify` and
-//! `info` succeed and print what they promise.
+//! `info` succeed and print what they promise; `backward` matches the library's CPU reference on both backends
+//! and rejects a missing or mis-sized `grad_output` the same way.
 
 mod common;
 
@@ -277,6 +278,157 @@ fn malformed_pairs_are_usage_errors() {
         assert!(text(&out.stderr).contains("--stride"), "{}", describe(&args, &out));
         assert!(!out_path.exists());
     }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// backward
+// ---------------------------------------------------------------------------------------------------------
+
+/// Flags of the backward tests' layer: every option away from its default.
+const BACKWARD_FLAGS: [&str; 10] =
+    ["--stride", "2,3", "--padding", "1,0", "--output-padding", "1,2", "--dilation", "2,1", "--groups", "2"];
+
+/// The same options as [`BACKWARD_FLAGS`], for the library.
+fn backward_params() -> convt::ConvTranspose2dParams {
+    convt::ConvTranspose2dParams::default()
+        .stride([2, 3])
+        .padding([1, 0])
+        .output_padding([1, 2])
+        .dilation([2, 1])
+        .groups(2)
+}
+
+/// Random `input` [2, 4, 5, 6], `weight` [4, 3, 3, 2] (6 output channels in 2 groups), `bias` [6] when `bias`, and
+/// a `grad_output` of the output's size, written to `dir`; returns the file and the tensors.
+fn backward_problem(dir: &common::TempDir, bias: bool) -> (PathBuf, Vec<(&'static str, Tensor)>) {
+    let input = Tensor::uniform(vec![2, 4, 5, 6], -1.0, 1.0, 11).unwrap();
+    let weight = Tensor::uniform(vec![4, 3, 3, 2], -1.0, 1.0, 12).unwrap();
+    let b = Tensor::uniform(vec![6], -1.0, 1.0, 13).unwrap();
+    let shape = backward_params().resolve(input.shape(), weight.shape(), bias.then_some(b.shape())).unwrap();
+    let grad_output = Tensor::uniform(shape.output_dims(), -1.0, 1.0, 14).unwrap();
+    let mut tensors = vec![("input", input), ("weight", weight), ("grad_output", grad_output)];
+    if bias {
+        tensors.push(("bias", b));
+    }
+    let path = dir.path(if bias { "with-bias.safetensors" } else { "no-bias.safetensors" });
+    let refs: Vec<(&str, &Tensor)> = tensors.iter().map(|(n, t)| (*n, t)).collect();
+    save_tensors(&path, &refs, None).unwrap();
+    (path, tensors)
+}
+
+fn named<'a>(tensors: &'a [(&str, Tensor)], name: &str) -> &'a Tensor {
+    &tensors.iter().find(|(n, _)| *n == name).unwrap().1
+}
+
+/// Runs `convt backward` on `tensors` with `backend` and returns the file it wrote.
+fn run_backward(dir: &common::TempDir, tensors: &Path, backend: &str) -> TensorFile {
+    let out_path = dir.path(&format!("grads-{backend}.safetensors"));
+    let mut args = vec!["backward", "--tensors", s(tensors), "--out", s(&out_path), "--backend", backend];
+    args.extend_from_slice(&BACKWARD_FLAGS);
+    let out = convt_ok(&args);
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("grad_input [2, 4, 5, 6]") && stderr.contains(s(&out_path)), "{}", describe(&args, &out));
+    TensorFile::load(&out_path).expect("convt wrote a readable file")
+}
+
+fn backward_matches_the_reference(backend: &str) {
+    let dir = common::TempDir::new(&format!("backward-{backend}"));
+    let (path, t) = backward_problem(&dir, true);
+    let expected = convt::cpu::conv_transpose2d_backward(
+        named(&t, "input"),
+        named(&t, "weight"),
+        Some(named(&t, "bias")),
+        named(&t, "grad_output"),
+        &backward_params(),
+    )
+    .unwrap();
+    let file = run_backward(&dir, &path, backend);
+    let names: Vec<&str> = file.tensors.keys().map(String::as_str).collect();
+    assert_eq!(names, ["grad_bias", "grad_input", "grad_weight"]);
+    let expected_bias = expected.grad_bias.as_ref().expect("the layer has a bias");
+    for (name, want) in
+        [("grad_input", &expected.grad_input), ("grad_weight", &expected.grad_weight), ("grad_bias", expected_bias)]
+    {
+        let stats = rel_l2(&file.tensors[name], want);
+        assert!(
+            stats.rel_l2 <= common::F32_TOLERANCE,
+            "{backend} {name}: rel L2 {:e} ({} non-finite)",
+            stats.rel_l2,
+            stats.non_finite
+        );
+    }
+}
+
+#[test]
+fn backward_on_gpu_matches_the_cpu_reference() {
+    backward_matches_the_reference("gpu");
+}
+
+#[test]
+fn backward_on_cpu_matches_the_cpu_reference() {
+    backward_matches_the_reference("cpu");
+}
+
+#[test]
+fn backward_without_bias_writes_no_grad_bias() {
+    let dir = common::TempDir::new("backward-nobias");
+    let (path, t) = backward_problem(&dir, false);
+    let expected = convt::cpu::conv_transpose2d_backward(
+        named(&t, "input"),
+        named(&t, "weight"),
+        None,
+        named(&t, "grad_output"),
+        &backward_params(),
+    )
+    .unwrap();
+    let file = run_backward(&dir, &path, "gpu");
+    let names: Vec<&str> = file.tensors.keys().map(String::as_str).collect();
+    assert_eq!(names, ["grad_input", "grad_weight"]);
+    assert!(rel_l2(&file.tensors["grad_input"], &expected.grad_input).rel_l2 <= common::F32_TOLERANCE);
+    assert!(rel_l2(&file.tensors["grad_weight"], &expected.grad_weight).rel_l2 <= common::F32_TOLERANCE);
+}
+
+/// `convt backward` on `tensors` with [`BACKWARD_FLAGS`] and `backend` must fail cleanly and write nothing.
+fn backward_fails(dir: &common::TempDir, tensors: &Path, backend: &str, mentions: &[&str]) -> String {
+    let out_path = dir.path("out.safetensors");
+    let mut args = vec!["backward", "--tensors", s(tensors), "--out", s(&out_path), "--backend", backend];
+    args.extend_from_slice(&BACKWARD_FLAGS);
+    let line = convt_fails(&args, mentions);
+    assert!(!out_path.exists(), "no output is written on error");
+    line
+}
+
+#[test]
+fn backward_without_grad_output_fails_cleanly() {
+    let dir = common::TempDir::new("backward-nogo");
+    let (_, t) = backward_problem(&dir, true);
+    let path = dir.path("no-grad-output.safetensors");
+    let refs: Vec<(&str, &Tensor)> = t.iter().filter(|(n, _)| *n != "grad_output").map(|(n, t)| (*n, t)).collect();
+    save_tensors(&path, &refs, None).unwrap();
+    backward_fails(&dir, &path, "gpu", &[s(&path), "`grad_output` not found", "found: bias, input, weight"]);
+}
+
+#[test]
+fn backward_with_wrong_grad_output_size_fails_cleanly() {
+    let dir = common::TempDir::new("backward-badgo");
+    let (_, t) = backward_problem(&dir, true);
+    let output_dims = backward_params()
+        .resolve(named(&t, "input").shape(), named(&t, "weight").shape(), Some(&[6]))
+        .unwrap()
+        .output_dims();
+    let mut wrong = output_dims.clone();
+    wrong[3] -= 1;
+    let bad = Tensor::uniform(wrong.clone(), -1.0, 1.0, 15).unwrap();
+    let path = dir.path("bad-grad-output.safetensors");
+    let refs: Vec<(&str, &Tensor)> =
+        t.iter().map(|(n, t)| if *n == "grad_output" { (*n, &bad) } else { (*n, t) }).collect();
+    save_tensors(&path, &refs, None).unwrap();
+    let message =
+        format!("grad_output must have the output's size {output_dims:?}, but got grad_output of size {wrong:?}");
+    let gpu = backward_fails(&dir, &path, "gpu", &[&message]);
+    // Validation comes before any GPU work: the CPU backend says the same.
+    let cpu = backward_fails(&dir, &path, "cpu", &[&message]);
+    assert_eq!(gpu, cpu);
 }
 
 // ---------------------------------------------------------------------------------------------------------

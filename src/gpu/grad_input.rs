@@ -1,15 +1,22 @@
-//! The grad_input kernel, `shaders/grad_input.wgsl`: a gather over grad_output, one invocation per input pixel
-//! and block of input channels, for every option. See the shader's opening comment.
+//! grad_input, two ways, chosen in [`encode`]:
+//! - at stride 1 (without output_padding, padding at most dilation*(kernel-1)), grad_input is itself a
+//!   transposed convolution of grad_output with the flipped, channel-swapped weight (`shaders/flip_weights.wgsl`)
+//!   and padding dilation*(kernel-1) - padding, so the forward's selector and its GEMM kernel run it;
+//! - otherwise (and wherever the selector picks the gather kernel), `shaders/grad_input.wgsl`: a gather over
+//!   grad_output, one invocation per input pixel and block of input channels, for every option.
 
 use crate::error::Result;
 use crate::gpu::buffers::GpuTensor;
 use crate::gpu::context::GpuContext;
 use crate::gpu::kernel::{channel_blocks, check_index_range, dispatch_buffers, grid, shape_constants};
 use crate::gpu::plan::{plan_between, Side};
-use crate::params::ConvShape;
+use crate::gpu::{gemm, select, Strategy};
+use crate::params::{ConvShape, ConvTranspose2dParams};
 
 pub const SHADER_NAME: &str = "grad_input.wgsl";
 pub const SHADER: &str = include_str!("../../shaders/grad_input.wgsl");
+pub const FLIP_SHADER_NAME: &str = "flip_weights.wgsl";
+pub const FLIP_SHADER: &str = include_str!("../../shaders/flip_weights.wgsl");
 const WORKGROUP_SIZE: u32 = 256;
 /// Input channels per invocation (`IC_BLOCK` in the shader).
 const IC_BLOCK: usize = 4;
@@ -43,8 +50,81 @@ pub(crate) fn constants(shape: &ConvShape) -> Result<Vec<(&'static str, f64)>> {
     Ok(c)
 }
 
-/// Encodes grad_input = the gradient of the input given `grad_output`, into `grad_input` (the input's size).
+/// The transposed convolution that computes grad_input from grad_output, where there is one: stride 1, no
+/// output_padding and padding <= dilation*(kernel-1) on both axes (then its output has the input's size).
+pub fn as_transposed_convolution(shape: &ConvShape) -> Option<ConvShape> {
+    let fits = (0..2).all(|a| {
+        shape.stride[a] == 1
+            && shape.output_padding[a] == 0
+            && shape.padding[a] <= shape.dilation[a] * (shape.kernel[a] - 1)
+    });
+    if !fits {
+        return None;
+    }
+    let params = ConvTranspose2dParams {
+        stride: [1, 1],
+        padding: [0, 1].map(|a| (shape.dilation[a] * (shape.kernel[a] - 1) - shape.padding[a]) as i64),
+        output_padding: [0, 0],
+        dilation: shape.dilation.map(|d| d as i64),
+        groups: shape.groups as i64,
+    };
+    let input = shape.output_dims();
+    let weight = [shape.out_channels, shape.in_per_group(), shape.kernel[0], shape.kernel[1]];
+    let t = params.resolve(&input, &weight, None).ok()?;
+    (t.out_hw == shape.in_hw).then_some(t)
+}
+
+/// Encodes grad_input = the gradient of the input given `grad_output`, into `grad_input` (the input's size),
+/// with the forward's GEMM kernel where the selector picks it for the equivalent transposed convolution.
 pub(crate) fn encode(
+    ctx: &GpuContext,
+    shape: &ConvShape,
+    weight: &GpuTensor,
+    grad_output: &GpuTensor,
+    grad_input: &GpuTensor,
+    pass: &mut wgpu::ComputePass<'_>,
+) -> Result<()> {
+    if let Some(t) = as_transposed_convolution(shape) {
+        if let Strategy::Gemm(tile) = select(ctx, &t, false) {
+            let flipped = flip_weights(ctx, shape, weight, pass)?;
+            // The GEMM kernel reads any [N, C, H, W] tensor through the slice plan; the chunks of grad_output
+            // and grad_input are those of an input and an output of shape `t`.
+            return gemm::encode(ctx, &t, tile, grad_output, &flipped, None, grad_input, pass);
+        }
+    }
+    encode_gather(ctx, shape, weight, grad_output, grad_input, pass)
+}
+
+/// The weight [Cout, Cin/groups, kH, kW] of [`as_transposed_convolution`] (`shaders/flip_weights.wgsl`).
+fn flip_weights(
+    ctx: &GpuContext,
+    shape: &ConvShape,
+    weight: &GpuTensor,
+    pass: &mut wgpu::ComputePass<'_>,
+) -> Result<GpuTensor> {
+    let src = weight.single_buffer("weight", ctx)?;
+    let flipped = GpuTensor::empty(ctx, &[shape.out_channels, shape.in_per_group(), shape.kernel[0], shape.kernel[1]])?;
+    let module = ctx.module(FLIP_SHADER_NAME, FLIP_SHADER)?;
+    let consts = [
+        ("COUT", shape.out_channels),
+        ("CIG", shape.in_per_group()),
+        ("COG", shape.out_per_group()),
+        ("TAPS", shape.kernel[0] * shape.kernel[1]),
+        ("WORKGROUP_SIZE", WORKGROUP_SIZE as usize),
+    ]
+    .map(|(k, v)| (k, v as f64));
+    let pipeline = ctx.pipeline(format!("flip {:?} {consts:?}", ctx.options().shader_checks), &module, &consts)?;
+    let grid = grid(ctx, weight.numel().div_ceil(WORKGROUP_SIZE as usize));
+    let dst = flipped.single_buffer("flipped weight", ctx)?;
+    ctx.scoped(|| {
+        dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&grid.0), &[src, dst], grid, 1);
+        Ok(())
+    })?;
+    Ok(flipped)
+}
+
+/// The gather kernel, for every option.
+fn encode_gather(
     ctx: &GpuContext,
     shape: &ConvShape,
     weight: &GpuTensor,

@@ -62,6 +62,7 @@ pub fn shader_sources() -> Vec<(&'static str, String, String)> {
     ];
     for (file, source) in [
         (grad_input::SHADER_NAME, grad_input::SHADER),
+        (grad_input::FLIP_SHADER_NAME, grad_input::FLIP_SHADER),
         (grad_weight::SHADER_NAME, grad_weight::SHADER),
         (grad_bias::SHADER_NAME, grad_bias::SHADER),
         (elementwise::SHADER_NAME, elementwise::SHADER),

@@ -1,5 +1,6 @@
 //! `convt bench`: GPU-timestamp benchmark of the suite cases (the convolution's compute pass only), after
 //! warm-up, median of many runs, on random inputs (several input sets rotated when they would fit in cache).
+//! `--backward` times the backward pass instead (all three gradients, one compute pass, random grad_output).
 //! `--ceilings` first measures the adapter's FMA rate and copy bandwidth and reports each case against them.
 
 use std::path::PathBuf;
@@ -7,9 +8,9 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 use clap::Args;
 use convt::gpu::ceilings::{self, Ceilings};
-use convt::gpu::{conv_transpose2d_with, GpuTimer, Strategy};
+use convt::gpu::{conv_transpose2d_backward_into, conv_transpose2d_with, GpuGradients, GpuTimer, Strategy};
 use convt::suite::Case;
-use convt::{GpuContext, GpuTensor, Tensor};
+use convt::{ConvShape, GpuContext, GpuTensor, Tensor};
 use serde_json::json;
 
 use crate::Outcome;
@@ -31,6 +32,10 @@ pub struct BenchArgs {
     /// Measure the adapter's FMA and copy ceilings first and report each case against them.
     #[arg(long)]
     ceilings: bool,
+    /// Time the backward pass (grad_input, grad_weight and grad_bias from a random grad_output) instead of the
+    /// forward; TFLOP/s count twice the forward's useful FLOPs.
+    #[arg(long)]
+    backward: bool,
     /// Write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -39,47 +44,134 @@ pub struct BenchArgs {
 /// Inputs smaller than this are rotated among several copies so that repeated runs do not measure the cache.
 const ROTATE_BELOW_BYTES: usize = 256 << 20;
 
-/// A case's tensors on the GPU, ready to be timed.
+/// Which pass of the convolution a benchmark times.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pass {
+    /// `output` from `input`, `weight` and `bias`.
+    Forward,
+    /// `grad_input`, `grad_weight` and (with a bias) `grad_bias` from `grad_output`, in one compute pass.
+    Backward,
+}
+
+impl Pass {
+    pub fn name(self) -> &'static str {
+        match self {
+            Pass::Forward => "forward",
+            Pass::Backward => "backward",
+        }
+    }
+
+    /// Useful FLOPs of one call: the forward's, or twice them for the backward (`grad_input` and `grad_weight`
+    /// each cost the forward's multiply-adds; the bias gradient's sums are not counted).
+    pub fn useful_flops(self, shape: &ConvShape) -> u64 {
+        match self {
+            Pass::Forward => shape.useful_flops(),
+            Pass::Backward => 2 * shape.useful_flops(),
+        }
+    }
+
+    /// Bytes moved if every tensor is read or written once: the forward's input, weight, bias and output; the
+    /// backward's input, weight and grad_output read, grad_input, grad_weight and grad_bias written.
+    pub fn min_bytes(self, shape: &ConvShape, has_bias: bool) -> u64 {
+        let n = |d: Vec<usize>| d.iter().product::<usize>() as u64;
+        match self {
+            Pass::Forward => shape.min_bytes(has_bias),
+            Pass::Backward => shape.min_bytes(has_bias) + 4 * (n(shape.input_dims()) + n(shape.weight_dims())),
+        }
+    }
+}
+
+/// One set of the tensors a timed call reads and that change from call to call (rotated against the cache).
+pub struct InputSet {
+    pub input: GpuTensor,
+    /// The backward's `grad_output`; `None` for the forward.
+    grad_output: Option<GpuTensor>,
+}
+
+/// Where a timed call writes.
+enum Outputs {
+    Forward(GpuTensor),
+    Backward(GpuGradients),
+}
+
+/// A case's tensors on the GPU, ready to time one pass.
 pub struct Prepared {
     pub case: Case,
-    pub shape: convt::ConvShape,
-    pub inputs: Vec<GpuTensor>,
+    pub pass: Pass,
+    pub shape: ConvShape,
+    pub inputs: Vec<InputSet>,
     weight: GpuTensor,
     bias: Option<GpuTensor>,
-    output: GpuTensor,
+    outputs: Outputs,
 }
 
 impl Prepared {
-    /// Random inputs (several sets when small enough to sit in cache), weight, bias and output of a case.
-    pub fn new(ctx: &GpuContext, case: &Case) -> Result<Self> {
+    /// Random inputs U(0,1) (and for the backward grad_output U(-1,1)), several sets when small enough to sit in
+    /// cache, weight and bias U(-0.1,0.1), and the outputs of a case's `pass`.
+    pub fn new(ctx: &GpuContext, case: &Case, pass: Pass) -> Result<Self> {
         let shape = case.params.resolve(
             &case.input_dims(),
             &case.weight_dims(),
             case.bias.then_some(&[case.out_channels][..]),
         )?;
-        let input_bytes = shape.input_dims().iter().product::<usize>() * 4;
-        let sets = ROTATE_BELOW_BYTES.div_ceil(input_bytes.max(1)).clamp(1, 4);
-        let inputs: Vec<GpuTensor> = (0..sets)
-            .map(|i| GpuTensor::upload(ctx, &Tensor::uniform(shape.input_dims(), 0.0, 1.0, 100 + i as u64)?))
+        let numel = |d: Vec<usize>| d.iter().product::<usize>();
+        let rotated_bytes = 4 * match pass {
+            Pass::Forward => numel(shape.input_dims()),
+            Pass::Backward => numel(shape.input_dims()) + numel(shape.output_dims()),
+        };
+        let sets = ROTATE_BELOW_BYTES.div_ceil(rotated_bytes.max(1)).clamp(1, 4);
+        let inputs: Vec<InputSet> = (0..sets as u64)
+            .map(|i| {
+                let input = GpuTensor::upload(ctx, &Tensor::uniform(shape.input_dims(), 0.0, 1.0, 100 + i)?)?;
+                let grad_output = (pass == Pass::Backward)
+                    .then(|| GpuTensor::upload(ctx, &Tensor::uniform(shape.output_dims(), -1.0, 1.0, 200 + i)?))
+                    .transpose()?;
+                Ok(InputSet { input, grad_output })
+            })
             .collect::<convt::Result<_>>()?;
         let weight = GpuTensor::upload(ctx, &Tensor::uniform(shape.weight_dims(), -0.1, 0.1, 1)?)?;
         let bias = case
             .bias
             .then(|| GpuTensor::upload(ctx, &Tensor::uniform(vec![shape.out_channels], -0.1, 0.1, 2)?))
             .transpose()?;
-        let output = GpuTensor::empty(ctx, &shape.output_dims())?;
-        Ok(Self { case: *case, shape, inputs, weight, bias, output })
+        let outputs = match pass {
+            Pass::Forward => Outputs::Forward(GpuTensor::empty(ctx, &shape.output_dims())?),
+            Pass::Backward => {
+                Outputs::Backward(GpuGradients::empty(ctx, &inputs[0].input, &weight, bias.as_ref(), &case.params)?)
+            }
+        };
+        Ok(Self { case: *case, pass, shape, inputs, weight, bias, outputs })
     }
 
-    /// GPU times (ms) of `runs` calls after `warmup` untimed ones, with `strategy` or the selector's choice.
+    /// What runs: the forward's algorithm (`strategy` or the selector's choice), or "backward".
+    pub fn algorithm(&self, ctx: &GpuContext) -> String {
+        match self.pass {
+            Pass::Forward => convt::gpu::select(ctx, &self.shape, self.case.bias).name(),
+            Pass::Backward => "backward".to_string(),
+        }
+    }
+
+    /// GPU times (ms) of `runs` calls after `warmup` untimed ones. `strategy` (or the selector's choice) picks the
+    /// forward's algorithm; the backward has one and takes none.
     pub fn time(&self, ctx: &GpuContext, strategy: Option<Strategy>, warmup: u32, runs: u32) -> Result<Vec<f64>> {
+        if self.pass == Pass::Backward && strategy.is_some() {
+            bail!("the backward pass has no strategy to choose");
+        }
         let timer = GpuTimer::new(ctx, runs)?;
         let strategy = strategy.unwrap_or_else(|| convt::gpu::select(ctx, &self.shape, self.case.bias));
+        let (weight, bias, params) = (&self.weight, self.bias.as_ref(), &self.case.params);
         for i in 0..warmup + runs {
             let slot = (i >= warmup).then(|| (&timer, i - warmup));
-            let input = &self.inputs[i as usize % self.inputs.len()];
-            let params = &self.case.params;
-            conv_transpose2d_with(ctx, strategy, input, &self.weight, self.bias.as_ref(), params, &self.output, slot)?;
+            let set = &self.inputs[i as usize % self.inputs.len()];
+            match (&self.outputs, &set.grad_output) {
+                (Outputs::Forward(output), _) => {
+                    conv_transpose2d_with(ctx, strategy, &set.input, weight, bias, params, output, slot)?
+                }
+                (Outputs::Backward(grads), Some(go)) => {
+                    conv_transpose2d_backward_into(ctx, &set.input, weight, bias, go, params, grads, slot)?
+                }
+                (Outputs::Backward(_), None) => unreachable!("backward input sets carry a grad_output"),
+            }
         }
         ctx.device().poll(wgpu::PollType::Wait { submission_index: None, timeout: None }).ok();
         Ok(timer.read_ms(ctx, runs)?)
@@ -107,6 +199,8 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
         None
     };
 
+    let pass = if a.backward { Pass::Backward } else { Pass::Forward };
+    eprintln!("pass: {}", pass.name());
     let mut rows = Vec::new();
     println!(
         "{:<6} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8}  algorithm",
@@ -117,14 +211,15 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
             Some(b) => case.with_batch(b),
             None => *case,
         };
-        let prepared = Prepared::new(&ctx, &case)?;
+        let prepared = Prepared::new(&ctx, &case, pass)?;
         let shape = prepared.shape;
         let times = prepared.time(&ctx, None, a.warmup, a.runs)?;
         let ms = median(times.clone());
         let min = times.iter().copied().fold(f64::INFINITY, f64::min);
-        let tflops = shape.useful_flops() as f64 / (ms * 1e-3) / 1e12;
-        let gbs = shape.min_bytes(case.bias) as f64 / (ms * 1e-3) / 1e9;
-        let algorithm = convt::gpu::select(&ctx, &shape, case.bias).name();
+        let (flops, bytes) = (pass.useful_flops(&shape), pass.min_bytes(&shape, case.bias));
+        let tflops = flops as f64 / (ms * 1e-3) / 1e12;
+        let gbs = bytes as f64 / (ms * 1e-3) / 1e9;
+        let algorithm = prepared.algorithm(&ctx);
         let pct = |v: f64, c: Option<f64>| c.map_or("-".to_string(), |c| format!("{:.0}%", 100.0 * v / c));
         println!(
             "{:<6} {:>9.3} {:>9.3} {:>9.2} {:>9.0} {:>8} {:>8}  {}",
@@ -138,12 +233,12 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
             algorithm
         );
         rows.push(json!({"case": case.name, "batch": case.batch, "ms": ms, "min_ms": min, "times_ms": times,
-            "tflops": tflops, "gbs": gbs, "gflop": shape.useful_flops() as f64 / 1e9,
-            "gb": shape.min_bytes(case.bias) as f64 / 1e9, "input_sets": prepared.inputs.len(), "algorithm": algorithm}));
+            "tflops": tflops, "gbs": gbs, "gflop": flops as f64 / 1e9, "gb": bytes as f64 / 1e9,
+            "input_sets": prepared.inputs.len(), "algorithm": algorithm}));
     }
     if let Some(path) = a.json {
         let doc = json!({"adapter": info.name, "backend": format!("{:?}", info.backend), "driver": info.driver,
-            "driver_info": info.driver_info, "runs": a.runs, "warmup": a.warmup,
+            "driver_info": info.driver_info, "pass": pass.name(), "runs": a.runs, "warmup": a.warmup,
             "shader_checks": format!("{:?}", ctx.options().shader_checks), "ceilings": ceil, "cases": rows});
         std::fs::write(&path, serde_json::to_string_pretty(&doc)?)
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;

@@ -2,6 +2,7 @@
 //! into one readable line and a non-zero exit (2 for bad input or files, 1 for a failed verification).
 
 mod args;
+mod backward;
 mod bench;
 mod forward;
 mod info;
@@ -25,6 +26,8 @@ enum Command {
     Info(info::InfoArgs),
     /// Run conv_transpose2d on tensors from a safetensors file and write the output to another.
     Forward(forward::ForwardArgs),
+    /// Compute the gradients of input, weight and bias from `grad_output` (safetensors in and out).
+    Backward(backward::BackwardArgs),
     /// Check the GPU against the CPU reference on random inputs (suite cases or a shape given by flags).
     Verify(verify::VerifyArgs),
     /// Time the suite cases with GPU timestamps (median of many runs), optionally against measured ceilings.
@@ -46,6 +49,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Info(a) => info::run(a),
         Command::Forward(a) => forward::run(a),
+        Command::Backward(a) => backward::run(a),
         Command::Verify(a) => verify::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Tune(a) => tune::run(a),

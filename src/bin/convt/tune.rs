@@ -8,7 +8,7 @@ use convt::gpu::Strategy;
 use convt::suite::Case;
 use convt::{GpuContext, GpuOptions};
 
-use crate::bench::{median, Prepared};
+use crate::bench::{median, Pass, Prepared};
 use crate::Outcome;
 
 #[derive(Args, Debug)]
@@ -44,7 +44,7 @@ pub fn run(a: TuneArgs) -> Result<Outcome> {
     eprintln!("adapter: {}; cache: {}", ctx.adapter_info().name, path.display());
     for case in &cases {
         let case = a.batch.map_or(*case, |b| case.with_batch(b));
-        let prepared = Prepared::new(&ctx, &case)?;
+        let prepared = Prepared::new(&ctx, &case, Pass::Forward)?;
         let mut best: Option<(Strategy, f64)> = None;
         let mut line = format!("{:<6}", case.name);
         for strategy in Strategy::candidates() {
