@@ -26,6 +26,8 @@ struct PoolInner {
     idle: HashMap<(u64, wgpu::BufferUsages), Vec<wgpu::Buffer>>,
     idle_bytes: u64,
     created: u64,
+    /// Bytes of tensor storage reserved by live [`GpuTensor`]s (checked against the memory budget).
+    tensor_bytes: u64,
 }
 
 const MAX_IDLE_BYTES: u64 = 1 << 30;
@@ -59,6 +61,10 @@ impl Drop for PooledBuffer {
 }
 
 impl BufferPool {
+    fn handle(&self) -> Weak<Mutex<PoolInner>> {
+        Arc::downgrade(&self.inner)
+    }
+
     /// A buffer of exactly `size` bytes and `usage`, reused when one is idle. Errors (out of memory) surface
     /// through the caller's error scope.
     pub(crate) fn get(&self, device: &wgpu::Device, size: u64, usage: wgpu::BufferUsages) -> PooledBuffer {
@@ -81,6 +87,37 @@ impl BufferPool {
             })
         });
         PooledBuffer { buffer: Some(buffer), pool: Arc::downgrade(&self.inner), reusable: true }
+    }
+
+    /// Reserves `bytes` of tensor storage against `budget`, dropping idle buffers to make room; refuses (before
+    /// anything is allocated) what would exceed it.
+    fn reserve(&self, bytes: u64, budget: Option<u64>, what: &dyn Fn() -> String) -> Result<()> {
+        let mut p = lock(&self.inner);
+        if let Some(budget) = budget {
+            if p.tensor_bytes.saturating_add(bytes) > budget {
+                return Err(ConvtError::OutOfMemory(format!(
+                    "{} needs {bytes} bytes, {} are in use and the memory budget is {budget} bytes",
+                    what(),
+                    p.tensor_bytes
+                )));
+            }
+            if p.tensor_bytes + p.idle_bytes + bytes > budget {
+                p.idle.clear();
+                p.idle_bytes = 0;
+            }
+        }
+        p.tensor_bytes += bytes;
+        Ok(())
+    }
+
+    fn release(&self, bytes: u64) {
+        let mut p = lock(&self.inner);
+        p.tensor_bytes = p.tensor_bytes.saturating_sub(bytes);
+    }
+
+    /// Bytes of tensor storage held by live tensors.
+    pub fn tensor_bytes(&self) -> u64 {
+        lock(&self.inner).tensor_bytes
     }
 
     /// (buffers created so far, idle buffers, idle bytes): for soak tests and diagnostics.
@@ -106,6 +143,29 @@ pub struct GpuTensor {
     shape: Vec<usize>,
     plane_elems: usize,
     chunks: Vec<Chunk>,
+    /// The pool its bytes are reserved in (released on drop).
+    pool: Weak<Mutex<PoolInner>>,
+    reserved: u64,
+}
+
+impl Drop for GpuTensor {
+    fn drop(&mut self) {
+        if let Some(pool) = self.pool.upgrade() {
+            BufferPool { inner: pool }.release(self.reserved);
+        }
+    }
+}
+
+/// A reservation not yet owned by a tensor: released if the allocation fails.
+struct Reservation<'a> {
+    pool: &'a BufferPool,
+    bytes: u64,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        self.pool.release(self.bytes);
+    }
 }
 
 impl GpuTensor {
@@ -137,7 +197,10 @@ impl GpuTensor {
         let numel = checked_numel(shape)?;
         let planes = numel.checked_div(plane_elems).unwrap_or(0);
         let per_chunk = chunk_planes(ctx.binding_limit(), planes_per_row, plane_elems, shape)?;
-        ctx.scoped(|| {
+        let bytes = (numel as u64).checked_mul(4).ok_or(ConvtError::SizeOverflow { shape: shape.to_vec() })?;
+        ctx.pool.reserve(bytes, ctx.memory_budget(), &|| format!("a tensor of size {shape:?}"))?;
+        let reservation = Reservation { pool: &ctx.pool, bytes };
+        let t = ctx.scoped(|| {
             let mut chunks = Vec::new();
             let mut first = 0;
             while first < planes {
@@ -146,8 +209,11 @@ impl GpuTensor {
                 chunks.push(Chunk { buffer: ctx.pool.get(&ctx.device, bytes, STORAGE), first_plane: first, planes: n });
                 first += n;
             }
-            Ok(Self { shape: shape.to_vec(), plane_elems, chunks })
-        })
+            Ok(Self { shape: shape.to_vec(), plane_elems, chunks, pool: ctx.pool.handle(), reserved: bytes })
+        })?;
+        // From here the tensor releases its reservation when dropped.
+        std::mem::forget(reservation);
+        Ok(t)
     }
 
     /// Writes `value` into every element.

@@ -40,6 +40,12 @@ pub struct GpuOptions {
     pub tune_cache: Option<std::path::PathBuf>,
     /// Longest wait for the GPU before giving up with an error instead of hanging (default 10 minutes).
     pub timeout: Option<Duration>,
+    /// Most bytes of tensors the context keeps on the device at once (`CONVT_MEMORY_BUDGET`, bytes); a request
+    /// beyond it is refused with [`ConvtError::OutOfMemory`] before anything is allocated. `None`: on a
+    /// software (CPU) adapter, 3/4 of the memory available when the context is made (so an oversized request
+    /// fails instead of the process being killed), elsewhere no budget (the driver's own out-of-memory error
+    /// is reported instead).
+    pub memory_budget: Option<u64>,
 }
 
 impl GpuOptions {
@@ -55,6 +61,12 @@ impl GpuOptions {
                 ConvtError::InvalidArgument(format!("CONVT_MAX_BINDING_BYTES must be a byte count, got `{v}`"))
             })?;
             opts.max_binding_bytes = Some(bytes);
+        }
+        if let Some(v) = var("CONVT_MEMORY_BUDGET") {
+            let bytes = v.trim().parse::<u64>().map_err(|_| {
+                ConvtError::InvalidArgument(format!("CONVT_MEMORY_BUDGET must be a byte count, got `{v}`"))
+            })?;
+            opts.memory_budget = Some(bytes);
         }
         opts.tune_cache = var("CONVT_TUNE_CACHE").map(std::path::PathBuf::from);
         if let Some(v) = var("CONVT_STRATEGY") {
@@ -177,6 +189,7 @@ pub struct GpuContext {
     info: wgpu::AdapterInfo,
     options: GpuOptions,
     binding_limit: u64,
+    memory_budget: Option<u64>,
     health: Arc<Mutex<DeviceHealth>>,
     modules: Mutex<HashMap<String, Arc<wgpu::ShaderModule>>>,
     pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
@@ -248,6 +261,10 @@ impl GpuContext {
             }),
             None => Default::default(),
         };
+        let memory_budget = options.memory_budget.or_else(|| match info.device_type {
+            wgpu::DeviceType::Cpu => available_host_memory().map(|b| b / 4 * 3),
+            _ => None,
+        });
         Ok(Self {
             device,
             queue,
@@ -255,6 +272,7 @@ impl GpuContext {
             info,
             options,
             binding_limit,
+            memory_budget,
             health,
             modules: Mutex::new(HashMap::new()),
             pipelines: Mutex::new(HashMap::new()),
@@ -278,6 +296,11 @@ impl GpuContext {
     pub fn queue(&self) -> &wgpu::Queue {
         &self.queue
     }
+    /// The most bytes of tensors kept on the device at once, if bounded (see [`GpuOptions::memory_budget`]).
+    pub fn memory_budget(&self) -> Option<u64> {
+        self.memory_budget
+    }
+
     /// The most bytes one storage binding may hold here (the adapter's limit, or the configured cap).
     pub fn binding_limit(&self) -> u64 {
         self.binding_limit
@@ -387,10 +410,23 @@ impl GpuContext {
         self.pool.stats()
     }
 
+    /// Bytes held by live GPU tensors (what the memory budget counts).
+    pub fn tensor_bytes(&self) -> u64 {
+        self.pool.tensor_bytes()
+    }
+
     /// Pipelines cached so far (bounded by the distinct shapes used).
     pub fn cached_pipelines(&self) -> usize {
         lock(&self.pipelines).len()
     }
+}
+
+/// The host memory available now (Linux `MemAvailable`), if known.
+fn available_host_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 /// Locks a mutex, recovering the data if another thread panicked while holding it (the caches stay valid).
