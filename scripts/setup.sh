@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Makes sure a Vulkan driver is present, installing Mesa's software one (lavapipe) when the machine has none.
+# Makes sure a Vulkan driver is present, installing Mesa's software one (lavapipe) when the machine has none,
+# and, with CONVT_NEED_GL=1, Mesa's software OpenGL for wgpu's GL backend.
 # Sourced by scripts/run.sh and scripts/test.sh; safe to run again (it installs nothing when a driver exists).
 set -euo pipefail
 
@@ -20,6 +21,23 @@ if ! have_vulkan_driver; then
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends mesa-vulkan-drivers libvulkan1 >/dev/null
+fi
+
+have_gl_driver() {
+  # wgpu's GL backend: the EGL loader, Mesa's EGL vendor library and its software rasterizer (llvmpipe).
+  ldconfig -p 2>/dev/null | grep -q 'libEGL\.so\.1' || return 1
+  ldconfig -p 2>/dev/null | grep -q 'libEGL_mesa\.so\.0' || return 1
+  compgen -G "/usr/lib/*/dri/swrast_dri.so" >/dev/null 2>&1 || compgen -G "/usr/lib/dri/swrast_dri.so" >/dev/null 2>&1
+}
+
+# The second backend the tests run on (scripts/test.sh): Mesa's software OpenGL through EGL, no display needed.
+if [ "${CONVT_NEED_GL:-0}" = "1" ] && ! have_gl_driver; then
+  echo "setup: installing Mesa's software OpenGL (EGL) for wgpu's GL backend" >&2
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends libegl1 libegl-mesa0 libgl1-mesa-dri >/dev/null
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then

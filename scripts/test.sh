@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
-# The whole test suite: unit, property, PyTorch golden-file, validation, CLI and shader tests, then the
-# training example (it fails unless the GPU-trained layer recovers the hidden one). GPU tests run on whatever
-# Vulkan device is present (Mesa's software driver when there is none).
+# The whole test suite: unit, property, PyTorch golden-file, validation, robustness, fuzz, CLI and shader
+# tests, then the training example (it fails unless the GPU-trained layer recovers the hidden one), then the
+# suite a second time through wgpu's GL backend on Mesa's software OpenGL (skip it with CONVT_SECOND_BACKEND=none).
+# GPU tests run on whatever Vulkan device is present (Mesa's software driver when there is none).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+SECOND_BACKEND="${CONVT_SECOND_BACKEND:-gl}"
+[ "$SECOND_BACKEND" = "gl" ] && export CONVT_NEED_GL=1
 source scripts/setup.sh
 cargo test --release "$@"
 cargo run --release --example train_hidden -- --steps 300 --out target/train_hidden.safetensors
+if [ "$SECOND_BACKEND" = "gl" ]; then
+  echo "test.sh: the suite again on wgpu's GL backend (CONVT_BACKEND=gl)" >&2
+  CONVT_BACKEND=gl cargo test --release "$@"
+fi

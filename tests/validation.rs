@@ -630,9 +630,10 @@ fn missing_tensor_name_is_a_missing_tensor_error() {
     let file = TensorFile::load(&path).unwrap();
     assert!(file.get("weight", &path).is_ok());
     let e = file.get("nosuch", &path).unwrap_err();
+    const FOUND: &str = "bias, grad_bias, grad_input, grad_output, grad_weight, input, output, weight";
     assert!(
-        matches!(&e, ConvtError::MissingTensor { path: p, name, found } if *p == path && name == "nosuch" && found == "bias, input, output, weight"),
+        matches!(&e, ConvtError::MissingTensor { path: p, name, found } if *p == path && name == "nosuch" && found == FOUND),
         "{e:?}"
     );
-    assert_message(&e, &[&path.display().to_string(), "`nosuch`", "bias, input, output, weight"]);
+    assert_message(&e, &[&path.display().to_string(), "`nosuch`", FOUND]);
 }
