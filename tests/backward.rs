@@ -208,3 +208,18 @@ fn stride_one_grad_input_runs_through_every_forward_strategy() {
         }
     }
 }
+
+#[test]
+fn many_channels_span_several_grad_weight_tiles() {
+    // More than 64 input and output channels per group: several 64 x 64 tiles of the grad_weight GEMM per group,
+    // the last ones partial, with groups; split-K over a batch of 3.
+    let params = convt::ConvTranspose2dParams::default().stride((2, 1)).padding((1, 0)).groups(2);
+    let p = Problem {
+        input: vec![3, 160, 4, 5],
+        weight: vec![160, 70, 2, 3],
+        bias: true,
+        params,
+        seed: common::fresh_seed(),
+    };
+    check(common::ctx(), &p).unwrap();
+}

@@ -1,8 +1,9 @@
-//! The grad_weight kernel, `shaders/grad_weight.wgsl`: a deterministic reduction over batch and space, one
-//! workgroup per (4 input channels, 4 output channels, tap). See the shader's opening comment.
+//! The grad_weight kernel, `shaders/grad_weight.wgsl`: one GEMM per tap (input channels x output channels,
+//! reduced over samples and pixels) in 64 x 64 workgroup tiles with the reduction split into chunks, whose
+//! partial sums `shaders/reduce_splits.wgsl` adds in a fixed order: deterministic, no atomics.
 
 use crate::error::Result;
-use crate::gpu::buffers::GpuTensor;
+use crate::gpu::buffers::{GpuTensor, STORAGE};
 use crate::gpu::context::GpuContext;
 use crate::gpu::kernel::{dispatch_buffers, grid};
 use crate::gpu::plan::plan;
@@ -10,8 +11,16 @@ use crate::params::ConvShape;
 
 pub const SHADER_NAME: &str = "grad_weight.wgsl";
 pub const SHADER: &str = include_str!("../../shaders/grad_weight.wgsl");
-/// Channels per block on each side (`BLOCK` in the shader).
-const BLOCK: usize = 4;
+pub const REDUCE_SHADER_NAME: &str = "reduce_splits.wgsl";
+pub const REDUCE_SHADER: &str = include_str!("../../shaders/reduce_splits.wgsl");
+/// Channels per workgroup tile on each side (`TILE` in the shader) and pixels per K step (`BK`).
+const TILE: usize = 64;
+const BK: usize = 16;
+/// Workgroups a dispatch should have to fill a large GPU (the split count is chosen to reach it).
+const TARGET_WORKGROUPS: usize = 2048;
+/// Most bytes of partial sums kept at once.
+const MAX_PARTIAL_BYTES: u64 = 256 << 20;
+const REDUCE_WORKGROUP_SIZE: usize = 256;
 
 /// The uniform block `Slice` of the shader, field for field.
 #[repr(C)]
@@ -25,6 +34,17 @@ struct SliceUniform {
     ic_end: u32,
     oc_begin: u32,
     oc_end: u32,
+    splits: u32,
+    chunk: u32,
+    dispatch_width: u32,
+    _pad: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct ReduceUniform {
+    elems: u32,
+    splits: u32,
     accumulate: u32,
     dispatch_width: u32,
 }
@@ -33,6 +53,14 @@ struct SliceUniform {
 /// tensors are split into several slices.
 pub(crate) fn accumulates(shape: &ConvShape, input: &GpuTensor, grad_output: &GpuTensor) -> bool {
     plan(shape, input, grad_output).len() > 1
+}
+
+/// (splits, pixels per split) for `pixels` pixels of reduction per tap over `tiles` workgroup tiles, with at
+/// most `max_splits` slots of partial sums.
+fn split_k(pixels: usize, tiles: usize, max_splits: usize) -> (usize, usize) {
+    let wanted = TARGET_WORKGROUPS.div_ceil(tiles.max(1)).clamp(1, pixels.div_ceil(BK).max(1)).min(max_splits.max(1));
+    let chunk = pixels.div_ceil(wanted).div_ceil(BK) * BK;
+    (pixels.div_ceil(chunk.max(BK)).max(1), chunk.max(BK))
 }
 
 /// Encodes the gradient of the weight given `input` and `grad_output` into `grad_weight` (the weight's size).
@@ -47,18 +75,25 @@ pub(crate) fn encode(
     let slices = plan(shape, input, grad_output);
     let accumulate = slices.len() > 1;
     let gw = grad_weight.single_buffer("grad_weight", ctx)?;
-    let module = ctx.module(SHADER_NAME, SHADER)?;
     let consts = crate::gpu::grad_input::constants(shape)?;
-    let key = format!("grad_weight {:?} {:?}", ctx.options().shader_checks, consts);
-    let pipeline = ctx.pipeline(key, &module, &consts)?;
-    let workgroups = shape.groups
-        * shape.in_per_group().div_ceil(BLOCK)
-        * shape.out_per_group().div_ceil(BLOCK)
-        * shape.kernel[0]
-        * shape.kernel[1];
-    let grid = grid(ctx, workgroups);
+    let checks = ctx.options().shader_checks;
+    let module = ctx.module(SHADER_NAME, SHADER)?;
+    let gemm = ctx.pipeline(format!("grad_weight {checks:?} {consts:?}"), &module, &consts)?;
+    let reduce_module = ctx.module(REDUCE_SHADER_NAME, REDUCE_SHADER)?;
+    let reduce = ctx.pipeline(format!("reduce_splits {checks:?}"), &reduce_module, &[])?;
+
+    let taps = shape.kernel[0] * shape.kernel[1];
+    let elems = grad_weight.numel();
+    let tiles = shape.groups * shape.in_per_group().div_ceil(TILE) * shape.out_per_group().div_ceil(TILE) * taps;
+    let partial_cap = MAX_PARTIAL_BYTES.max(elems as u64 * 4).min(ctx.binding_limit());
+    let max_splits = (partial_cap / (elems as u64 * 4)) as usize;
     ctx.scoped(|| {
         for s in &slices {
+            // Every tap's pixels lie in the slice's samples x the input plane.
+            let pixels = s.samples.len() * shape.in_hw[0] * shape.in_hw[1];
+            let (splits, chunk) = split_k(pixels, tiles, max_splits);
+            let partial = ctx.pool.get(&ctx.device, (splits * elems * 4) as u64, STORAGE);
+            let g = grid(ctx, tiles * splits);
             let u = SliceUniform {
                 n_count: s.samples.len() as u32,
                 x_offset: s.in_offset as u32,
@@ -68,13 +103,42 @@ pub(crate) fn encode(
                 ic_end: s.ic.end as u32,
                 oc_begin: s.oc.start as u32,
                 oc_end: s.oc.end as u32,
-                accumulate: accumulate as u32,
-                dispatch_width: grid.0,
+                splits: splits as u32,
+                chunk: chunk as u32,
+                dispatch_width: g.0,
+                _pad: 0,
             };
             let x = &input.chunks()[s.in_chunk].buffer;
             let go = &grad_output.chunks()[s.out_chunk].buffer;
-            dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &[x, go, gw], grid, 1);
+            dispatch_buffers(ctx, pass, &gemm, bytemuck::bytes_of(&u), &[x, go, &partial], g, 1);
+            let g = grid(ctx, elems.div_ceil(REDUCE_WORKGROUP_SIZE));
+            let r = ReduceUniform {
+                elems: elems as u32,
+                splits: splits as u32,
+                accumulate: accumulate as u32,
+                dispatch_width: g.0,
+            };
+            dispatch_buffers(ctx, pass, &reduce, bytemuck::bytes_of(&r), &[&partial, gw], g, 1);
         }
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_k_covers_every_pixel_once_within_the_limits() {
+        for pixels in [1, 15, 16, 17, 1000, 8 << 20] {
+            for tiles in [1, 9, 512, 5000] {
+                for max_splits in [1, 3, 100, 10_000] {
+                    let (splits, chunk) = split_k(pixels, tiles, max_splits);
+                    assert!(splits >= 1 && splits <= max_splits, "{pixels} {tiles} {max_splits}: {splits}");
+                    assert_eq!(chunk % BK, 0);
+                    assert!(splits * chunk >= pixels && (splits - 1) * chunk < pixels, "{pixels}: {splits} x {chunk}");
+                }
+            }
+        }
+    }
 }

@@ -64,6 +64,7 @@ pub fn shader_sources() -> Vec<(&'static str, String, String)> {
         (grad_input::SHADER_NAME, grad_input::SHADER),
         (grad_input::FLIP_SHADER_NAME, grad_input::FLIP_SHADER),
         (grad_weight::SHADER_NAME, grad_weight::SHADER),
+        (grad_weight::REDUCE_SHADER_NAME, grad_weight::REDUCE_SHADER),
         (grad_bias::SHADER_NAME, grad_bias::SHADER),
         (elementwise::SHADER_NAME, elementwise::SHADER),
     ] {

@@ -1,0 +1,32 @@
+// reduce_splits.wgsl: out[i] = sum over s of partial[s * ELEMS + i], s in order (plus out[i] itself when
+// accumulating): the second half of a split-K reduction (shaders/grad_weight.wgsl writes the partial sums).
+// One invocation per element; the fixed order of the sum makes the result the same bit for bit on every run.
+
+override WORKGROUP_SIZE: u32 = 256u;
+
+struct Params {
+    elems: u32,
+    splits: u32,
+    accumulate: u32,
+    dispatch_width: u32,
+}
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> partial: array<f32>;
+@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+
+@compute @workgroup_size(WORKGROUP_SIZE)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let i = (wid.y * params.dispatch_width + wid.x) * WORKGROUP_SIZE + lid;
+    if (i >= params.elems) {
+        return;
+    }
+    var sum = 0.0;
+    for (var s = 0u; s < params.splits; s++) {
+        sum += partial[s * params.elems + i];
+    }
+    if (params.accumulate != 0u) {
+        sum += out[i];
+    }
+    out[i] = sum;
+}
