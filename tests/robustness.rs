@@ -362,3 +362,21 @@ fn a_lost_device_is_an_error_on_every_later_call() {
         assert!(matches!(e, convt::ConvtError::DeviceLost(_) | convt::ConvtError::Gpu(_)), "{e}");
     }
 }
+
+#[test]
+fn a_gemm_tile_forced_on_a_huge_stride_returns_promptly_and_correctly() {
+    // Phases past the output's size have no pixel; with a stride of 2^31 - 4 (the largest the index check lets through here) on a 1x2 input there are only a
+    // few outputs, and every GEMM tile must enumerate only the phases that hold them.
+    let params = ConvTranspose2dParams::default().stride(((1 << 31) - 4, 3));
+    let x = Tensor::uniform(vec![1, 3, 1, 2], -1.0, 1.0, common::fresh_seed()).unwrap();
+    let w = Tensor::uniform(vec![3, 2, 2, 2], -1.0, 1.0, common::fresh_seed()).unwrap();
+    let shape = params.resolve(x.shape(), w.shape(), None).unwrap();
+    let reference = cpu::conv_transpose2d_f64(&shape, x.data(), w.data(), None);
+    for strategy in convt::gpu::Strategy::candidates() {
+        let t = std::time::Instant::now();
+        let y = convt::gpu::conv_transpose2d_host(common::ctx_with_strategy(strategy), &x, &w, None, &params).unwrap();
+        assert!(t.elapsed().as_secs() < 10, "{} took {:?}", strategy.name(), t.elapsed());
+        let s = convt::ErrorStats::compare(y.data(), &reference);
+        assert!(s.non_finite == 0 && s.rel_l2 <= common::F32_TOLERANCE, "{}: {s:?}", strategy.name());
+    }
+}

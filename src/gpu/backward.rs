@@ -97,11 +97,12 @@ pub fn conv_transpose2d_backward_into(
     };
 
     let mut encoder = ctx.device.create_command_encoder(&Default::default());
-    // Reductions split over several slices add up in place, from zero.
-    if grad_weight::accumulates(&shape, input, grad_output) {
+    // Reductions split over several slices add up in place, from zero; an empty batch sums nothing: zero.
+    let empty = shape.batch == 0;
+    if empty || grad_weight::accumulates(&shape, input, grad_output) {
         encoder.clear_buffer(grads.grad_weight.single_buffer("grad_weight", ctx)?, 0, None);
     }
-    if let Some(gb) = grad_bias.filter(|_| grad_bias::accumulates(grad_output)) {
+    if let Some(gb) = grad_bias.filter(|_| empty || grad_bias::accumulates(grad_output)) {
         encoder.clear_buffer(gb.single_buffer("grad_bias", ctx)?, 0, None);
     }
     {

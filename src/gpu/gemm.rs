@@ -281,8 +281,9 @@ pub(crate) fn encode(
             let (g0, g1) = (s.oc.start / cog, (s.oc.end - 1) / cog + 1);
             // Every non-empty phase of the slice; all of them run in one dispatch (MAX_PHASES at a time).
             let mut phases = Vec::new();
-            for rh in 0..shape.stride[0] {
-                for rw in 0..shape.stride[1] {
+            // Phases past the output's size have no pixel: a stride larger than the output enumerates only these.
+            for rh in 0..shape.stride[0].min(shape.out_hw[0]) {
+                for rw in 0..shape.stride[1].min(shape.out_hw[1]) {
                     let (ph, pw) = axes([rh, rw]);
                     let m_total = s.samples.len() * ph.count * pw.count;
                     if m_total == 0 {
