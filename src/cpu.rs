@@ -46,8 +46,10 @@ fn par_chunks(out: &mut [f64], chunk_len: usize, task: impl Fn(usize, &mut [f64]
 
 /// The output row `oh` that input row `ih` reaches through tap `k` along `axis`, if inside the output.
 fn out_index(shape: &ConvShape, axis: usize, i: usize, k: usize) -> Option<usize> {
-    let o = (i * shape.stride[axis] + k * shape.dilation[axis]) as i64 - shape.padding[axis] as i64;
-    (o >= 0 && o < shape.out_hw[axis] as i64).then_some(o as usize)
+    // i128: stride and dilation may be near 2^63 in a valid problem.
+    let o =
+        i as i128 * shape.stride[axis] as i128 + k as i128 * shape.dilation[axis] as i128 - shape.padding[axis] as i128;
+    (o >= 0 && o < shape.out_hw[axis] as i128).then_some(o as usize)
 }
 
 /// The reference in f64 for an already validated problem: the output, `[N, Cout, Ho, Wo]` flattened.
@@ -196,17 +198,17 @@ pub fn output_at(
     let (g, oc) = (co / shape.out_per_group(), co % shape.out_per_group());
     let mut acc = bias.map_or(0.0, |b| b[co] as f64);
     for kh in 0..shape.kernel[0] {
-        let t = oh as i64 + shape.padding[0] as i64 - (kh * shape.dilation[0]) as i64;
-        if t < 0 || t % shape.stride[0] as i64 != 0 || t / shape.stride[0] as i64 >= h as i64 {
+        let t = oh as i128 + shape.padding[0] as i128 - kh as i128 * shape.dilation[0] as i128;
+        if t < 0 || t % shape.stride[0] as i128 != 0 || t / shape.stride[0] as i128 >= h as i128 {
             continue;
         }
-        let ih = (t / shape.stride[0] as i64) as usize;
+        let ih = (t / shape.stride[0] as i128) as usize;
         for kw in 0..shape.kernel[1] {
-            let t = ow as i64 + shape.padding[1] as i64 - (kw * shape.dilation[1]) as i64;
-            if t < 0 || t % shape.stride[1] as i64 != 0 || t / shape.stride[1] as i64 >= w as i64 {
+            let t = ow as i128 + shape.padding[1] as i128 - kw as i128 * shape.dilation[1] as i128;
+            if t < 0 || t % shape.stride[1] as i128 != 0 || t / shape.stride[1] as i128 >= w as i128 {
                 continue;
             }
-            let iw = (t / shape.stride[1] as i64) as usize;
+            let iw = (t / shape.stride[1] as i128) as usize;
             for icg in 0..shape.in_per_group() {
                 let ic = g * shape.in_per_group() + icg;
                 let x = input[((n * shape.in_channels + ic) * h + ih) * w + iw] as f64;

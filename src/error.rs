@@ -51,9 +51,14 @@ pub enum ConvtError {
          ({out_h} x {out_w})"
     )]
     OutputTooSmall { in_h: usize, in_w: usize, out_h: i64, out_w: i64 },
+    #[error(
+        "output size is too large: input size per channel ({in_h} x {in_w}) gives calculated output size per channel \
+         ({out_h} x {out_w}), more than can be addressed"
+    )]
+    OutputTooLarge { in_h: usize, in_w: usize, out_h: i128, out_w: i128 },
     #[error("tensor of size {shape:?} needs {expected} elements, but {actual} were given")]
     DataLength { shape: Vec<usize>, expected: usize, actual: usize },
-    #[error("tensor of size {shape:?} has too many elements to address")]
+    #[error("tensor of size {shape:?} has too many elements to address (more than isize::MAX bytes of f32)")]
     SizeOverflow { shape: Vec<usize> },
     #[error("grad_output must have the output's size {expected:?}, but got grad_output of size {actual:?}")]
     GradOutputShape { expected: Vec<usize>, actual: Vec<usize> },
@@ -82,7 +87,9 @@ pub enum ConvtError {
     TensorFile { path: PathBuf, message: String },
     #[error("{path}: tensor `{name}` not found (found: {found})")]
     MissingTensor { path: PathBuf, name: String, found: String },
-    #[error("{path}: tensor `{name}` has dtype {dtype}, but convt reads f32 tensors only")]
+    #[error(
+        "{path}: tensor `{name}` has dtype {dtype}, but convt reads f32 tensors only (save it with `tensor.float()`)"
+    )]
     DType { path: PathBuf, name: String, dtype: String },
     #[error("{path}: this state_dict does not fit the layer: {message}")]
     StateDict { path: PathBuf, message: String },

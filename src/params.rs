@@ -96,14 +96,20 @@ impl ConvTranspose2dParams {
     /// `(in - 1) * stride - 2 * padding + dilation * (kernel - 1) + output_padding + 1` per axis, which may be
     /// zero or negative (then the problem is rejected by [`Self::resolve`]).
     pub fn output_size(&self, input_hw: [usize; 2], kernel_hw: [usize; 2]) -> [i64; 2] {
-        let mut out = [0i64; 2];
-        for axis in 0..2 {
-            // i128 so that absurd sizes cannot overflow before they are rejected.
-            let v = (input_hw[axis] as i128 - 1) * self.stride[axis] as i128 - 2 * self.padding[axis] as i128
-                + self.dilation[axis] as i128 * (kernel_hw[axis] as i128 - 1)
-                + self.output_padding[axis] as i128
-                + 1;
-            out[axis] = v.clamp(i64::MIN as i128, i64::MAX as i128) as i64;
+        self.output_size_wide(input_hw, kernel_hw).map(|v| v.clamp(i64::MIN as i128, i64::MAX as i128) as i64)
+    }
+
+    /// [`Self::output_size`] in i128, saturating: exact whenever the true value lies within i128 (always, for
+    /// valid options and sizes up to `usize::MAX`, except when two terms near 2^127 add up past it, where the
+    /// saturated value is still far beyond any addressable size). Never overflows, whatever the values.
+    pub fn output_size_wide(&self, input_hw: [usize; 2], kernel_hw: [usize; 2]) -> [i128; 2] {
+        let mut out = [0i128; 2];
+        for (axis, o) in out.iter_mut().enumerate() {
+            let term = |size: usize, factor: i64| (size as i128 - 1).saturating_mul(factor as i128);
+            *o = term(input_hw[axis], self.stride[axis])
+                .saturating_sub(2 * self.padding[axis] as i128)
+                .saturating_add(term(kernel_hw[axis], self.dilation[axis]))
+                .saturating_add(self.output_padding[axis] as i128 + 1);
         }
         out
     }
@@ -158,9 +164,14 @@ impl ConvTranspose2dParams {
             return Err(ConvtError::EmptyInput { shape: input.to_vec() });
         }
         let groups = self.groups as usize;
-        let [out_h, out_w] = self.output_size([h, w], [kh, kw]);
+        let [out_h, out_w] = self.output_size_wide([h, w], [kh, kw]);
         if out_h < 1 || out_w < 1 {
-            return Err(ConvtError::OutputTooSmall { in_h: h, in_w: w, out_h, out_w });
+            let clamp = |v: i128| v.clamp(i64::MIN as i128, i64::MAX as i128) as i64;
+            return Err(ConvtError::OutputTooSmall { in_h: h, in_w: w, out_h: clamp(out_h), out_w: clamp(out_w) });
+        }
+        // A dimension that does not even fit in usize (the element count check below rejects the rest).
+        if out_h > usize::MAX as i128 || out_w > usize::MAX as i128 {
+            return Err(ConvtError::OutputTooLarge { in_h: h, in_w: w, out_h, out_w });
         }
         let shape = ConvShape {
             batch,
@@ -176,20 +187,27 @@ impl ConvTranspose2dParams {
             dilation: self.dilation.map(|v| v as usize),
             unbatched,
         };
-        // Every element count must be addressable; a tensor whose size overflows is rejected here, once.
+        // Every element count must be addressable; a tensor whose size overflows is rejected here, once. With an
+        // empty batch the tensors hold nothing, but their samples (planes of `H * W`) must still be addressable:
+        // every backend computes per sample and per plane.
         for dims in [shape.input_dims(), shape.output_dims(), shape.weight_dims()] {
             checked_numel(&dims)?;
+            checked_numel(&dims[1..]).map_err(|_| ConvtError::SizeOverflow { shape: dims.clone() })?;
         }
         Ok(shape)
     }
 }
 
-/// The number of elements of a tensor of these dimensions, or an error if it overflows `usize` (or the
-/// byte count overflows `u64`).
+/// The most bytes one f32 tensor may hold: `isize::MAX`, the largest allocation Rust allows (a `Vec` asked for
+/// more panics with "capacity overflow" instead of failing).
+pub const MAX_TENSOR_BYTES: usize = isize::MAX as usize;
+
+/// The number of elements of an f32 tensor of these dimensions, or an error if it overflows `usize` or its byte
+/// count exceeds [`MAX_TENSOR_BYTES`].
 pub fn checked_numel(dims: &[usize]) -> Result<usize> {
     let n = dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
     match n {
-        Some(n) if n.checked_mul(4).is_some() => Ok(n),
+        Some(n) if n.checked_mul(4).is_some_and(|bytes| bytes <= MAX_TENSOR_BYTES) => Ok(n),
         _ => Err(ConvtError::SizeOverflow { shape: dims.to_vec() }),
     }
 }
@@ -261,32 +279,52 @@ impl ConvShape {
         vec![self.in_channels, self.out_per_group(), self.kernel[0], self.kernel[1]]
     }
 
-    /// Multiply-adds whose product lands inside the output (taps cropped by padding are not counted).
+    /// Multiply-adds whose product lands inside the output (taps cropped by padding are not counted); saturates
+    /// at `u64::MAX`. Counted per axis in closed form over the shorter of input and kernel (in i128, so that no
+    /// stride, dilation or padding can wrap a position): cheap for any size.
     pub fn useful_macs(&self) -> u64 {
         let axis_taps = |axis: usize| -> u64 {
+            let (n_in, n_k) = (self.in_hw[axis] as i128, self.kernel[axis] as i128);
+            let (s, d, p) = (self.stride[axis] as i128, self.dilation[axis] as i128, self.padding[axis] as i128);
+            let out = self.out_hw[axis] as i128;
+            // Output position i*s + k*d - p must lie in [0, out): for each index of the shorter range, count the
+            // indices of the other whose position does.
+            let (n_outer, n_inner, step_outer, step_inner) =
+                if n_in <= n_k { (n_in, n_k, s, d) } else { (n_k, n_in, d, s) };
             let mut taps = 0u64;
-            for i in 0..self.in_hw[axis] {
-                for k in 0..self.kernel[axis] {
-                    let o = (i * self.stride[axis] + k * self.dilation[axis]) as i64 - self.padding[axis] as i64;
-                    if o >= 0 && (o as usize) < self.out_hw[axis] {
-                        taps += 1;
-                    }
+            for a in 0..n_outer {
+                // p - a*step_outer <= b*step_inner <= out - 1 + p - a*step_outer, with 0 <= b < n_inner.
+                let lo = (p - a * step_outer).max(0);
+                let hi = out - 1 + p - a * step_outer;
+                if hi < lo {
+                    continue;
+                }
+                let first = (lo + step_inner - 1) / step_inner;
+                let last = (hi / step_inner).min(n_inner - 1);
+                if last >= first {
+                    taps = taps.saturating_add((last - first + 1) as u64);
                 }
             }
             taps
         };
-        axis_taps(0) * axis_taps(1) * (self.batch * self.in_channels * self.out_per_group()) as u64
+        let pairs =
+            (self.batch as u64).saturating_mul(self.in_channels as u64).saturating_mul(self.out_per_group() as u64);
+        axis_taps(0).saturating_mul(axis_taps(1)).saturating_mul(pairs)
     }
 
     /// Useful floating-point operations (two per multiply-add), as the benchmark tables count them.
     pub fn useful_flops(&self) -> u64 {
-        2 * self.useful_macs()
+        self.useful_macs().saturating_mul(2)
     }
 
     /// Bytes of f32 data if each tensor (input, weight, bias, output) is moved once.
     pub fn min_bytes(&self, has_bias: bool) -> u64 {
-        let n = |d: Vec<usize>| d.iter().product::<usize>() as u64;
-        4 * (n(self.input_dims()) + n(self.weight_dims()) + n(self.output_dims()))
-            + if has_bias { 4 * self.out_channels as u64 } else { 0 }
+        // Saturating: each tensor fits in memory, their sum in bytes need not fit in u64.
+        let n = |d: Vec<usize>| d.iter().fold(1u64, |acc, &x| acc.saturating_mul(x as u64));
+        let elems = n(self.input_dims())
+            .saturating_add(n(self.weight_dims()))
+            .saturating_add(n(self.output_dims()))
+            .saturating_add(if has_bias { self.out_channels as u64 } else { 0 });
+        elems.saturating_mul(4)
     }
 }
