@@ -946,7 +946,7 @@ fn cli_flag_garbage_is_a_usage_error() {
         (&["--output-padding", "1,"], "error: invalid value '1,' for '--output-padding <OUTPUT_PADDING>': `` is not an integer"),
         (
             &["--stride", "99999999999999999999"],
-            "error: invalid value '99999999999999999999' for '--stride <STRIDE>': `99999999999999999999` is not an integer",
+            "error: invalid value '99999999999999999999' for '--stride <STRIDE>': `99999999999999999999` is out of range (at most 9223372036854775807 in magnitude)",
         ),
         (&["--groups", "two"], "error: invalid value 'two' for '--groups <GROUPS>': invalid digit found in string"),
         (&["--backend", "tpu"], "error: invalid value 'tpu' for '--backend <BACKEND>'"),

@@ -8,7 +8,14 @@ use convt::ConvTranspose2dParams;
 /// with PyTorch's message.
 pub fn parse_pair(text: &str) -> Result<[i64; 2], String> {
     let parts: Vec<&str> = text.split(',').map(str::trim).collect();
-    let num = |s: &str| s.parse::<i64>().map_err(|_| format!("`{s}` is not an integer"));
+    let num = |s: &str| {
+        s.parse::<i64>().map_err(|e| match e.kind() {
+            std::num::IntErrorKind::PosOverflow | std::num::IntErrorKind::NegOverflow => {
+                format!("`{s}` is out of range (at most {} in magnitude)", i64::MAX)
+            }
+            _ => format!("`{s}` is not an integer"),
+        })
+    };
     match parts.as_slice() {
         [v] => Ok([num(v)?; 2]),
         [h, w] => Ok([num(h)?, num(w)?]),
