@@ -38,6 +38,7 @@ fn main() -> convt::Result<()> {
                 groups: p.groups,
                 bias: true,
                 dilation: p.dilation.into(),
+                ..Default::default()
             },
             42,
         )?;

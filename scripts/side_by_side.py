@@ -1,12 +1,18 @@
 #!/usr/bin/env python3
 """Joins `convt bench --json` and `scripts/torch_bench.py --json` into the side-by-side table (markdown, with
 ratios: > 1 means convt is faster) and, where matplotlib is available, a PNG chart. Both files must time the same
-pass (forward or, with --backward, backward); the table is titled with it when the files name it.
+pass (forward or, with --backward, backward); the table is titled with it when the files name it. When convt's
+file carries each case's error (`convt bench` checks sampled outputs), the table lists it next to PyTorch's
+errors in each mode, and the precision convt ran at.
 
     python3 scripts/side_by_side.py convt.json torch.json [--md table.md] [--png chart.png]
 """
 import argparse
 import json
+
+
+def fmt_err(v):
+    return "-" if v is None else f"{v:.1e}"
 
 
 def main():
@@ -25,15 +31,17 @@ def main():
         raise SystemExit(f"{a.convt} times the {pc or 'forward'} pass but {a.torch} the {pt or 'forward'} pass")
     pass_name = pc or pt
     ceil = c.get("ceilings") or {}
+    errors = any(r.get("rel_l2") is not None for r in c["cases"])
+    precision = c.get("precision")
     lines = [
-        *([f"### {pass_name} pass", ""] if pass_name else []),
+        *([f"### {pass_name} pass" + (f", precision {precision}" if precision else ""), ""] if pass_name else []),
         f"adapter: {c['adapter']} ({c['backend']}, driver {c['driver']} {c['driver_info']}), shader checks "
         f"{c['shader_checks']}, median of {c['runs']} runs"
         + (f"; ceilings: FMA {ceil['fma_tflops']:.1f} TFLOP/s, copy {ceil['copy_gbs']:.0f} GB/s" if ceil else ""),
         "",
         "| case | convt ms | TFLOP/s | GB/s | %FMA | %copy | torch fp32 ms | torch TF32 ms | torch fp16 ms "
-        "| vs fp32 | vs TF32 | vs fp16 |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| vs fp32 | vs TF32 | vs fp16 |" + (" convt kernel | convt err | fp32 err | TF32 err | fp16 err |" if errors else ""),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|---|---|---|" if errors else ""),
     ]
     names, ratios = [], []
     for r in c["cases"]:
@@ -45,7 +53,10 @@ def main():
         rat = [tr[f"{m}_ms"] / r["ms"] for m in ("fp32", "tf32", "fp16")]
         lines.append(f"| {r['case']} | {r['ms']:.3f} | {r['tflops']:.2f} | {r['gbs']:.0f} | {pf} | {pb} | "
                      f"{tr['fp32_ms']:.3f} | {tr['tf32_ms']:.3f} | {tr['fp16_ms']:.3f} | "
-                     + " | ".join(f"{x:.2f}x" for x in rat) + " |")
+                     + " | ".join(f"{x:.2f}x" for x in rat) + " |"
+                     + (f" {r.get('algorithm', '-')} | {fmt_err(r.get('rel_l2'))} | "
+                        + " | ".join(fmt_err(tr.get(f"{m}_rel_l2")) for m in ("fp32", "tf32", "fp16")) + " |"
+                        if errors else ""))
         names.append(r["case"])
         ratios.append(rat)
     text = "\n".join(lines)

@@ -9,16 +9,30 @@
 // GEMM per phase and group: M = output pixels of the phase (samples x rows x columns), N = output channels of
 // the group, K = taps x input channels of the group. A workgroup computes a BM x BN tile of the output; K is
 // walked in steps of BK input channels of one tap: the A step (BK x BM im2col values, gathered from the input
-// with zero fill outside it) and the B step (BK x BN weights) are staged in workgroup memory; each invocation
-// keeps a TM x TN register tile (TM consecutive pixels, TN consecutive channels) and reads them from workgroup
-// memory as vec4s. The next step's global loads are issued into registers before the current step's math, so
+// with zero fill outside it) and the B step (BK x BN weights) are staged in workgroup memory, where the
+// invocations multiply them (registers or cooperative matrices, see Variants). The next step's global loads are issued into registers before the current step's math, so
 // their latency hides behind it. Bias (or, for a later slice of a split input, the partial sum already
 // written) is added in the epilogue.
 //
-// The host prepends the tile constants BM, BN, BK, TM, TN and generates the register micro-kernel in place of
-// the three ACC_DECL / ACC_UPDATE / ACC_STORE marker lines (one variant per tile shape; every variant is
-// validated by naga in tests/shaders.rs). THREADS = (BM/TM)*(BN/TN) must be a multiple of BM and of BN, and
-// BK*BN a multiple of THREADS. The weight arrives packed as [tap][ic][oc] (shaders/pack_weights.wgsl).
+// Variants. The host prepends the tile constants and generates the code at the marker lines MODULE,
+// PROLOGUE, ACC_DECL, MATH and EPILOGUE, one module per variant (src/gpu/gemm.rs, src/gpu/coop.rs; every
+// variant is validated by naga in tests/shaders.rs):
+// - registers, f32 operands (exact): each invocation keeps a TM x TN register tile (TM consecutive pixels,
+//   TN consecutive channels) as named vec4 accumulators and reads the staged tiles as vec4s, BK rank-1 updates
+//   per step. THREADS = (BM/TM)*(BN/TN).
+// - registers, f16 operands (precision `fast` without cooperative matrices, needs SHADER_F16): the same with
+//   the tiles staged as f16 (half the workgroup memory traffic), products and sums in f32.
+// - cooperative matrices (precision `fast` on tensor cores): each subgroup of 32 invocations owns a WM x WN
+//   part of the tile as 16x16 f32 accumulator matrices and multiplies 16x16 f16 matrices loaded from the
+//   staged tiles; the epilogue moves each accumulator through workgroup memory so that the stores run along
+//   the pixels (coalesced). THREADS = 32 * (BM/WM)*(BN/WN).
+// In every variant THREADS must be a multiple of BM and of BN, and BK*BN a multiple of THREADS. The weight
+// arrives packed as [tap][ic][oc] (shaders/pack_weights.wgsl).
+//
+// Operand types. f16 operands are scaled by powers of two (exact) chosen from each tensor's largest finite
+// magnitude (shaders/absmax.wgsl, see scale_exponent below) so that no finite value overflows f16 or loses
+// its precision to f16's small range; the f32 sums are scaled back before the bias is added. Non-finite
+// values pass through as themselves.
 
 override C_IN: u32;
 override C_OUT: u32;
@@ -33,9 +47,6 @@ override S_H: u32;
 override S_W: u32;
 override HAS_BIAS: bool;
 
-const WG_M: u32 = BM / TM;
-const WG_N: u32 = BN / TN;
-const THREADS: u32 = WG_M * WG_N;
 const A_LOADS: u32 = BM * BK / THREADS;
 const B_LOADS: u32 = BN * BK / THREADS;
 
@@ -90,8 +101,14 @@ struct Dispatch {
 // The phase of this workgroup (u.phases[workgroup_id.z]), set once at the start of main.
 var<private> ph: Phase;
 
-var<workgroup> a_tile: array<vec4<f32>, BK * BM / 4>; // [k][m]
-var<workgroup> b_tile: array<vec4<f32>, BK * BN / 4>; // [k][n]
+// Generated per variant: the staged tiles a_tile ([k][m]) and b_tile ([k][n]) in workgroup memory, the
+// functions stage_a / stage_b that write one value into them (converting it to the operand type), and for
+// the f16 variants the operand scale exponents (see "Operand types" above).
+//#MODULE
+
+// Power-of-two exponents of the operand scales (0 for f32 operands), set once at the start of main.
+var<private> exp_x: i32;
+var<private> exp_w: i32;
 
 // What one invocation needs to gather its share of a K step.
 struct LoadCtx {
@@ -165,50 +182,80 @@ fn load_step(c: LoadCtx, p: Step) -> Staged {
 }
 
 struct StoreCtx {
-    m0: u32,          // this invocation's first pixel
     m_total: u32,
     phase_pixels: u32,
     g: u32,
-    oc0: u32,         // its first output channel, within the group
     cog: u32,
 }
 
-// Stores four output channels (oc0 + 4*jv ...) of pixel m0 + i.
-fn store4(c: StoreCtx, i: u32, jv: u32, v: vec4<f32>) {
-    let m = c.m0 + i;
+// Where pixel m of the phase lies in the output binding (channel first_channel), or None past the last pixel.
+struct Pixel {
+    ok: bool,
+    base: u32,
+}
+
+fn pixel(c: StoreCtx, m: u32) -> Pixel {
     if (m >= c.m_total) {
-        return;
+        return Pixel(false, 0u);
     }
     let n = m / c.phase_pixels;
     let p = m % c.phase_pixels;
     let oh = ph.rh + (p / ph.aw) * S_H;
     let ow = ph.rw + (p % ph.aw) * S_W;
-    let out_plane = OUT_H * OUT_W;
-    let base = u.out_offset + n * C_OUT * out_plane + oh * OUT_W + ow;
-    for (var j = 0u; j < 4u; j++) {
-        let oc = c.oc0 + jv * 4u + j;
-        let co = c.g * c.cog + oc;
-        if (oc >= c.cog || co < u.oc_begin || co >= u.oc_end) {
-            continue;
-        }
-        let idx = base + (co - u.out_first_channel) * out_plane;
-        var r = v[j];
-        if (u.accumulate != 0u) {
-            r += out[idx];
-        } else if (HAS_BIAS) {
-            r += bias[co];
-        }
-        out[idx] = r;
+    return Pixel(true, u.out_offset + n * C_OUT * OUT_H * OUT_W + oh * OUT_W + ow);
+}
+
+// Writes output channel oc (within the group) of a pixel: v plus the bias, or plus the partial sum an earlier
+// slice wrote; channels outside the group or the slice are skipped.
+fn store1(c: StoreCtx, px: Pixel, oc: u32, v: f32) {
+    let co = c.g * c.cog + oc;
+    if (!px.ok || oc >= c.cog || co < u.oc_begin || co >= u.oc_end) {
+        return;
     }
+    let idx = px.base + (co - u.out_first_channel) * OUT_H * OUT_W;
+    var r = v;
+    if (u.accumulate != 0u) {
+        r += out[idx];
+    } else if (HAS_BIAS) {
+        r += bias[co];
+    }
+    out[idx] = r;
+}
+
+// Stores four output channels (oc0 .. oc0 + 3, within the group) of pixel m.
+fn store4(c: StoreCtx, m: u32, oc0: u32, v: vec4<f32>) {
+    let px = pixel(c, m);
+    for (var j = 0u; j < 4u; j++) {
+        store1(c, px, oc0 + j, v[j]);
+    }
+}
+
+// The largest finite |value| of an operand, as f32 bits (shaders/absmax.wgsl), to the exponent k that brings
+// it into [2^14, 2^15): scaled by 2^k, every finite value of the tensor fits f16 (largest 65504) with room
+// for rounding, and small values keep their relative precision down to 2^-38 of the largest.
+fn scale_exponent(max_bits: u32) -> i32 {
+    let e = i32(max_bits >> 23u);
+    if (max_bits == 0u) {
+        return 0;
+    }
+    if (e == 0) {
+        // Subnormal: the value is mantissa * 2^-149.
+        return 132 + i32(countLeadingZeros(max_bits));
+    }
+    return 141 - e;
 }
 
 @compute @workgroup_size(THREADS)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    ph = u.phases[wid.z];
+    // The workgroup's control flow depends only on `phase`, read from the uniform block (the cooperative
+    // matrix operations need uniform control flow, and naga counts reads of a private variable as non-uniform).
+    let phase = u.phases[wid.z];
+    ph = phase;
+//#PROLOGUE
     let wg = wid.y * u.dispatch_width + wid.x;
     let m_tile = wg % u.m_tiles;
     let n_lin = wg / u.m_tiles;
-    if (m_tile >= ph.m_tiles) {
+    if (m_tile >= phase.m_tiles) {
         return; // a smaller phase than the dispatch's largest: the whole workgroup leaves, before any barrier
     }
     let g = u.group_begin + n_lin / u.n_tiles_per_group;
@@ -218,7 +265,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let ic_lo = max(g * cig, u.ic_begin);
     let ic_hi = max(min(g * cig + cig, u.ic_end), ic_lo);
     let ic_chunks = (ic_hi - ic_lo + BK - 1u) / BK;
-    let taps = ph.cnt_h * ph.cnt_w;
+    let taps = phase.cnt_h * phase.cnt_w;
     let steps = taps * ic_chunks;
     let phase_pixels = ph.ah * ph.aw;
     let m_total = u.n_count * phase_pixels;
@@ -245,23 +292,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         regs = load_step(lc, step);
     }
 
-    // The TM x TN accumulators as named vec4 registers acc_<pixel>_<channel quad> (generated: no array, so
-    // nothing can be demoted to local memory).
+    // The accumulators as named variables acc_<i>_<j> (generated: no array, so nothing can be demoted to local
+    // memory), and the invocation's place in the tile.
 //#ACC_DECL
-    let tm = lid % WG_M;
-    let tn = lid / WG_M;
 
     for (var s = 0u; s < steps; s++) {
         // Registers -> workgroup memory.
         for (var i = 0u; i < A_LOADS; i++) {
-            let k = ak0 + i * (THREADS / BM);
-            let idx = k * BM + am;
-            a_tile[idx / 4u][idx % 4u] = regs.a[i];
+            stage_a((ak0 + i * (THREADS / BM)) * BM + am, regs.a[i]);
         }
         for (var i = 0u; i < B_LOADS; i++) {
-            let k = bk0 + i * (THREADS / BN);
-            let idx = k * BN + bn;
-            b_tile[idx / 4u][idx % 4u] = regs.b[i];
+            stage_b((bk0 + i * (THREADS / BN)) * BN + bn, regs.b[i]);
         }
         workgroupBarrier();
 
@@ -271,16 +312,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             regs = load_step(lc, step);
         }
 
-        // BK rank-1 updates of the TM x TN register tile.
-        for (var k = 0u; k < BK; k++) {
-            let a_k = (k * BM + tm * TM) / 4u;
-            let b_k = (k * BN + tn * TN) / 4u;
-//#ACC_UPDATE
-        }
+        // The step's math on the staged tiles (generated).
+//#MATH
         workgroupBarrier();
     }
 
-    // Epilogue: bias or the earlier partial sum, then the stores.
-    let sc = StoreCtx(m_tile * BM + tm * TM, m_total, phase_pixels, g, oc_tile + tn * TN, cog);
-//#ACC_STORE
+    // Epilogue (generated): unscale, add the bias or the earlier partial sum, store.
+    let sc = StoreCtx(m_total, phase_pixels, g, cog);
+//#EPILOGUE
 }

@@ -13,6 +13,7 @@ use crate::gpu::{self, GpuContext, GpuGradients, GpuTensor};
 use crate::gradients::Gradients;
 use crate::io::{save_tensors, TensorFile};
 use crate::params::{ConvTranspose2dParams, Hw};
+use crate::precision::Precision;
 use crate::tensor::Tensor;
 
 /// The keyword arguments of `nn.ConvTranspose2d`, with PyTorch's defaults.
@@ -24,6 +25,9 @@ pub struct ConvTranspose2dOptions {
     pub groups: i64,
     pub bias: bool,
     pub dilation: Hw,
+    /// The forward's arithmetic on the GPU: exact f32 (default) or `fast` (f16 operands, f32 accumulation;
+    /// see [`Precision`]). The CPU reference and the backward pass are exact either way.
+    pub precision: Precision,
 }
 
 impl Default for ConvTranspose2dOptions {
@@ -35,6 +39,7 @@ impl Default for ConvTranspose2dOptions {
             groups: 1,
             bias: true,
             dilation: Hw([1, 1]),
+            precision: Precision::F32,
         }
     }
 }
@@ -57,6 +62,7 @@ pub struct ConvTranspose2d {
     params: ConvTranspose2dParams,
     weight: Tensor,
     bias: Option<Tensor>,
+    precision: Precision,
 }
 
 impl ConvTranspose2d {
@@ -94,14 +100,22 @@ impl ConvTranspose2d {
             .bias
             .then(|| Tensor::uniform(vec![out_channels], -bound, bound, seed.wrapping_add(0x9e37_79b9_7f4a_7c15)))
             .transpose()?;
-        Ok(Self { params, weight, bias })
+        Ok(Self { params, weight, bias, precision: options.precision })
     }
 
     /// A layer with the given weight `[Cin, Cout/groups, kH, kW]` and optional bias `[Cout]`.
     pub fn from_weights(weight: Tensor, bias: Option<Tensor>, params: ConvTranspose2dParams) -> Result<Self> {
         params.validate()?;
         params.check_weight(weight.shape(), bias.as_ref().map(|b| b.shape()))?;
-        Ok(Self { params, weight, bias })
+        Ok(Self { params, weight, bias, precision: Precision::F32 })
+    }
+
+    /// The forward's arithmetic on the GPU (see [`ConvTranspose2dOptions::precision`]).
+    pub fn precision(&self) -> Precision {
+        self.precision
+    }
+    pub fn set_precision(&mut self, precision: Precision) {
+        self.precision = precision;
     }
 
     pub fn params(&self) -> &ConvTranspose2dParams {
@@ -239,7 +253,9 @@ impl ConvTranspose2d {
                 weight.shape()
             )));
         }
-        Self::from_weights(weight, bias, options.params())
+        let mut layer = Self::from_weights(weight, bias, options.params())?;
+        layer.set_precision(options.precision);
+        Ok(layer)
     }
 
     /// Replaces the parameters with those of a state_dict file, strictly: the same tensors with the same sizes.
@@ -271,13 +287,15 @@ impl ConvTranspose2d {
             groups: p.groups,
             bias: self.bias.is_some(),
             dilation: Hw(p.dilation),
+            precision: self.precision,
         }
     }
 
     /// Runs on the GPU: upload the input, run, read back. For several calls, keep the weights resident with
     /// [`Self::to_gpu`].
     pub fn forward(&self, ctx: &GpuContext, input: &Tensor) -> Result<Tensor> {
-        gpu::conv_transpose2d_host(ctx, input, &self.weight, self.bias.as_ref(), &self.params)
+        gpu::conv_transpose2d_host_as(ctx, self.precision, input, &self.weight, self.bias.as_ref(), &self.params)
+            .map(|(output, _)| output)
     }
 
     /// The layer with its weights uploaded once, for GPU-resident inputs and outputs.
@@ -285,6 +303,7 @@ impl ConvTranspose2d {
         Ok(GpuConvTranspose2d {
             ctx,
             params: self.params,
+            precision: self.precision,
             weight: GpuTensor::upload(ctx, &self.weight)?,
             bias: self.bias.as_ref().map(|b| GpuTensor::upload(ctx, b)).transpose()?,
         })
@@ -295,6 +314,7 @@ impl ConvTranspose2d {
 pub struct GpuConvTranspose2d<'c> {
     ctx: &'c GpuContext,
     params: ConvTranspose2dParams,
+    precision: Precision,
     weight: GpuTensor,
     bias: Option<GpuTensor>,
 }
@@ -302,7 +322,11 @@ pub struct GpuConvTranspose2d<'c> {
 impl GpuConvTranspose2d<'_> {
     /// GPU tensor in, GPU tensor out: chain layers without reading back in between.
     pub fn forward(&self, input: &GpuTensor) -> Result<GpuTensor> {
-        gpu::conv_transpose2d(self.ctx, input, &self.weight, self.bias.as_ref(), &self.params)
+        let shape = self.params.resolve(input.shape(), self.weight.shape(), self.bias.as_ref().map(|b| b.shape()))?;
+        let output = GpuTensor::empty(self.ctx, &shape.output_dims_as_given())?;
+        let (bias, params) = (self.bias.as_ref(), &self.params);
+        gpu::conv_transpose2d_into_as(self.ctx, self.precision, input, &self.weight, bias, params, &output, None)?;
+        Ok(output)
     }
 
     /// The three gradients given the gradient of the output, on the GPU.
@@ -329,11 +353,13 @@ impl GpuConvTranspose2d<'_> {
 
     /// The layer with its current parameters read back to the host (e.g. to save them).
     pub fn to_host(&self) -> Result<ConvTranspose2d> {
-        ConvTranspose2d::from_weights(
+        let mut layer = ConvTranspose2d::from_weights(
             self.weight.download(self.ctx)?,
             self.bias.as_ref().map(|b| b.download(self.ctx)).transpose()?,
             self.params,
-        )
+        )?;
+        layer.set_precision(self.precision);
+        Ok(layer)
     }
 }
 

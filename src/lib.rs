@@ -28,6 +28,7 @@ pub mod gradients;
 pub mod io;
 pub mod layer;
 pub mod params;
+pub mod precision;
 pub mod suite;
 pub mod tensor;
 
@@ -36,4 +37,5 @@ pub use gpu::{GpuContext, GpuGradients, GpuOptions, GpuTensor};
 pub use gradients::Gradients;
 pub use layer::{ConvTranspose2d, ConvTranspose2dOptions, GpuConvTranspose2d, LayerConfig};
 pub use params::{ConvShape, ConvTranspose2dParams, Hw};
+pub use precision::Precision;
 pub use tensor::{ErrorStats, Tensor};

@@ -505,3 +505,67 @@ fn info_prints_the_chosen_adapter() {
     assert!(v["adapters"].as_array().is_some_and(|a| !a.is_empty()), "{stdout}");
     assert!(v["limits"]["binding_limit_used"].as_u64().is_some_and(|b| b > 0), "{stdout}");
 }
+
+// ---------------------------------------------------------------------------------------------------------
+// Precision
+// ---------------------------------------------------------------------------------------------------------
+
+#[test]
+fn verify_at_precision_fast_names_the_kernel_and_meets_1e_3() {
+    let args = [
+        "verify",
+        "--precision",
+        "fast",
+        "--in-channels",
+        "32",
+        "--out-channels",
+        "32",
+        "--size",
+        "6,9",
+        "--kernel",
+        "3,2",
+        "--stride",
+        "2,1",
+        "--bias",
+        "--json",
+    ];
+    let out = convt_ok(&args);
+    let line: serde_json::Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
+    assert_eq!(line["precision"], "fast", "{}", describe(&args, &out));
+    assert!(line["kernel"].as_str().is_some_and(|k| !k.is_empty()), "{}", describe(&args, &out));
+    assert!(line["arithmetic"].as_str().is_some_and(|a| a.contains("f16") || a.contains("exact")));
+    assert!(line["checks"][0]["rel_l2"].as_f64().unwrap() <= 1e-3, "{}", describe(&args, &out));
+}
+
+#[test]
+fn forward_at_precision_fast_says_which_kernel_ran() {
+    let tensors = fixture("dcgan_like.safetensors");
+    let file = TensorFile::load(&tensors).unwrap();
+    let dir = common::TempDir::new("cli-fast");
+    let out_path = dir.path("out.safetensors");
+    let flags = fixture_flags(&file);
+    let mut args = vec!["forward", "--tensors", s(&tensors), "--out", s(&out_path)];
+    args.extend(flags.iter().map(String::as_str));
+    args.extend(["--precision", "fast"]);
+    let out = convt_ok(&args);
+    assert!(text(&out.stderr).contains("ran "), "{}", describe(&args, &out));
+    let expected = file.get("output", &tensors).unwrap().clone();
+    let s = rel_l2(&read_output(&out_path), &expected);
+    assert!(s.rel_l2 <= 1e-3, "rel L2 {:e}\n{}", s.rel_l2, describe(&args, &out));
+}
+
+#[test]
+fn bad_precision_values_are_usage_errors() {
+    // A value clap rejects: its usage error (exit 2), naming the flag and the accepted values.
+    let args = ["verify", "--precision", "f8"];
+    let out = convt(&args);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&args, &out));
+    assert_no_panic(&args, &out);
+    assert!(
+        text(&out.stderr).contains("--precision") && text(&out.stderr).contains("`fast`"),
+        "{}",
+        describe(&args, &out)
+    );
+    convt_fails(&["verify", "--backward", "--precision", "fast"], &["backward", "exact f32"]);
+    convt_fails(&["bench", "--backward", "--precision", "fast"], &["backward", "exact f32"]);
+}

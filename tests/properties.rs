@@ -5,7 +5,7 @@ mod common;
 
 use common::problems::{problems, Problem};
 use convt::gpu::Strategy as GpuStrategy;
-use convt::{cpu, ConvTranspose2dParams, ErrorStats, GpuContext, Tensor};
+use convt::{cpu, ConvTranspose2dParams, ErrorStats, GpuContext};
 use proptest::prelude::*;
 
 /// Runs `p` on the GPU and compares with the f64 reference.

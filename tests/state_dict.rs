@@ -32,6 +32,7 @@ fn options_of(c: &LayerConfig) -> ConvTranspose2dOptions {
         groups: c.groups,
         bias: c.bias,
         dilation: c.dilation.into(),
+        ..Default::default()
     }
 }
 

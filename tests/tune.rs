@@ -3,7 +3,7 @@
 
 use convt::gpu::tune::{key, TuneCache, TuneEntry};
 use convt::gpu::{select, GpuContext, GpuOptions, Strategy};
-use convt::ConvTranspose2dParams;
+use convt::{ConvTranspose2dParams, Precision};
 
 fn temp_path(name: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(format!("convt-tune-{}-{name}", std::process::id()))
@@ -18,25 +18,37 @@ fn the_selector_follows_the_tuning_cache() {
     let plain =
         GpuContext::with_options(GpuOptions { tune_cache: Some(path.clone()), ..GpuOptions::from_env().unwrap() })
             .unwrap();
-    let heuristic = select(&plain, &shape, false);
+    let heuristic = select(&plain, &shape, false, Precision::F32);
     // Cache a winner that the heuristic would not pick.
     let winner = Strategy::candidates().into_iter().find(|s| *s != heuristic).unwrap();
     let mut cache = TuneCache::default();
-    cache.entries.insert(key(plain.adapter_info(), &shape, false), TuneEntry { strategy: winner.name(), ms: 1.0 });
+    cache.entries.insert(
+        key(plain.adapter_info(), &shape, false, Precision::F32),
+        TuneEntry { strategy: winner.name(), ms: 1.0 },
+    );
+    // And a winner for precision `fast` (an f16 kernel where this adapter runs one, else an exact one).
+    let fast_heuristic = select(&plain, &shape, false, Precision::Fast);
+    let fast_winner =
+        Strategy::candidates_for(&plain, Precision::Fast).into_iter().find(|s| *s != fast_heuristic).unwrap();
+    cache.entries.insert(
+        key(plain.adapter_info(), &shape, false, Precision::Fast),
+        TuneEntry { strategy: fast_winner.name(), ms: 1.0 },
+    );
     cache.save(&path).unwrap();
-    assert_eq!(TuneCache::load(&path).unwrap().entries.len(), 1);
+    assert_eq!(TuneCache::load(&path).unwrap().entries.len(), 2);
 
     let tuned =
         GpuContext::with_options(GpuOptions { tune_cache: Some(path.clone()), ..GpuOptions::from_env().unwrap() })
             .unwrap();
-    assert_eq!(select(&tuned, &shape, false), winner);
+    assert_eq!(select(&tuned, &shape, false, Precision::F32), winner);
+    assert_eq!(select(&tuned, &shape, false, Precision::Fast), fast_winner);
     // Another shape (or the same with a bias) is not in the cache: the heuristic decides.
-    assert_eq!(select(&tuned, &shape, true), select(&plain, &shape, true));
+    assert_eq!(select(&tuned, &shape, true, Precision::F32), select(&plain, &shape, true, Precision::F32));
 
     std::fs::write(&path, "not json").unwrap();
     let broken =
         GpuContext::with_options(GpuOptions { tune_cache: Some(path.clone()), ..GpuOptions::from_env().unwrap() })
             .unwrap();
-    assert_eq!(select(&broken, &shape, false), heuristic);
+    assert_eq!(select(&broken, &shape, false, Precision::F32), heuristic);
     std::fs::remove_file(&path).ok();
 }

@@ -70,7 +70,7 @@ impl GpuOptions {
         }
         opts.tune_cache = var("CONVT_TUNE_CACHE").map(std::path::PathBuf::from);
         if let Some(v) = var("CONVT_STRATEGY") {
-            let all = crate::gpu::Strategy::candidates();
+            let all = crate::gpu::Strategy::all();
             opts.strategy = Some(all.iter().copied().find(|s| s.name() == v.trim()).ok_or_else(|| {
                 let names: Vec<String> = all.iter().map(|s| s.name()).collect();
                 ConvtError::InvalidArgument(format!("CONVT_STRATEGY `{v}` is not one of {}", names.join(", ")))
@@ -175,6 +175,21 @@ fn preference(info: &wgpu::AdapterInfo) -> (u8, u8) {
     (kind, backend)
 }
 
+/// Whether an adapter can run the kernels of src/gpu/coop.rs: f16 shaders, cooperative matrices of 16x16x16
+/// f16 x f16 -> f32, and subgroups of exactly 32 invocations (the kernels' tiling assumes it).
+pub fn coop_f16_supported(adapter: &wgpu::Adapter) -> bool {
+    let f = adapter.features();
+    let info = adapter.get_info();
+    f.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SHADER_F16)
+        && info.subgroup_min_size == crate::gpu::coop::SUBGROUP
+        && info.subgroup_max_size == crate::gpu::coop::SUBGROUP
+        && adapter.cooperative_matrix_properties().iter().any(|p| {
+            (p.m_size, p.n_size, p.k_size) == (16, 16, 16)
+                && p.ab_type == wgpu::CooperativeScalarType::F16
+                && p.cr_type == wgpu::CooperativeScalarType::F32
+        })
+}
+
 /// Errors that wgpu reports outside an error scope (and device loss) land here, to be returned by the next call.
 #[derive(Default)]
 struct DeviceHealth {
@@ -228,11 +243,25 @@ impl GpuContext {
 
         // The adapter's own limits: wgpu's defaults cap storage bindings at 128 MiB.
         let limits = adapter.limits();
-        let features = adapter.features() & wgpu::Features::TIMESTAMP_QUERY;
+        // Timestamps for the benchmark; f16 and cooperative matrices for precision `fast` (only used by the
+        // kernels that need them, which run only where the device has them).
+        let coop = coop_f16_supported(&adapter);
+        let mut features = adapter.features() & (wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::SHADER_F16);
+        if coop {
+            features |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
+        }
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("convt"),
             required_features: features,
             required_limits: limits.clone(),
+            // SAFETY: the only experimental feature requested is cooperative matrices, used only by the
+            // kernels of src/gpu/coop.rs (validated by naga in the tests, checked against the reference on the
+            // GPUs that have it).
+            experimental_features: if coop {
+                unsafe { wgpu::ExperimentalFeatures::enabled() }
+            } else {
+                wgpu::ExperimentalFeatures::disabled()
+            },
             ..Default::default()
         }))
         .map_err(|e| ConvtError::Gpu(format!("could not open device on {}: {e}", info.name)))?;
@@ -279,6 +308,16 @@ impl GpuContext {
             pool: BufferPool::default(),
             tuned,
         })
+    }
+
+    /// Whether the device runs f16 shaders (`SHADER_F16`).
+    pub fn has_f16(&self) -> bool {
+        self.device.features().contains(wgpu::Features::SHADER_F16)
+    }
+
+    /// Whether the device runs the cooperative-matrix kernels (see [`coop_f16_supported`]).
+    pub fn has_coop_f16(&self) -> bool {
+        self.device.features().contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SHADER_F16)
     }
 
     pub fn adapter_info(&self) -> &wgpu::AdapterInfo {

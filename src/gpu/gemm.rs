@@ -2,9 +2,10 @@
 //! The tile shape is a generated constant header in front of the shader source: one module per [`Tile`].
 
 use crate::error::{ConvtError, Result};
+use crate::gpu::absmax;
 use crate::gpu::buffers::{GpuTensor, PooledBuffer, STORAGE};
 use crate::gpu::context::GpuContext;
-use crate::gpu::kernel::{check_index_range, dispatch, gcd, grid, shape_constants, Operands};
+use crate::gpu::kernel::{check_index_range, dispatch_buffers, gcd, grid, shape_constants, Operands};
 use crate::gpu::plan::plan;
 use crate::params::ConvShape;
 
@@ -49,8 +50,17 @@ fn pack_weights(
     Ok(packed)
 }
 
-/// A workgroup tile: BM output pixels x BN output channels, K steps of BK input channels, TM x TN outputs per
-/// invocation, (BM/TM) * (BN/TN) invocations.
+/// The type the staged operands have in workgroup memory (the products and sums are f32 either way).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Operand {
+    /// Exact: the f32 values themselves.
+    F32,
+    /// f16, each tensor scaled by a power of two to fit f16's range (precision `fast`; needs `SHADER_F16`).
+    F16,
+}
+
+/// A workgroup tile of the register variant: BM output pixels x BN output channels, K steps of BK input
+/// channels, TM x TN outputs per invocation, (BM/TM) * (BN/TN) invocations, operands staged as `operand`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Tile {
     pub bm: u32,
@@ -58,10 +68,11 @@ pub struct Tile {
     pub bk: u32,
     pub tm: u32,
     pub tn: u32,
+    pub operand: Operand,
 }
 
 const fn tile(bm: u32, bn: u32, bk: u32, tm: u32, tn: u32) -> Tile {
-    Tile { bm, bn, bk, tm, tn }
+    Tile { bm, bn, bk, tm, tn, operand: Operand::F32 }
 }
 
 pub const TILE_128X128: Tile = tile(128, 128, 8, 8, 8);
@@ -74,7 +85,8 @@ pub const TILE_64X64: Tile = tile(64, 64, 8, 4, 4);
 pub const TILE_128X32_K16: Tile = tile(128, 32, 16, 4, 4);
 pub const TILE_64X64_K16: Tile = tile(64, 64, 16, 4, 4);
 
-/// Every tile shape the selector may choose (each is validated by naga and tested on the software driver).
+/// Every exact (f32) tile shape the selector may choose (each is validated by naga and tested on the software
+/// driver).
 pub const TILES: &[Tile] = &[
     TILE_128X128,
     TILE_128X128_K16,
@@ -87,19 +99,82 @@ pub const TILES: &[Tile] = &[
     TILE_64X64_K16,
 ];
 
+/// The f16-operand tiles (precision `fast` where the adapter has no cooperative matrices): the shapes the
+/// f32 heuristic picks, staged as f16.
+pub const F16_TILES: &[Tile] = &[
+    TILE_128X128_K16.with_operand(Operand::F16),
+    TILE_64X64_K16.with_operand(Operand::F16),
+    TILE_128X32_K16.with_operand(Operand::F16),
+];
+
+/// What a GEMM variant contributes to `shaders/gemm.wgsl`: the constants prepended to it and the code put in
+/// place of its marker lines (see the shader's opening comment).
+pub(crate) struct Parts {
+    pub header: String,
+    pub module: String,
+    pub prologue: String,
+    pub acc_decl: String,
+    pub math: String,
+    pub epilogue: String,
+}
+
+impl Parts {
+    pub fn render(&self) -> String {
+        let body = SHADER
+            .replace("//#MODULE\n", &self.module)
+            .replace("//#PROLOGUE\n", &self.prologue)
+            .replace("//#ACC_DECL\n", &self.acc_decl)
+            .replace("//#MATH\n", &self.math)
+            .replace("//#EPILOGUE\n", &self.epilogue);
+        format!("{}{body}", self.header)
+    }
+}
+
+/// The module-scope code of the f16-operand variants: the operand maxima (binding 5, written by
+/// shaders/absmax.wgsl) and the scaling by powers of two (two `ldexp` halves, so that any exponent the
+/// scale or its inverse needs stays within `ldexp`'s defined range; both halves move the same way, so an
+/// intermediate overflows or underflows only when the result does).
+pub(crate) const SCALED_MODULE: &str = "@group(0) @binding(5) var<storage, read> op_max: array<u32>;
+
+fn pow2_scale(v: f32, k: i32) -> f32 {
+    let h = k / 2;
+    return ldexp(ldexp(v, h), k - h);
+}
+
+// The f32 sum of scaled products back at the operands' scale.
+fn unscale(v: f32) -> f32 {
+    return pow2_scale(v, -(exp_x + exp_w));
+}
+";
+
+/// The prologue of the f16-operand variants: the scale exponents from the operand maxima.
+pub(crate) const SCALED_PROLOGUE: &str =
+    "    exp_x = scale_exponent(op_max[0]);\n    exp_w = scale_exponent(op_max[1]);\n";
+
 impl Tile {
+    pub const fn with_operand(self, operand: Operand) -> Tile {
+        Tile { operand, ..self }
+    }
     pub fn threads(&self) -> u32 {
         (self.bm / self.tm) * (self.bn / self.tn)
     }
     pub fn name(&self) -> String {
-        format!("gemm_{}x{}x{}_{}x{}", self.bm, self.bn, self.bk, self.tm, self.tn)
+        let op = match self.operand {
+            Operand::F32 => "",
+            Operand::F16 => "f16_",
+        };
+        format!("gemm_{op}{}x{}x{}_{}x{}", self.bm, self.bn, self.bk, self.tm, self.tn)
     }
-    /// Workgroup memory the tile stages (A and B steps, f32).
+    /// Workgroup memory the tile stages (A and B steps).
     pub fn workgroup_bytes(&self) -> u32 {
-        4 * self.bk * (self.bm + self.bn)
+        let bytes = match self.operand {
+            Operand::F32 => 4,
+            Operand::F16 => 2,
+        };
+        bytes * self.bk * (self.bm + self.bn)
     }
-    /// The shader source for this tile: the constant header, then `shaders/gemm.wgsl` with the register
-    /// micro-kernel generated in place of its `//#ACC_DECL`, `//#ACC_UPDATE` and `//#ACC_STORE` lines.
+    /// The shader source for this tile: `shaders/gemm.wgsl` with the constants and the register micro-kernel
+    /// (named vec4 accumulators, straight-line updates) generated in place of its marker lines.
     pub fn source(&self) -> String {
         let (quads_m, quads_n) = (self.tm / 4, self.tn / 4);
         let acc = |i: u32, j: u32| format!("acc_{i}_{j}");
@@ -107,27 +182,70 @@ impl Tile {
         let mut update = String::new();
         let mut store = String::new();
         for q in 0..quads_m {
-            update += &format!("            let a{q} = a_tile[a_k + {q}u];\n");
+            update += &format!("            let a{q} = vec4<f32>(a_tile[a_k + {q}u]);\n");
         }
         for j in 0..quads_n {
-            update += &format!("            let b{j} = b_tile[b_k + {j}u];\n");
+            update += &format!("            let b{j} = vec4<f32>(b_tile[b_k + {j}u]);\n");
         }
+        let scaled = self.operand == Operand::F16;
         for i in 0..self.tm {
             let a = format!("a{}.{}", i / 4, ["x", "y", "z", "w"][(i % 4) as usize]);
             for j in 0..quads_n {
                 decl += &format!("    var {} = vec4<f32>(0.0);\n", acc(i, j));
                 update += &format!("            {0} = fma(vec4<f32>({a}), b{j}, {0});\n", acc(i, j));
-                store += &format!("    store4(sc, {i}u, {j}u, {});\n", acc(i, j));
+                let v = if scaled {
+                    let a = acc(i, j);
+                    format!("vec4<f32>(unscale({a}.x), unscale({a}.y), unscale({a}.z), unscale({a}.w))")
+                } else {
+                    acc(i, j)
+                };
+                store += &format!("    store4(sc, m0 + {i}u, oc0 + {}u, {v});\n", 4 * j);
             }
         }
-        let body = SHADER
-            .replace("//#ACC_DECL\n", &decl)
-            .replace("//#ACC_UPDATE\n", &update)
-            .replace("//#ACC_STORE\n", &store);
-        format!(
-            "const BM: u32 = {}u;\nconst BN: u32 = {}u;\nconst BK: u32 = {}u;\nconst TM: u32 = {}u;\nconst TN: u32 = {}u;\n{body}",
-            self.bm, self.bn, self.bk, self.tm, self.tn
-        )
+        decl += "    let tm = lid % WG_M;\n    let tn = lid / WG_M;\n";
+        let math = format!(
+            "        for (var k = 0u; k < BK; k++) {{
+            let a_k = (k * BM + tm * TM) / 4u;
+            let b_k = (k * BN + tn * TN) / 4u;
+{update}        }}\n"
+        );
+        let epilogue = format!("    let m0 = m_tile * BM + tm * TM;\n    let oc0 = oc_tile + tn * TN;\n{store}");
+        let (ty, enable, convert_a, convert_b, module, prologue) = match self.operand {
+            Operand::F32 => ("f32", "", "v", "v", String::new(), String::new()),
+            Operand::F16 => (
+                "f16",
+                "enable f16;\n",
+                "f16(pow2_scale(v, exp_x))",
+                "f16(pow2_scale(v, exp_w))",
+                SCALED_MODULE.to_string(),
+                SCALED_PROLOGUE.to_string(),
+            ),
+        };
+        let module = format!(
+            "{module}var<workgroup> a_tile: array<vec4<{ty}>, BK * BM / 4>; // [k][m]
+var<workgroup> b_tile: array<vec4<{ty}>, BK * BN / 4>; // [k][n]
+
+fn stage_a(idx: u32, v: f32) {{
+    a_tile[idx / 4u][idx % 4u] = {convert_a};
+}}
+
+fn stage_b(idx: u32, v: f32) {{
+    b_tile[idx / 4u][idx % 4u] = {convert_b};
+}}
+"
+        );
+        Parts {
+            header: format!(
+                "{enable}const BM: u32 = {}u;\nconst BN: u32 = {}u;\nconst BK: u32 = {}u;\nconst TM: u32 = {}u;\nconst TN: u32 = {}u;\nconst WG_M: u32 = BM / TM;\nconst WG_N: u32 = BN / TN;\nconst THREADS: u32 = WG_M * WG_N;\n",
+                self.bm, self.bn, self.bk, self.tm, self.tn
+            ),
+            module,
+            prologue,
+            acc_decl: decl,
+            math,
+            epilogue,
+        }
+        .render()
     }
     /// The shader's layout assumptions (see its opening comment), checked for every tile in the tests.
     pub fn is_consistent(&self) -> bool {
@@ -230,12 +348,41 @@ struct DispatchUniform {
     phases: [PhaseUniform; MAX_PHASES],
 }
 
-/// Encodes the GEMM kernel with `tile` over every slice of the plan and every stride phase into `pass`.
+/// One GEMM variant as [`encode`] needs it: a register [`Tile`] or a cooperative-matrix
+/// [`crate::gpu::coop::CoopTile`].
+pub(crate) struct Variant {
+    pub name: String,
+    pub source: String,
+    pub bm: u32,
+    pub bn: u32,
+    pub threads: u32,
+    pub workgroup_bytes: u32,
+    pub consistent: bool,
+    /// f16 operands scaled by powers of two: the operand maxima are bound at binding 5.
+    pub scaled: bool,
+}
+
+impl Tile {
+    pub(crate) fn variant(&self) -> Variant {
+        Variant {
+            name: self.name(),
+            source: self.source(),
+            bm: self.bm,
+            bn: self.bn,
+            threads: self.threads(),
+            workgroup_bytes: self.workgroup_bytes(),
+            consistent: self.is_consistent(),
+            scaled: self.operand == Operand::F16,
+        }
+    }
+}
+
+/// Encodes the GEMM kernel `variant` over every slice of the plan and every stride phase into `pass`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn encode(
     ctx: &GpuContext,
     shape: &ConvShape,
-    tile: Tile,
+    variant: &Variant,
     input: &GpuTensor,
     weight: &GpuTensor,
     bias: Option<&GpuTensor>,
@@ -243,23 +390,25 @@ pub(crate) fn encode(
     pass: &mut wgpu::ComputePass<'_>,
 ) -> Result<()> {
     let limits = ctx.device.limits();
-    if !tile.is_consistent()
-        || tile.workgroup_bytes() > limits.max_compute_workgroup_storage_size
-        || tile.threads() > limits.max_compute_invocations_per_workgroup
+    if !variant.consistent
+        || variant.workgroup_bytes > limits.max_compute_workgroup_storage_size
+        || variant.threads > limits.max_compute_invocations_per_workgroup
     {
-        return Err(ConvtError::InvalidArgument(format!("tile {tile:?} does not fit this adapter")));
+        return Err(ConvtError::InvalidArgument(format!("kernel {} does not fit this adapter", variant.name)));
     }
     check_index_range(shape)?;
     let slices = plan(shape, input, output);
     if slices.is_empty() {
         return Ok(());
     }
+    let maxima = if variant.scaled { Some(absmax::encode(ctx, &[input, weight], pass)?) } else { None };
     let packed = pack_weights(ctx, shape, weight, pass)?;
     let ops = Operands::new(ctx, &packed, bias)?;
-    let module = ctx.module(&tile.name(), &tile.source())?;
+    let module = ctx.module(&variant.name, &variant.source)?;
     let consts = shape_constants(shape, bias.is_some());
-    let key = format!("{} {:?} {:?}", tile.name(), ctx.options().shader_checks, consts);
+    let key = format!("{} {:?} {:?}", variant.name, ctx.options().shader_checks, consts);
     let pipeline = ctx.pipeline(key, &module, &consts)?;
+    let tile = variant;
     let cog = shape.out_per_group();
     let n_tiles_per_group = cog.div_ceil(tile.bn as usize);
     ctx.scoped(|| {
@@ -333,7 +482,9 @@ pub(crate) fn encode(
                 };
                 let input = &input.chunks()[s.in_chunk].buffer;
                 let out = &output.chunks()[s.out_chunk].buffer;
-                dispatch(ctx, pass, &pipeline, bytemuck::bytes_of(&u), input, &ops, out, grid, batch.len() as u32);
+                let mut buffers = ops.buffers(input, out);
+                buffers.extend(maxima.as_ref());
+                dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &buffers, grid, batch.len() as u32);
             }
         }
         Ok(())
@@ -346,7 +497,7 @@ mod tests {
 
     #[test]
     fn every_tile_meets_the_shader_layout_rules() {
-        for t in TILES {
+        for t in TILES.iter().chain(F16_TILES) {
             assert!(t.is_consistent(), "{t:?}");
             assert!(t.workgroup_bytes() <= 16384, "{t:?} needs more workgroup memory than every adapter has");
             assert!(t.threads() <= 256, "{t:?}");
@@ -355,9 +506,9 @@ mod tests {
 
     #[test]
     fn generated_sources_fill_every_placeholder() {
-        for t in TILES {
+        for t in TILES.iter().chain(F16_TILES) {
             let src = t.source();
-            assert!(!src.contains("//#ACC"), "{t:?}");
+            assert!(!src.contains("//#"), "{t:?}");
             assert_eq!(src.matches("store4(sc,").count() as u32, t.tm * t.tn / 4, "{t:?}");
         }
     }

@@ -12,6 +12,7 @@ use crate::gpu::kernel::{channel_blocks, check_index_range, dispatch_buffers, gr
 use crate::gpu::plan::{plan_between, Side};
 use crate::gpu::{gemm, select, Strategy};
 use crate::params::{ConvShape, ConvTranspose2dParams};
+use crate::precision::Precision;
 
 pub const SHADER_NAME: &str = "grad_input.wgsl";
 pub const SHADER: &str = include_str!("../../shaders/grad_input.wgsl");
@@ -85,11 +86,11 @@ pub(crate) fn encode(
     pass: &mut wgpu::ComputePass<'_>,
 ) -> Result<()> {
     if let Some(t) = as_transposed_convolution(shape) {
-        if let Strategy::Gemm(tile) = select(ctx, &t, false) {
+        if let Strategy::Gemm(tile) = select(ctx, &t, false, Precision::F32) {
             let flipped = flip_weights(ctx, shape, weight, pass)?;
             // The GEMM kernel reads any [N, C, H, W] tensor through the slice plan; the chunks of grad_output
             // and grad_input are those of an input and an output of shape `t`.
-            return gemm::encode(ctx, &t, tile, grad_output, &flipped, None, grad_input, pass);
+            return gemm::encode(ctx, &t, &tile.variant(), grad_output, &flipped, None, grad_input, pass);
         }
     }
     encode_gather(ctx, shape, weight, grad_output, grad_input, pass)

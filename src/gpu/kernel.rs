@@ -73,6 +73,11 @@ impl<'a> Operands<'a> {
         Ok(Self { weight, bias, unused_bias })
     }
 
+    /// The forward shaders' bindings 1 to 4: input, weight, bias, output.
+    pub fn buffers<'b>(&'b self, input: &'b wgpu::Buffer, output: &'b wgpu::Buffer) -> Vec<&'b wgpu::Buffer> {
+        vec![input, self.weight, self.bias(), output]
+    }
+
     fn bias(&self) -> &wgpu::Buffer {
         match (&self.bias, &self.unused_bias) {
             (Some(b), _) => b,

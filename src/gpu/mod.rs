@@ -3,10 +3,12 @@
 //! place that picks its algorithm for a shape. The backward pass ([`backward`]) runs one kernel per gradient
 //! ([`grad_input`], [`grad_weight`], [`grad_bias`]); [`elementwise`] holds what a training loop adds.
 
+pub(crate) mod absmax;
 pub mod backward;
 pub mod buffers;
 pub mod ceilings;
 pub mod context;
+pub mod coop;
 pub mod direct;
 pub mod elementwise;
 pub mod gemm;
@@ -27,27 +29,95 @@ pub use timing::GpuTimer;
 
 use crate::error::{ConvtError, Result};
 use crate::params::{ConvShape, ConvTranspose2dParams};
+use crate::precision::Precision;
 use crate::tensor::Tensor;
 
 /// The algorithms convt can run a transposed convolution with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Strategy {
-    /// Gather form, one invocation per output pixel and channel block (`shaders/direct.wgsl`).
+    /// Gather form, one invocation per output pixel and channel block (`shaders/direct.wgsl`). Exact.
     Direct,
-    /// Implicit GEMM per stride phase with this workgroup tile (`shaders/gemm.wgsl`).
+    /// Implicit GEMM per stride phase with this register tile (`shaders/gemm.wgsl`); exact with f32 operands,
+    /// precision `fast` with f16 operands.
     Gemm(gemm::Tile),
+    /// Implicit GEMM on cooperative matrices (tensor cores): f16 operands, f32 accumulation. Precision `fast`.
+    Coop(coop::CoopTile),
 }
 
 impl Strategy {
-    /// Every strategy the selector may choose: the tests run each on the software driver.
+    /// Every exact strategy the selector may choose: the tests run each on the software driver.
     pub fn candidates() -> Vec<Strategy> {
         std::iter::once(Strategy::Direct).chain(gemm::TILES.iter().map(|t| Strategy::Gemm(*t))).collect()
+    }
+
+    /// Every strategy of precision `fast` (f16 operands), whether or not this adapter can run it.
+    pub fn fast_candidates() -> Vec<Strategy> {
+        gemm::F16_TILES
+            .iter()
+            .map(|t| Strategy::Gemm(*t))
+            .chain(coop::COOP_TILES.iter().map(|t| Strategy::Coop(*t)))
+            .collect()
+    }
+
+    /// The candidates for `precision` that `ctx`'s device can run: for `fast`, its f16 strategies where it
+    /// has them, and the exact ones too (on an adapter without f16 they are all `fast` can use).
+    pub fn candidates_for(ctx: &GpuContext, precision: Precision) -> Vec<Strategy> {
+        match precision {
+            Precision::F32 => Self::candidates(),
+            Precision::Fast => {
+                Self::fast_candidates().into_iter().filter(|s| s.runs_on(ctx)).chain(Self::candidates()).collect()
+            }
+        }
+    }
+
+    /// Every strategy of this build (for looking one up by name).
+    pub fn all() -> Vec<Strategy> {
+        Self::candidates().into_iter().chain(Self::fast_candidates()).collect()
     }
 
     pub fn name(&self) -> String {
         match self {
             Strategy::Direct => "direct".into(),
             Strategy::Gemm(t) => t.name(),
+            Strategy::Coop(t) => t.name(),
+        }
+    }
+
+    /// The precision this strategy computes at.
+    pub fn precision(&self) -> Precision {
+        match self {
+            Strategy::Gemm(gemm::Tile { operand: gemm::Operand::F16, .. }) | Strategy::Coop(_) => Precision::Fast,
+            _ => Precision::F32,
+        }
+    }
+
+    /// How it computes, in words (what `convt` prints about the path that ran).
+    pub fn arithmetic(&self) -> &'static str {
+        match self {
+            Strategy::Coop(_) => "f16 operands on tensor cores (cooperative matrices), f32 accumulation",
+            Strategy::Gemm(gemm::Tile { operand: gemm::Operand::F16, .. }) => {
+                "f16 operands on the FMA units (no cooperative matrices here), f32 accumulation"
+            }
+            _ => "exact f32",
+        }
+    }
+
+    /// Whether `ctx`'s device has what this strategy needs (f16 shaders; cooperative matrices) and room for
+    /// its workgroup.
+    pub fn runs_on(&self, ctx: &GpuContext) -> bool {
+        let limits = ctx.device.limits();
+        match self {
+            Strategy::Direct => true,
+            Strategy::Gemm(t) => {
+                (t.operand == gemm::Operand::F32 || ctx.has_f16())
+                    && t.workgroup_bytes() <= limits.max_compute_workgroup_storage_size
+                    && t.threads() <= limits.max_compute_invocations_per_workgroup
+            }
+            Strategy::Coop(t) => {
+                ctx.has_coop_f16()
+                    && t.workgroup_bytes() <= limits.max_compute_workgroup_storage_size
+                    && t.threads() <= limits.max_compute_invocations_per_workgroup
+            }
         }
     }
 }
@@ -71,28 +141,38 @@ pub fn shader_sources() -> Vec<(&'static str, String, String)> {
         v.push((file, file.to_string(), source.to_string()));
     }
     v.push((gemm::PACK_SHADER_NAME, gemm::PACK_SHADER_NAME.to_string(), gemm::PACK_SHADER.to_string()));
-    v.extend(gemm::TILES.iter().map(|t| (gemm::SHADER_NAME, t.name(), t.source())));
+    v.push((absmax::SHADER_NAME, absmax::SHADER_NAME.to_string(), absmax::SHADER.to_string()));
+    v.extend(gemm::TILES.iter().chain(gemm::F16_TILES).map(|t| (gemm::SHADER_NAME, t.name(), t.source())));
+    v.extend(coop::COOP_TILES.iter().map(|t| (gemm::SHADER_NAME, t.name(), t.source())));
     v
 }
 
-/// Picks the algorithm for a shape on this context's adapter: the one forced by the context's options, else
-/// the autotuner's cached winner for (adapter, driver, shape), else a heuristic.
-pub fn select(ctx: &GpuContext, shape: &ConvShape, has_bias: bool) -> Strategy {
-    if let Some(forced) = ctx.options().strategy {
+/// Picks the algorithm for a shape at a precision on this context's adapter: the one forced by the context's
+/// options (when it has that precision), else the autotuner's cached winner for (adapter, driver, shape,
+/// precision), else a heuristic. For `fast` the heuristic takes the cooperative-matrix kernel where the
+/// adapter has it, else the f16-operand kernel where it has f16 shaders, else the exact choice.
+pub fn select(ctx: &GpuContext, shape: &ConvShape, has_bias: bool, precision: Precision) -> Strategy {
+    if let Some(forced) = ctx.options().strategy.filter(|s| s.precision() == precision) {
         return forced;
     }
-    if let Some(tuned) = ctx.tuned().lookup(&tune::key(ctx.adapter_info(), shape, has_bias)) {
-        return tuned;
+    if let Some(tuned) = ctx.tuned().lookup(&tune::key(ctx.adapter_info(), shape, has_bias, precision)) {
+        if tuned.runs_on(ctx) {
+            return tuned;
+        }
     }
     // The GEMM tile wastes work when a group has few output channels, and its per-phase dispatches and
     // strided stores do not pay off when each output sums few products (few input channels per tap, large
     // stride): the gather kernel serves those (measured on the H100: kb75, kb81; docs/PERFORMANCE.md).
     let products_per_output =
         shape.in_per_group() * shape.kernel[0] * shape.kernel[1] / (shape.stride[0] * shape.stride[1]);
-    if shape.out_per_group() >= 16 && shape.in_per_group() >= 8 && products_per_output >= 64 {
-        Strategy::Gemm(gemm::pick_tile(shape))
-    } else {
-        Strategy::Direct
+    if shape.out_per_group() < 16 || shape.in_per_group() < 8 || products_per_output < 64 {
+        return Strategy::Direct;
+    }
+    let exact = gemm::pick_tile(shape);
+    let fast = [Strategy::Coop(coop::pick_tile(shape)), Strategy::Gemm(exact.with_operand(gemm::Operand::F16))];
+    match precision {
+        Precision::Fast => fast.into_iter().find(|s| s.runs_on(ctx)).unwrap_or(Strategy::Gemm(exact)),
+        Precision::F32 => Strategy::Gemm(exact),
     }
 }
 
@@ -121,8 +201,26 @@ pub fn conv_transpose2d_into(
     output: &GpuTensor,
     timer: Option<(&GpuTimer, u32)>,
 ) -> Result<()> {
+    conv_transpose2d_into_as(ctx, Precision::F32, input, weight, bias, params, output, timer).map(|_| ())
+}
+
+/// [`conv_transpose2d_into`] at a given [`Precision`]; returns the strategy that ran (see
+/// [`Strategy::arithmetic`] for what it computed with).
+#[allow(clippy::too_many_arguments)]
+pub fn conv_transpose2d_into_as(
+    ctx: &GpuContext,
+    precision: Precision,
+    input: &GpuTensor,
+    weight: &GpuTensor,
+    bias: Option<&GpuTensor>,
+    params: &ConvTranspose2dParams,
+    output: &GpuTensor,
+    timer: Option<(&GpuTimer, u32)>,
+) -> Result<Strategy> {
     let shape = params.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?;
-    conv_transpose2d_with(ctx, select(ctx, &shape, bias.is_some()), input, weight, bias, params, output, timer)
+    let strategy = select(ctx, &shape, bias.is_some(), precision);
+    conv_transpose2d_with(ctx, strategy, input, weight, bias, params, output, timer)?;
+    Ok(strategy)
 }
 
 /// [`conv_transpose2d_into`] with a given algorithm instead of the selector's (for the tuner and tests).
@@ -144,6 +242,14 @@ pub fn conv_transpose2d_with(
             actual: output.shape().to_vec(),
         });
     }
+    if !strategy.runs_on(ctx) {
+        return Err(ConvtError::InvalidArgument(format!(
+            "{} ({}) cannot run on {}",
+            strategy.name(),
+            strategy.arithmetic(),
+            ctx.adapter_info().name
+        )));
+    }
     let mut encoder = ctx.device.create_command_encoder(&Default::default());
     {
         let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
@@ -152,7 +258,8 @@ pub fn conv_transpose2d_with(
         });
         match strategy {
             Strategy::Direct => direct::encode(ctx, &shape, input, weight, bias, output, &mut pass)?,
-            Strategy::Gemm(tile) => gemm::encode(ctx, &shape, tile, input, weight, bias, output, &mut pass)?,
+            Strategy::Gemm(tile) => gemm::encode(ctx, &shape, &tile.variant(), input, weight, bias, output, &mut pass)?,
+            Strategy::Coop(tile) => gemm::encode(ctx, &shape, &tile.variant(), input, weight, bias, output, &mut pass)?,
         }
     }
     ctx.scoped(|| {
@@ -169,9 +276,23 @@ pub fn conv_transpose2d_host(
     bias: Option<&Tensor>,
     params: &ConvTranspose2dParams,
 ) -> Result<Tensor> {
-    params.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?;
+    conv_transpose2d_host_as(ctx, Precision::F32, input, weight, bias, params).map(|(t, _)| t)
+}
+
+/// [`conv_transpose2d_host`] at a given [`Precision`]; also returns the strategy that ran.
+pub fn conv_transpose2d_host_as(
+    ctx: &GpuContext,
+    precision: Precision,
+    input: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    params: &ConvTranspose2dParams,
+) -> Result<(Tensor, Strategy)> {
+    let shape = params.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?;
     let x = GpuTensor::upload(ctx, input)?;
     let w = GpuTensor::upload(ctx, weight)?;
     let b = bias.map(|b| GpuTensor::upload(ctx, b)).transpose()?;
-    conv_transpose2d(ctx, &x, &w, b.as_ref(), params)?.download(ctx)
+    let output = GpuTensor::empty(ctx, &shape.output_dims_as_given())?;
+    let strategy = conv_transpose2d_into_as(ctx, precision, &x, &w, b.as_ref(), params, &output, None)?;
+    Ok((output.download(ctx)?, strategy))
 }

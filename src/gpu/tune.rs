@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{ConvtError, Result};
 use crate::gpu::Strategy;
 use crate::params::ConvShape;
+use crate::precision::Precision;
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct TuneCache {
@@ -34,8 +35,13 @@ pub fn default_path() -> Option<PathBuf> {
     Some(base.join("convt").join("tune.json"))
 }
 
-/// The cache key: adapter, backend, driver and every size of the problem.
-pub fn key(info: &wgpu::AdapterInfo, shape: &ConvShape, has_bias: bool) -> String {
+/// The cache key: adapter, backend, driver, every size of the problem, and the precision (`fast` keys end in
+/// ` | fast`; exact ones carry no suffix).
+pub fn key(info: &wgpu::AdapterInfo, shape: &ConvShape, has_bias: bool, precision: Precision) -> String {
+    let suffix = match precision {
+        Precision::F32 => "",
+        Precision::Fast => " | fast",
+    };
     format!(
         "{} | {:?} | {} {} | N{} Cin{} Cout{} G{} in{:?} out{:?} k{:?} s{:?} p{:?} d{:?} bias{}",
         info.name,
@@ -53,7 +59,7 @@ pub fn key(info: &wgpu::AdapterInfo, shape: &ConvShape, has_bias: bool) -> Strin
         shape.padding,
         shape.dilation,
         has_bias
-    )
+    ) + suffix
 }
 
 impl TuneCache {
@@ -80,6 +86,6 @@ impl TuneCache {
     /// The cached strategy for a key, if it names one this build knows.
     pub fn lookup(&self, key: &str) -> Option<Strategy> {
         let name = &self.entries.get(key)?.strategy;
-        Strategy::candidates().into_iter().find(|s| &s.name() == name)
+        Strategy::all().into_iter().find(|s| &s.name() == name)
     }
 }

@@ -10,7 +10,7 @@ use clap::Args;
 use convt::gpu::ceilings::{self, Ceilings};
 use convt::gpu::{conv_transpose2d_backward_into, conv_transpose2d_with, GpuGradients, GpuTimer, Strategy};
 use convt::suite::Case;
-use convt::{ConvShape, GpuContext, GpuTensor, Tensor};
+use convt::{cpu, ConvShape, ErrorStats, GpuContext, GpuTensor, Precision, Tensor};
 use serde_json::json;
 
 use crate::Outcome;
@@ -36,6 +36,14 @@ pub struct BenchArgs {
     /// forward; TFLOP/s count twice the forward's useful FLOPs.
     #[arg(long)]
     backward: bool,
+    /// Arithmetic of the forward: `f32` (exact) or `fast` (f16 operands, f32 accumulation; tensor cores where
+    /// the adapter has cooperative matrices). Each case line names the kernel that ran.
+    #[arg(long, default_value = "f32")]
+    precision: Precision,
+    /// After timing, compare this many randomly placed output elements of the last run with the float64
+    /// reference (relative L2 error in the table and the JSON; 0: no check). Forward only.
+    #[arg(long, default_value_t = 20_000)]
+    check_samples: usize,
     /// Write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -98,6 +106,8 @@ enum Outputs {
 pub struct Prepared {
     pub case: Case,
     pub pass: Pass,
+    /// The forward's precision when no strategy is given (the selector's choice at it).
+    pub precision: Precision,
     pub shape: ConvShape,
     pub inputs: Vec<InputSet>,
     weight: GpuTensor,
@@ -140,43 +150,95 @@ impl Prepared {
                 Outputs::Backward(GpuGradients::empty(ctx, &inputs[0].input, &weight, bias.as_ref(), &case.params)?)
             }
         };
-        Ok(Self { case: *case, pass, shape, inputs, weight, bias, outputs })
+        Ok(Self { case: *case, pass, precision: Precision::F32, shape, inputs, weight, bias, outputs })
+    }
+
+    /// Relative L2 error of the forward output last written (from input set `set`) at `samples` random
+    /// positions, against the float64 reference there. Downloads the whole output.
+    pub fn sampled_error(&self, ctx: &GpuContext, set: usize, samples: usize) -> Result<ErrorStats> {
+        let Outputs::Forward(output) = &self.outputs else { bail!("only the forward's output is checked") };
+        let out = output.download(ctx)?;
+        let (x, w) = (self.inputs[set].input.download(ctx)?, self.weight.download(ctx)?);
+        let b = self.bias.as_ref().map(|b| b.download(ctx)).transpose()?;
+        let (got, want): (Vec<f32>, Vec<f64>) =
+            crate::verify::sample_positions(&self.shape.output_dims(), samples.min(out.numel()), 7)
+                .into_iter()
+                .map(|(i, p)| {
+                    (out.data()[i], cpu::output_at(&self.shape, x.data(), w.data(), b.as_ref().map(|b| b.data()), p))
+                })
+                .unzip();
+        Ok(ErrorStats::compare(&got, &want))
     }
 
     /// What runs: the forward's algorithm (`strategy` or the selector's choice), or "backward".
     pub fn algorithm(&self, ctx: &GpuContext) -> String {
         match self.pass {
-            Pass::Forward => convt::gpu::select(ctx, &self.shape, self.case.bias).name(),
+            Pass::Forward => convt::gpu::select(ctx, &self.shape, self.case.bias, self.precision).name(),
             Pass::Backward => "backward".to_string(),
         }
     }
 
     /// GPU times (ms) of `runs` calls after `warmup` untimed ones. `strategy` (or the selector's choice) picks the
     /// forward's algorithm; the backward has one and takes none.
-    pub fn time(&self, ctx: &GpuContext, strategy: Option<Strategy>, warmup: u32, runs: u32) -> Result<Vec<f64>> {
+    /// The warm-up is `warmup` calls, repeated until the GPU has been busy for `min_warmup`.
+    pub fn time(
+        &self,
+        ctx: &GpuContext,
+        strategy: Option<Strategy>,
+        warmup: u32,
+        min_warmup: std::time::Duration,
+        runs: u32,
+    ) -> Result<Vec<f64>> {
         if self.pass == Pass::Backward && strategy.is_some() {
             bail!("the backward pass has no strategy to choose");
         }
         let timer = GpuTimer::new(ctx, runs)?;
-        let strategy = strategy.unwrap_or_else(|| convt::gpu::select(ctx, &self.shape, self.case.bias));
-        let (weight, bias, params) = (&self.weight, self.bias.as_ref(), &self.case.params);
-        for i in 0..warmup + runs {
-            let slot = (i >= warmup).then(|| (&timer, i - warmup));
-            let set = &self.inputs[i as usize % self.inputs.len()];
-            match (&self.outputs, &set.grad_output) {
-                (Outputs::Forward(output), _) => {
-                    conv_transpose2d_with(ctx, strategy, &set.input, weight, bias, params, output, slot)?
-                }
-                (Outputs::Backward(grads), Some(go)) => {
-                    conv_transpose2d_backward_into(ctx, &set.input, weight, bias, go, params, grads, slot)?
-                }
-                (Outputs::Backward(_), None) => unreachable!("backward input sets carry a grad_output"),
+        let strategy = strategy.unwrap_or_else(|| convt::gpu::select(ctx, &self.shape, self.case.bias, self.precision));
+        // Warm-up: `warmup` calls, then more until the GPU has been busy for `min_warmup` (a GPU left idle, as
+        // while the previous case's error was checked on the CPU, clocks down: its first calls measured up to
+        // four times slower on the H100/H200).
+        let started = std::time::Instant::now();
+        let mut extra = 0;
+        loop {
+            for i in 0..warmup.max(1) {
+                let set = &self.inputs[i as usize % self.inputs.len()];
+                self.call(ctx, strategy, set, None)?;
             }
+            ctx.device().poll(wgpu::PollType::Wait { submission_index: None, timeout: None }).ok();
+            extra += 1;
+            if started.elapsed() >= min_warmup || extra >= 1000 {
+                break;
+            }
+        }
+        for i in warmup..warmup + runs {
+            let slot = Some((&timer, i - warmup));
+            let set = &self.inputs[i as usize % self.inputs.len()];
+            self.call(ctx, strategy, set, slot)?;
         }
         ctx.device().poll(wgpu::PollType::Wait { submission_index: None, timeout: None }).ok();
         Ok(timer.read_ms(ctx, runs)?)
     }
 }
+
+impl Prepared {
+    /// One call of the pass on input set `set`, timed into `slot` if given.
+    fn call(&self, ctx: &GpuContext, strategy: Strategy, set: &InputSet, slot: Option<(&GpuTimer, u32)>) -> Result<()> {
+        let (weight, bias, params) = (&self.weight, self.bias.as_ref(), &self.case.params);
+        match (&self.outputs, &set.grad_output) {
+            (Outputs::Forward(output), _) => {
+                conv_transpose2d_with(ctx, strategy, &set.input, weight, bias, params, output, slot)?
+            }
+            (Outputs::Backward(grads), Some(go)) => {
+                conv_transpose2d_backward_into(ctx, &set.input, weight, bias, go, params, grads, slot)?
+            }
+            (Outputs::Backward(_), None) => bail!("backward input sets carry a grad_output"),
+        }
+        Ok(())
+    }
+}
+
+/// The least time the benchmark keeps the GPU busy before timing a case.
+const MIN_WARMUP: std::time::Duration = std::time::Duration::from_millis(1000);
 
 pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -187,6 +249,9 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
     let cases: Vec<Case> = crate::args::parse_cases(&a.case)?;
     if a.runs == 0 {
         bail!("--runs must be at least 1");
+    }
+    if a.backward && a.precision != Precision::F32 {
+        bail!("the backward pass runs in exact f32 only (--precision fast is for the forward)");
     }
     let ctx = GpuContext::new()?;
     let info = ctx.adapter_info().clone();
@@ -200,20 +265,25 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
     };
 
     let pass = if a.backward { Pass::Backward } else { Pass::Forward };
-    eprintln!("pass: {}", pass.name());
+    eprintln!("pass: {}, precision {}", pass.name(), a.precision);
     let mut rows = Vec::new();
     println!(
-        "{:<6} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8}  algorithm",
-        "case", "ms", "min ms", "TFLOP/s", "GB/s", "%FMA", "%copy"
+        "{:<6} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>9}  algorithm",
+        "case", "ms", "min ms", "TFLOP/s", "GB/s", "%FMA", "%copy", "rel L2"
     );
     for case in &cases {
         let case = match a.batch {
             Some(b) => case.with_batch(b),
             None => *case,
         };
-        let prepared = Prepared::new(&ctx, &case, pass)?;
+        let mut prepared = Prepared::new(&ctx, &case, pass)?;
+        prepared.precision = a.precision;
         let shape = prepared.shape;
-        let times = prepared.time(&ctx, None, a.warmup, a.runs)?;
+        let times = prepared.time(&ctx, None, a.warmup, MIN_WARMUP, a.runs)?;
+        let last_set = (a.warmup + a.runs - 1) as usize % prepared.inputs.len();
+        let error = (pass == Pass::Forward && a.check_samples > 0)
+            .then(|| prepared.sampled_error(&ctx, last_set, a.check_samples))
+            .transpose()?;
         let ms = median(times.clone());
         let min = times.iter().copied().fold(f64::INFINITY, f64::min);
         let (flops, bytes) = (pass.useful_flops(&shape), pass.min_bytes(&shape, case.bias));
@@ -221,8 +291,9 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
         let gbs = bytes as f64 / (ms * 1e-3) / 1e9;
         let algorithm = prepared.algorithm(&ctx);
         let pct = |v: f64, c: Option<f64>| c.map_or("-".to_string(), |c| format!("{:.0}%", 100.0 * v / c));
+        let rel_l2 = error.map(|e| e.rel_l2);
         println!(
-            "{:<6} {:>9.3} {:>9.3} {:>9.2} {:>9.0} {:>8} {:>8}  {}",
+            "{:<6} {:>9.3} {:>9.3} {:>9.2} {:>9.0} {:>8} {:>8} {:>9}  {}",
             case.name,
             ms,
             min,
@@ -230,15 +301,18 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
             gbs,
             pct(tflops, ceil.map(|c| c.fma_tflops)),
             pct(gbs, ceil.map(|c| c.copy_gbs)),
+            rel_l2.map_or("-".to_string(), |e| format!("{e:.1e}")),
             algorithm
         );
         rows.push(json!({"case": case.name, "batch": case.batch, "ms": ms, "min_ms": min, "times_ms": times,
             "tflops": tflops, "gbs": gbs, "gflop": flops as f64 / 1e9, "gb": bytes as f64 / 1e9,
-            "input_sets": prepared.inputs.len(), "algorithm": algorithm}));
+            "input_sets": prepared.inputs.len(), "algorithm": algorithm, "rel_l2": rel_l2,
+            "error_samples": error.map(|e| e.compared)}));
     }
     if let Some(path) = a.json {
         let doc = json!({"adapter": info.name, "backend": format!("{:?}", info.backend), "driver": info.driver,
-            "driver_info": info.driver_info, "pass": pass.name(), "runs": a.runs, "warmup": a.warmup,
+            "driver_info": info.driver_info, "pass": pass.name(), "precision": a.precision, "runs": a.runs,
+            "warmup": a.warmup,
             "shader_checks": format!("{:?}", ctx.options().shader_checks), "ceilings": ceil, "cases": rows});
         std::fs::write(&path, serde_json::to_string_pretty(&doc)?)
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::{Args, ValueEnum};
 use convt::io::{save_tensors, TensorFile};
-use convt::GpuContext;
+use convt::{GpuContext, Precision};
 
 use crate::args::ConvArgs;
 use crate::Outcome;
@@ -29,6 +29,10 @@ pub struct ForwardArgs {
     /// Where to compute: the GPU (wgpu) or the CPU reference (f64 accumulation).
     #[arg(long, value_enum, default_value = "gpu")]
     backend: Backend,
+    /// Arithmetic on the GPU: `f32` (exact) or `fast` (f16 operands, f32 accumulation; tensor cores where the
+    /// adapter has cooperative matrices). The kernel that ran is reported.
+    #[arg(long, default_value = "f32")]
+    precision: Precision,
 }
 
 pub fn run(a: ForwardArgs) -> Result<Outcome> {
@@ -43,7 +47,10 @@ pub fn run(a: ForwardArgs) -> Result<Outcome> {
         Backend::Cpu => convt::cpu::conv_transpose2d(input, weight, bias, &params)?,
         Backend::Gpu => {
             let ctx = GpuContext::new()?;
-            convt::gpu::conv_transpose2d_host(&ctx, input, weight, bias, &params)?
+            let (output, strategy) =
+                convt::gpu::conv_transpose2d_host_as(&ctx, a.precision, input, weight, bias, &params)?;
+            eprintln!("ran {} ({}) on {}", strategy.name(), strategy.arithmetic(), ctx.adapter_info().name);
+            output
         }
     };
     save_tensors(&a.out, &[("output", &output)], None)?;

@@ -6,7 +6,7 @@ use clap::Args;
 use convt::gpu::tune::{self, TuneCache, TuneEntry};
 use convt::gpu::Strategy;
 use convt::suite::Case;
-use convt::{GpuContext, GpuOptions};
+use convt::{GpuContext, GpuOptions, Precision};
 
 use crate::bench::{median, Pass, Prepared};
 use crate::Outcome;
@@ -27,6 +27,10 @@ pub struct TuneArgs {
     /// The cache file (default: CONVT_TUNE_CACHE, else ~/.cache/convt/tune.json).
     #[arg(long)]
     cache: Option<std::path::PathBuf>,
+    /// Tune for this precision: `f32` times the exact strategies, `fast` those with f16 operands this adapter
+    /// runs (and the exact ones, which `fast` may also choose).
+    #[arg(long, default_value = "f32")]
+    precision: Precision,
 }
 
 pub fn run(a: TuneArgs) -> Result<Outcome> {
@@ -41,14 +45,17 @@ pub fn run(a: TuneArgs) -> Result<Outcome> {
         .ok_or_else(|| anyhow::anyhow!("no cache location: pass --cache or set CONVT_TUNE_CACHE"))?;
     let ctx = GpuContext::with_options(opts)?;
     let mut cache = TuneCache::load(&path)?;
-    eprintln!("adapter: {}; cache: {}", ctx.adapter_info().name, path.display());
+    eprintln!("adapter: {}; cache: {}; precision {}", ctx.adapter_info().name, path.display(), a.precision);
     for case in &cases {
         let case = a.batch.map_or(*case, |b| case.with_batch(b));
         let prepared = Prepared::new(&ctx, &case, Pass::Forward)?;
         let mut best: Option<(Strategy, f64)> = None;
         let mut line = format!("{:<6}", case.name);
-        for strategy in Strategy::candidates() {
-            match prepared.time(&ctx, Some(strategy), a.warmup, a.runs) {
+        for (i, strategy) in Strategy::candidates_for(&ctx, a.precision).into_iter().enumerate() {
+            // The GPU idled while the case's inputs were drawn (and clocked down): the first candidate warms it
+            // up for a second; the others follow back to back and need only the plain warm-up.
+            let min_warmup = if i == 0 { std::time::Duration::from_secs(1) } else { std::time::Duration::ZERO };
+            match prepared.time(&ctx, Some(strategy), a.warmup, min_warmup, a.runs) {
                 Ok(times) => {
                     let ms = median(times);
                     line += &format!("  {} {:.3}", strategy.name(), ms);
@@ -62,7 +69,7 @@ pub fn run(a: TuneArgs) -> Result<Outcome> {
         }
         if let Some((strategy, ms)) = best {
             println!("{line}\n       -> {} {:.3} ms", strategy.name(), ms);
-            let key = tune::key(ctx.adapter_info(), &prepared.shape, case.bias);
+            let key = tune::key(ctx.adapter_info(), &prepared.shape, case.bias, a.precision);
             cache.entries.insert(key, TuneEntry { strategy: strategy.name(), ms });
             cache.save(&path)?; // after every case, so an interrupted run keeps what it measured
         }

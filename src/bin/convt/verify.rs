@@ -10,7 +10,7 @@ use std::time::Instant;
 use anyhow::{bail, Result};
 use clap::{Args, ValueEnum};
 use convt::suite::Case;
-use convt::{cpu, ConvShape, ErrorStats, GpuContext, GpuOptions, Tensor};
+use convt::{cpu, ConvShape, ErrorStats, GpuContext, GpuOptions, Precision, Tensor};
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
@@ -71,9 +71,13 @@ pub struct VerifyArgs {
     /// Seed for the inputs (fresh each run by default).
     #[arg(long)]
     seed: Option<u64>,
-    /// Relative L2 error above which the check fails.
-    #[arg(long, default_value_t = 1e-5)]
-    tolerance: f64,
+    /// Relative L2 error above which the check fails (default: 1e-5 for f32, 1e-3 for fast).
+    #[arg(long)]
+    tolerance: Option<f64>,
+    /// Arithmetic of the forward: `f32` (exact) or `fast` (f16 operands, f32 accumulation). Each line names the
+    /// kernel that ran and how it computes.
+    #[arg(long, default_value = "f32")]
+    precision: Precision,
     /// Print one JSON object per case instead of a table.
     #[arg(long)]
     json: bool,
@@ -141,6 +145,13 @@ pub fn run(a: VerifyArgs) -> Result<Outcome> {
     for case in &cases {
         shape_of(case)?;
     }
+    if a.backward && a.precision != Precision::F32 {
+        bail!("the backward pass runs in exact f32 only (--precision fast is for the forward)");
+    }
+    let tolerance = a.tolerance.unwrap_or(match a.precision {
+        Precision::F32 => 1e-5,
+        Precision::Fast => 1e-3,
+    });
     let mut opts = GpuOptions::from_env()?;
     opts.poison_outputs = true;
     let ctx = GpuContext::with_options(opts)?;
@@ -158,7 +169,7 @@ pub fn run(a: VerifyArgs) -> Result<Outcome> {
         }
         let seed = a.seed.unwrap_or_else(rand::random);
         let r = if a.backward { verify_backward(&ctx, case, seed, &a)? } else { verify_case(&ctx, case, seed, &a)? };
-        let ok = r.checks.iter().all(|(_, s)| s.rel_l2 <= a.tolerance && s.non_finite == 0) && r.all_finite;
+        let ok = r.checks.iter().all(|(_, s)| s.rel_l2 <= tolerance && s.non_finite == 0) && r.all_finite;
         failed += usize::from(!ok);
         let shape = shape_of(case)?;
         if a.json {
@@ -170,7 +181,7 @@ pub fn run(a: VerifyArgs) -> Result<Outcome> {
             println!(
                 "{}",
                 json!({"case": case.name, "input": shape.input_dims(), "output": shape.output_dims(), "seed": seed,
-                       "check": r.mode, "checks": checks, "all_finite": r.all_finite, "gpu_s": r.gpu_s,
+                       "precision": a.precision, "kernel": r.kernel, "arithmetic": r.arithmetic, "check": r.mode, "checks": checks, "all_finite": r.all_finite, "gpu_s": r.gpu_s,
                        "reference_s": r.reference_s, "ok": ok})
             );
         } else {
@@ -182,12 +193,14 @@ pub fn run(a: VerifyArgs) -> Result<Outcome> {
                 })
                 .collect();
             println!(
-                "{:<6} in {:?} -> out {:?}  {}{}  (gpu {:.2}s, reference {:.2}s, seed {seed})  {}",
+                "{:<6} in {:?} -> out {:?}  {}{}  ({}: {}; gpu {:.2}s, reference {:.2}s, seed {seed})  {}",
                 case.name,
                 shape.input_dims(),
                 shape.output_dims(),
                 errors.join("; "),
                 if r.all_finite { "" } else { ", NON-FINITE OUTPUT" },
+                r.kernel,
+                r.arithmetic,
                 r.gpu_s,
                 r.reference_s,
                 if ok { "ok" } else { "MISMATCH" }
@@ -199,6 +212,9 @@ pub fn run(a: VerifyArgs) -> Result<Outcome> {
 
 struct CaseResult {
     mode: &'static str,
+    /// The kernel that ran and how it computes.
+    kernel: String,
+    arithmetic: &'static str,
     /// (tensor checked, its errors).
     checks: Vec<(&'static str, ErrorStats)>,
     all_finite: bool,
@@ -212,7 +228,8 @@ fn verify_case(ctx: &GpuContext, case: &Case, seed: u64, a: &VerifyArgs) -> Resu
     let weight = Tensor::uniform(shape.weight_dims(), -1.0, 1.0, seed ^ 1)?;
     let bias = case.bias.then(|| Tensor::uniform(vec![shape.out_channels], -1.0, 1.0, seed ^ 2)).transpose()?;
     let t = Instant::now();
-    let out = convt::gpu::conv_transpose2d_host(ctx, &input, &weight, bias.as_ref(), &case.params)?;
+    let (out, strategy) =
+        convt::gpu::conv_transpose2d_host_as(ctx, a.precision, &input, &weight, bias.as_ref(), &case.params)?;
     let gpu_s = t.elapsed().as_secs_f64();
     let all_finite = out.data().iter().all(|v| v.is_finite());
     let full = full_check(&shape, a);
@@ -231,6 +248,8 @@ fn verify_case(ctx: &GpuContext, case: &Case, seed: u64, a: &VerifyArgs) -> Resu
     };
     Ok(CaseResult {
         mode: if full { "full" } else { "sampled" },
+        kernel: strategy.name(),
+        arithmetic: strategy.arithmetic(),
         checks: vec![("output", stats)],
         all_finite,
         gpu_s,
@@ -248,7 +267,7 @@ fn full_check(shape: &ConvShape, a: &VerifyArgs) -> bool {
 }
 
 /// `count` random positions in a tensor of `dims` (4-D): (flat index, position).
-fn sample_positions(dims: &[usize], count: usize, seed: u64) -> Vec<(usize, [usize; 4])> {
+pub fn sample_positions(dims: &[usize], count: usize, seed: u64) -> Vec<(usize, [usize; 4])> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     (0..count)
         .map(|_| {
@@ -298,6 +317,8 @@ fn verify_backward(ctx: &GpuContext, case: &Case, seed: u64, a: &VerifyArgs) -> 
     }
     Ok(CaseResult {
         mode: if full { "full" } else { "sampled" },
+        kernel: "backward".into(),
+        arithmetic: "exact f32",
         checks,
         all_finite,
         gpu_s,

@@ -1,0 +1,45 @@
+// absmax.wgsl: the largest finite magnitude of a tensor, for the power-of-two scaling of f16 operands
+// (precision `fast`, see shaders/gemm.wgsl).
+//
+// The result is kept as f32 bits: for non-negative floats the bit patterns order like the values, so an
+// atomicMax on u32 finds the maximum, and the result does not depend on the order the invocations run in.
+// Non-finite values (|x| bits >= 0x7f800000) are left out: they pass through the scaled kernel as themselves
+// and must not decide the scale of the finite ones. Each invocation walks the chunk with a grid stride
+// (coalesced), the workgroup combines its invocations in workgroup memory, and one atomic per workgroup
+// updates slot `slot` of `maxima` (which the host zeroes; a tensor in several chunks is several dispatches
+// into the same slot).
+
+override WORKGROUP_SIZE: u32 = 256u;
+
+struct Params {
+    count: u32,       // elements of this chunk
+    slot: u32,        // 0: input, 1: weight
+    stride: u32,      // invocations in the dispatch
+    _pad: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> data: array<f32>;
+@group(0) @binding(2) var<storage, read_write> maxima: array<atomic<u32>>;
+
+var<workgroup> wg_max: atomic<u32>;
+
+@compute @workgroup_size(WORKGROUP_SIZE)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    if (lid == 0u) {
+        atomicStore(&wg_max, 0u);
+    }
+    workgroupBarrier();
+    var m = 0u;
+    for (var i = gid.x; i < p.count; i += p.stride) {
+        let b = bitcast<u32>(data[i]) & 0x7fffffffu;
+        if (b < 0x7f800000u) {
+            m = max(m, b);
+        }
+    }
+    atomicMax(&wg_max, m);
+    workgroupBarrier();
+    if (lid == 0u) {
+        atomicMax(&maxima[p.slot], atomicLoad(&wg_max));
+    }
+}

@@ -1,0 +1,69 @@
+//! The operand maxima for the f16 variants of the GEMM kernel, `shaders/absmax.wgsl`: the largest finite
+//! magnitude of the input and of the weight, from which the kernel derives its power-of-two scales.
+
+use wgpu::util::DeviceExt;
+
+use crate::error::Result;
+use crate::gpu::buffers::GpuTensor;
+use crate::gpu::context::GpuContext;
+use crate::gpu::kernel::dispatch_buffers;
+
+pub const SHADER_NAME: &str = "absmax.wgsl";
+pub const SHADER: &str = include_str!("../../shaders/absmax.wgsl");
+const WORKGROUP_SIZE: u32 = 256;
+/// Enough workgroups to fill a large GPU; each invocation walks the rest with a grid stride.
+const MAX_WORKGROUPS: usize = 4096;
+
+/// The shader's `Params`, field for field.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    count: u32,
+    slot: u32,
+    stride: u32,
+    _pad: u32,
+}
+
+/// Encodes the maxima of `tensors` (slot i for tensor i) into a new zeroed buffer of u32 f32-bits.
+pub(crate) fn encode(
+    ctx: &GpuContext,
+    tensors: &[&GpuTensor],
+    pass: &mut wgpu::ComputePass<'_>,
+) -> Result<wgpu::Buffer> {
+    let module = ctx.module(SHADER_NAME, SHADER)?;
+    let consts = [("WORKGROUP_SIZE", WORKGROUP_SIZE as f64)];
+    let pipeline = ctx.pipeline(format!("absmax {:?}", ctx.options().shader_checks), &module, &consts)?;
+    ctx.scoped(|| {
+        let zeros = vec![0u32; tensors.len().max(4)];
+        let maxima = ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some("convt operand maxima"),
+            contents: bytemuck::cast_slice(&zeros),
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+        });
+        for (slot, t) in tensors.iter().enumerate() {
+            for c in t.chunks() {
+                let count = c.planes * t.plane_elems();
+                if count == 0 {
+                    continue;
+                }
+                let workgroups = count.div_ceil(WORKGROUP_SIZE as usize).min(MAX_WORKGROUPS);
+                let p = Params {
+                    count: count as u32,
+                    slot: slot as u32,
+                    stride: workgroups as u32 * WORKGROUP_SIZE,
+                    _pad: 0,
+                };
+                dispatch_buffers(
+                    ctx,
+                    pass,
+                    &pipeline,
+                    bytemuck::bytes_of(&p),
+                    &[&c.buffer, &maxima],
+                    (workgroups as u32, 1),
+                    1,
+                );
+            }
+        }
+        Ok(maxima)
+    })
+}

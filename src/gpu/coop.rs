@@ -1,0 +1,213 @@
+//! The cooperative-matrix variant of the implicit-GEMM kernel (precision `fast` on tensor cores): the same
+//! `shaders/gemm.wgsl` (phases, staging, epilogue stores) with f16 operands multiplied as 16x16 matrices with
+//! f32 accumulators (`enable wgpu_cooperative_matrix;`). Runs where the adapter offers 16x16x16 f16 x f16 ->
+//! f32 cooperative matrices with 32-wide subgroups (`GpuContext::has_coop_f16`); validated by naga everywhere.
+
+use crate::gpu::gemm::{Parts, Variant, SCALED_MODULE, SCALED_PROLOGUE};
+
+/// Invocations per subgroup the kernel is written for (the scope of a cooperative-matrix operation).
+pub const SUBGROUP: u32 = 32;
+
+/// A workgroup tile of BM pixels x BN output channels, K steps of BK input channels; each subgroup computes a
+/// WM x WN part of it as (WM/16) x (WN/16) accumulator matrices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CoopTile {
+    pub bm: u32,
+    pub bn: u32,
+    pub bk: u32,
+    pub wm: u32,
+    pub wn: u32,
+    /// The A step staged pixel-major ([m][k], loaded row-major) instead of channel-major ([k][m]).
+    pub a_pixel_major: bool,
+}
+
+const fn coop(bm: u32, bn: u32, bk: u32, wm: u32, wn: u32) -> CoopTile {
+    CoopTile { bm, bn, bk, wm, wn, a_pixel_major: false }
+}
+
+const fn coop_t(bm: u32, bn: u32, bk: u32, wm: u32, wn: u32) -> CoopTile {
+    CoopTile { bm, bn, bk, wm, wn, a_pixel_major: true }
+}
+
+/// Every cooperative-matrix tile the selector may choose.
+pub const COOP_TILES: &[CoopTile] = &[
+    coop(128, 64, 32, 64, 32),
+    coop(128, 64, 16, 64, 32),
+    coop(64, 64, 32, 32, 32),
+    coop(128, 128, 32, 64, 64),
+    coop(128, 128, 16, 64, 64),
+    coop(256, 64, 16, 64, 32),
+    // More subgroups per tile: fewer staged values per invocation (see docs/PERFORMANCE.md, f1).
+    coop(128, 64, 16, 32, 32),
+    coop(128, 128, 16, 64, 32),
+    coop(128, 128, 16, 32, 32),
+    coop(256, 64, 16, 32, 32),
+    coop(128, 64, 16, 32, 16),
+    coop(64, 64, 16, 32, 32),
+    coop(128, 128, 32, 32, 32),
+    coop(128, 64, 32, 32, 16),
+    coop_t(128, 64, 16, 32, 32),
+    coop_t(128, 128, 16, 32, 32),
+    coop_t(64, 64, 16, 32, 32),
+    coop_t(128, 64, 16, 32, 16),
+    coop_t(128, 128, 32, 32, 32),
+];
+
+/// The default cooperative-matrix tile for a shape (before tuning): 128 output channels per workgroup where a
+/// group has that many, else 64.
+pub fn pick_tile(shape: &crate::params::ConvShape) -> CoopTile {
+    if shape.out_per_group() >= 128 {
+        coop(128, 128, 32, 64, 64)
+    } else {
+        coop(128, 64, 32, 64, 32)
+    }
+}
+
+impl CoopTile {
+    pub fn subgroups(&self) -> u32 {
+        (self.bm / self.wm) * (self.bn / self.wn)
+    }
+    pub fn threads(&self) -> u32 {
+        SUBGROUP * self.subgroups()
+    }
+    pub fn name(&self) -> String {
+        let layout = if self.a_pixel_major { "_mk" } else { "" };
+        format!("coop_{}x{}x{}_{}x{}{layout}", self.bm, self.bn, self.bk, self.wm, self.wn)
+    }
+    /// Workgroup memory: the f16 A and B steps, and each subgroup's WM x 16 f32 scratch for the epilogue.
+    pub fn workgroup_bytes(&self) -> u32 {
+        2 * self.bk * (self.bm + self.bn) + 4 * self.subgroups() * self.wm * 16
+    }
+    /// The layout rules of the shader (see its opening comment) and of this generator.
+    pub fn is_consistent(&self) -> bool {
+        let t = self.threads();
+        self.wm.is_multiple_of(32)
+            && self.wn.is_multiple_of(16)
+            && self.bk.is_multiple_of(16)
+            && self.bm.is_multiple_of(self.wm)
+            && self.bn.is_multiple_of(self.wn)
+            && t.is_multiple_of(self.bm)
+            && t.is_multiple_of(self.bn)
+            && (self.bk * self.bn).is_multiple_of(t)
+    }
+
+    pub(crate) fn variant(&self) -> Variant {
+        Variant {
+            name: self.name(),
+            source: self.source(),
+            bm: self.bm,
+            bn: self.bn,
+            threads: self.threads(),
+            workgroup_bytes: self.workgroup_bytes(),
+            consistent: self.is_consistent(),
+            scaled: true,
+        }
+    }
+
+    /// The shader source: `shaders/gemm.wgsl` with the constants, the tiles and the cooperative-matrix code
+    /// generated in place of its marker lines (named accumulators: no arrays of matrices).
+    pub fn source(&self) -> String {
+        let (mi, nj) = (self.wm / 16, self.wn / 16);
+        let mut decl = String::new();
+        let mut math = String::from("        for (var kk = 0u; kk < BK; kk += 16u) {\n");
+        for i in 0..mi {
+            math += &if self.a_pixel_major {
+                // A (pixels x channels) staged [m][k]: row-major with stride BK.
+                format!(
+                    "            let a{i} = coopLoadT<coop_mat16x16<f16, A>>(&a_tile[(sg_m + {}u) * BK + kk], BK);\n",
+                    16 * i
+                )
+            } else {
+                // A staged [k][m]: column-major with stride BM.
+                format!(
+                    "            let a{i} = coopLoad<coop_mat16x16<f16, A>>(&a_tile[kk * BM + sg_m + {}u], BM);\n",
+                    16 * i
+                )
+            };
+        }
+        for j in 0..nj {
+            // B (channels x output channels) is staged [k][n]: row-major with stride BN.
+            math += &format!(
+                "            let b{j} = coopLoadT<coop_mat16x16<f16, B>>(&b_tile[kk * BN + sg_n + {}u], BN);\n",
+                16 * j
+            );
+        }
+        for i in 0..mi {
+            for j in 0..nj {
+                decl += &format!("    var acc_{i}_{j} = coop_mat16x16<f32, C>();\n");
+                math += &format!("            acc_{i}_{j} = coopMultiplyAdd(a{i}, b{j}, acc_{i}_{j});\n");
+            }
+        }
+        math += "        }\n";
+        decl += "    let sg = lid / 32u;\n    let lane = lid % 32u;\n    let sg_m = (sg % SG_M) * WM;\n    let sg_n = (sg / SG_M) * WN;\n";
+
+        // Epilogue: per 16-channel column of accumulators, each subgroup stores its WM x 16 block into its
+        // scratch (column-major: pixel fastest), then every lane writes the pixels lane, lane + 32, ... of it,
+        // so consecutive lanes write consecutive output pixels.
+        let mut epi = String::from("    let scratch = sg * WM * 16u;\n");
+        for r in 0..self.wm / 32 {
+            epi += &format!("    let px{r} = pixel(sc, m_tile * BM + sg_m + lane + {}u);\n", 32 * r);
+        }
+        for j in 0..nj {
+            for i in 0..mi {
+                // naga 30 needs every coopStore argument bound to a `let` (its SPIR-V writer panics otherwise).
+                epi += &format!(
+                    "    {{\n        let t = acc_{i}_{j};\n        let off = scratch + {}u;\n        let st = WM;\n        coopStore(t, &c_tile[off], st);\n    }}\n",
+                    16 * i
+                );
+            }
+            epi += "    workgroupBarrier();\n    for (var c = 0u; c < 16u; c++) {\n";
+            for r in 0..self.wm / 32 {
+                epi += &format!(
+                    "        store1(sc, px{r}, oc_tile + sg_n + {}u + c, unscale(c_tile[scratch + c * WM + lane + {}u]));\n",
+                    16 * j,
+                    32 * r
+                );
+            }
+            epi += "    }\n    workgroupBarrier();\n";
+        }
+        // stage_a receives the [k][m] index k * BM + m.
+        let a_index = if self.a_pixel_major { "(idx % BM) * BK + idx / BM" } else { "idx" };
+        let module = format!(
+            "{SCALED_MODULE}var<workgroup> a_tile: array<f16, BK * BM>;
+var<workgroup> b_tile: array<f16, BK * BN>; // [k][n]
+var<workgroup> c_tile: array<f32, SG_M * SG_N * WM * 16u>; // per subgroup: WM pixels x 16 channels
+
+fn stage_a(idx: u32, v: f32) {{
+    a_tile[{a_index}] = f16(pow2_scale(v, exp_x));
+}}
+
+fn stage_b(idx: u32, v: f32) {{
+    b_tile[idx] = f16(pow2_scale(v, exp_w));
+}}
+"
+        );
+        Parts {
+            header: format!(
+                "enable f16;\nenable wgpu_cooperative_matrix;\nconst BM: u32 = {}u;\nconst BN: u32 = {}u;\nconst BK: u32 = {}u;\nconst WM: u32 = {}u;\nconst WN: u32 = {}u;\nconst SG_M: u32 = BM / WM;\nconst SG_N: u32 = BN / WN;\nconst THREADS: u32 = {SUBGROUP}u * SG_M * SG_N;\n",
+                self.bm, self.bn, self.bk, self.wm, self.wn
+            ),
+            module,
+            prologue: SCALED_PROLOGUE.to_string(),
+            acc_decl: decl,
+            math,
+            epilogue: epi,
+        }
+        .render()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_coop_tile_meets_the_layout_rules() {
+        for t in COOP_TILES {
+            assert!(t.is_consistent(), "{t:?}");
+            assert!(t.threads() <= 512, "{t:?}");
+            assert!(t.workgroup_bytes() <= 49152, "{t:?}");
+            assert!(!t.source().contains("//#"), "{t:?}");
+        }
+    }
+}

@@ -1,0 +1,288 @@
+//! Precision `fast` (f16 operands scaled by powers of two, f32 accumulation): every fast kernel this adapter
+//! runs against the float64 reference within f16's rounding, the suite's cases within 1e-3 relative L2, range
+//! safety (values near and beyond f16's largest, 65504, and below its smallest normal, 6.1e-5), non-finite
+//! values, the fallback when the adapter lacks f16 or cooperative matrices, and the layer's option.
+//!
+//! On Mesa's software driver the f16-operand kernels run (it has SHADER_F16); the cooperative-matrix kernels
+//! need tensor cores and are validated by naga (tests/shaders.rs) and checked on the GPU machine
+//! (`convt verify --precision fast`, docs/PERFORMANCE.md).
+
+mod common;
+
+use common::problems::{problems, Problem};
+use convt::gpu::{self, GpuContext, Strategy};
+use convt::{
+    cpu, ConvShape, ConvTranspose2d, ConvTranspose2dOptions, ConvTranspose2dParams, ErrorStats, Precision, Tensor,
+};
+use proptest::prelude::*;
+
+/// Unit roundoff of f16 (10 stored mantissa bits, round to nearest).
+const F16_ROUNDOFF: f64 = 1.0 / 2048.0;
+
+/// The fast kernels this context's device runs (f16 operands; cooperative matrices where present).
+fn fast_kernels(ctx: &GpuContext) -> Vec<Strategy> {
+    Strategy::fast_candidates().into_iter().filter(|s| s.runs_on(ctx)).collect()
+}
+
+/// Checks a fast result element by element against what rounding both operands to f16 can cost: each product
+/// x*w carries a relative error of at most 2u(1+u) (u = 2^-11), so |out - ref| <= 2u(1+u) * sum |x||w|, plus
+/// f32 accumulation and values that fall below f16's normal range (a tiny slack relative to the largest
+/// output). Stronger than a relative L2 bound, and independent of cancellation in the sums.
+fn check_within_f16_rounding(
+    shape: &ConvShape,
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+    out: &Tensor,
+) -> Result<(), String> {
+    let reference = cpu::conv_transpose2d_f64(shape, x.data(), w.data(), b.map(|b| b.data()));
+    let abs = |t: &Tensor| t.data().iter().map(|v| v.abs()).collect::<Vec<f32>>();
+    let magnitude = cpu::conv_transpose2d_f64(shape, &abs(x), &abs(w), None);
+    let largest = reference.iter().chain(&magnitude).fold(0f64, |m, v| m.max(v.abs()));
+    let per_product = 2.0 * F16_ROUNDOFF * (1.0 + F16_ROUNDOFF);
+    for (i, ((&got, &want), &mag)) in out.data().iter().zip(&reference).zip(&magnitude).enumerate() {
+        let bound = (per_product + 1e-5) * mag + 1e-6 * (largest + want.abs());
+        let err = (got as f64 - want).abs();
+        #[allow(clippy::neg_cmp_op_on_partial_ord)] // a NaN error must fail too
+        if !(err <= bound) {
+            return Err(format!("element {i}: {got} vs {want} (error {err:e} > bound {bound:e})"));
+        }
+    }
+    Ok(())
+}
+
+fn run_fast(ctx: &GpuContext, p: &Problem, x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> (Tensor, Strategy) {
+    gpu::conv_transpose2d_host_as(ctx, Precision::Fast, x, w, b, &p.params).unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn every_fast_kernel_is_within_f16_rounding_of_the_reference(p in problems(), pick in 0usize..64) {
+        let kernels = fast_kernels(common::ctx());
+        if kernels.is_empty() {
+            return Ok(()); // no f16 kernel on this adapter: `fast` is exact here (see the fallback test)
+        }
+        let ctx = common::ctx_with_strategy(kernels[pick % kernels.len()]);
+        let (x, w, b) = p.tensors();
+        let (out, ran) = run_fast(ctx, &p, &x, &w, b.as_ref());
+        prop_assert_eq!(ran.precision(), Precision::Fast);
+        check_within_f16_rounding(&p.shape(), &x, &w, b.as_ref(), &out).map_err(|e| TestCaseError::fail(format!("{}: {e} for {p:?}", ran.name())))?;
+    }
+
+    #[test]
+    fn fast_kernels_scale_tensors_split_across_bindings(p in problems(), pick in 0usize..64) {
+        // Bindings of one plane: the operand maxima are gathered over every chunk of the input.
+        let kernels = fast_kernels(common::ctx());
+        if kernels.is_empty() {
+            return Ok(()); // no f16 kernel on this adapter: `fast` is exact here (see the fallback test)
+        }
+        let shape = p.shape();
+        let plane = (shape.in_hw[0] * shape.in_hw[1]).max(shape.out_hw[0] * shape.out_hw[1]);
+        let weight: usize = p.weight.iter().product();
+        let limit = 4 * weight.max(plane).max(shape.out_channels);
+        let ctx = common::ctx_with_binding_limit(limit as u64, Some(kernels[pick % kernels.len()]));
+        let (x, w, b) = p.tensors();
+        // Large values in one sample only: a scale taken from the first chunk alone would overflow f16.
+        let mut xd = x.data().to_vec();
+        let last = xd.len() - 1;
+        xd[last] = 3.0e6;
+        let x = Tensor::new(x.shape().to_vec(), xd).unwrap();
+        let (out, _) = run_fast(&ctx, &p, &x, &w, b.as_ref());
+        check_within_f16_rounding(&shape, &x, &w, b.as_ref(), &out).map_err(|e| TestCaseError::fail(format!("{e} for {p:?}")))?;
+    }
+}
+
+/// A mid-sized problem with every option (H != W, asymmetric kernel, stride, dilation, groups, bias).
+fn mixed_problem(seed: u64) -> Problem {
+    Problem {
+        input: vec![2, 16, 9, 13],
+        weight: vec![16, 12, 3, 2],
+        bias: true,
+        params: ConvTranspose2dParams {
+            stride: [2, 1],
+            padding: [1, 0],
+            output_padding: [1, 0],
+            dilation: [1, 2],
+            groups: 2,
+        },
+        seed,
+    }
+}
+
+fn scaled(t: &Tensor, factor: f32) -> Tensor {
+    Tensor::new(t.shape().to_vec(), t.data().iter().map(|v| v * factor).collect()).unwrap()
+}
+
+#[test]
+fn values_outside_f16_range_keep_their_accuracy() {
+    // (input factor, weight factor): near f16's largest (65504), beyond it, far beyond it, below its smallest
+    // normal (6.1e-5) and its smallest subnormal (6e-8), and mixed. Without the power-of-two scaling the large
+    // ones would become inf and the small ones 0.
+    let factors: [(f32, f32); 8] = [
+        (6.0e4, 1.0),
+        (1.0, 6.5e4),
+        (1.0e5, 3.0e5),
+        (1.0e30, 1.0),
+        (1.0e-6, 1.0),
+        (1.0e-9, 1.0e-7),
+        (1.0e20, 1.0e-20),
+        (4.0e-5, 7.0e4),
+    ];
+    let kernels = fast_kernels(common::ctx());
+    let strategies: Vec<Option<Strategy>> =
+        if kernels.is_empty() { vec![None] } else { kernels.iter().copied().map(Some).collect() };
+    for strategy in strategies {
+        let ctx = match strategy {
+            Some(s) => common::ctx_with_strategy(s),
+            None => common::ctx(),
+        };
+        for (fx, fw) in factors {
+            let p = mixed_problem(common::fresh_seed());
+            let (x, w, b) = p.tensors();
+            let (x, w) = (scaled(&x, fx), scaled(&w, fw));
+            let b = b.map(|b| scaled(&b, fx * fw));
+            let (out, ran) = run_fast(ctx, &p, &x, &w, b.as_ref());
+            let reference = cpu::conv_transpose2d_f64(&p.shape(), x.data(), w.data(), b.as_ref().map(|b| b.data()));
+            let s = ErrorStats::compare(out.data(), &reference);
+            assert_eq!(s.non_finite, 0, "{}: x*{fx:e}, w*{fw:e}: non-finite outputs", ran.name());
+            assert!(s.rel_l2 <= 1e-3, "{}: x*{fx:e}, w*{fw:e}: rel L2 {:e}", ran.name(), s.rel_l2);
+            check_within_f16_rounding(&p.shape(), &x, &w, b.as_ref(), &out)
+                .unwrap_or_else(|e| panic!("{}: x*{fx:e}, w*{fw:e}: {e}", ran.name()));
+        }
+    }
+}
+
+#[test]
+fn suite_cases_scaled_down_stay_within_1e_3() {
+    // The benchmark's nine cases at a size the software driver runs quickly (batch 1, spatial size cut),
+    // inputs U(-1, 1) as `convt verify` draws them; the selector's own choice at precision `fast`.
+    let ctx = common::ctx();
+    for case in convt::suite::CASES {
+        let mut c = case.with_batch(1);
+        c.in_hw = [c.in_hw[0].min(24), c.in_hw[1].min(20)];
+        let shape =
+            c.params.resolve(&c.input_dims(), &c.weight_dims(), c.bias.then_some(&[c.out_channels][..])).unwrap();
+        let seed = common::fresh_seed();
+        let x = Tensor::uniform(shape.input_dims(), -1.0, 1.0, seed).unwrap();
+        let w = Tensor::uniform(shape.weight_dims(), -1.0, 1.0, seed ^ 1).unwrap();
+        let b = c.bias.then(|| Tensor::uniform(vec![shape.out_channels], -1.0, 1.0, seed ^ 2).unwrap());
+        let (out, ran) = gpu::conv_transpose2d_host_as(ctx, Precision::Fast, &x, &w, b.as_ref(), &c.params).unwrap();
+        let reference = cpu::conv_transpose2d_f64(&shape, x.data(), w.data(), b.as_ref().map(|b| b.data()));
+        let s = ErrorStats::compare(out.data(), &reference);
+        assert!(s.rel_l2 <= 1e-3, "{}: {} rel L2 {:e} (seed {seed})", c.name, ran.name(), s.rel_l2);
+        if ran.precision() == Precision::F32 {
+            assert!(s.rel_l2 <= common::F32_TOLERANCE, "{}: exact {} rel L2 {:e}", c.name, ran.name(), s.rel_l2);
+        }
+    }
+}
+
+#[test]
+fn non_finite_values_propagate_as_in_the_exact_gemm() {
+    // An inf and a NaN in the input: the outputs they reach are non-finite exactly where the exact GEMM kernel's
+    // are, and the finite ones keep f16 accuracy (the scale is taken from the finite values only).
+    let kernels = fast_kernels(common::ctx());
+    let p = mixed_problem(common::fresh_seed());
+    let (x, w, b) = p.tensors();
+    let mut xd = x.data().to_vec();
+    xd[5] = f32::INFINITY;
+    xd[1000] = f32::NAN;
+    xd[7] = 2.0e5; // a large finite value too: it, not the inf, sets the scale
+    let x = Tensor::new(x.shape().to_vec(), xd).unwrap();
+    let exact = gpu::conv_transpose2d_host(
+        common::ctx_with_strategy(Strategy::Gemm(gpu::gemm::TILE_64X64_K16)),
+        &x,
+        &w,
+        b.as_ref(),
+        &p.params,
+    )
+    .unwrap();
+    let reference = cpu::conv_transpose2d_f64(&p.shape(), x.data(), w.data(), b.as_ref().map(|b| b.data()));
+    for k in kernels {
+        let (out, _) = run_fast(common::ctx_with_strategy(k), &p, &x, &w, b.as_ref());
+        let mut finite = (Vec::new(), Vec::new());
+        for (i, (&o, &e)) in out.data().iter().zip(exact.data()).enumerate() {
+            assert_eq!(o.is_finite(), e.is_finite(), "{}: element {i}: {o} vs exact {e}", k.name());
+            assert_eq!(o.is_nan(), e.is_nan(), "{}: element {i}: {o} vs exact {e}", k.name());
+            if o.is_finite() {
+                finite.0.push(o);
+                finite.1.push(reference[i]);
+            }
+        }
+        assert!(finite.0.len() > out.numel() / 2, "{}: most outputs stay finite", k.name());
+        let s = ErrorStats::compare(&finite.0, &finite.1);
+        assert!(s.rel_l2 <= 1e-3, "{}: rel L2 of the finite outputs {:e}", k.name(), s.rel_l2);
+    }
+}
+
+#[test]
+fn fast_says_which_path_ran_and_falls_back() {
+    let ctx = common::ctx();
+    // Enough channels and taps that the heuristic takes a GEMM kernel (it keeps the exact gather kernel for
+    // problems with few products per output, at either precision).
+    let params = ConvTranspose2dParams::default().stride(2).padding(1);
+    let gemm_shape = params.resolve(&[1, 64, 10, 12], &[64, 32, 3, 3], Some(&[32])).unwrap();
+    let chosen = gpu::select(ctx, &gemm_shape, true, Precision::Fast);
+    // What the selector may take on this adapter, best first: tensor cores, f16 operands, exact f32.
+    let expected = if ctx.has_coop_f16() {
+        "tensor cores"
+    } else if ctx.has_f16() {
+        "f16 operands on the FMA units"
+    } else {
+        "exact f32"
+    };
+    if std::env::var_os("CONVT_STRATEGY").is_none() && ctx.tuned().entries.is_empty() {
+        assert!(
+            chosen.arithmetic().contains(expected),
+            "{} on {}: {}",
+            chosen.name(),
+            ctx.adapter_info().name,
+            chosen.arithmetic()
+        );
+    }
+    // A kernel the adapter lacks is refused with an error, never run.
+    let shape = mixed_problem(0).shape();
+    let (x, w, b) = mixed_problem(1).tensors();
+    for s in Strategy::fast_candidates().into_iter().filter(|s| !s.runs_on(ctx)) {
+        let out = convt::GpuTensor::empty(ctx, &shape.output_dims()).unwrap();
+        let (xg, wg) = (convt::GpuTensor::upload(ctx, &x).unwrap(), convt::GpuTensor::upload(ctx, &w).unwrap());
+        let bg = b.as_ref().map(|b| convt::GpuTensor::upload(ctx, b).unwrap());
+        let e = gpu::conv_transpose2d_with(ctx, s, &xg, &wg, bg.as_ref(), &mixed_problem(1).params, &out, None)
+            .unwrap_err();
+        assert!(e.to_string().contains("cannot run on"), "{}: {e}", s.name());
+    }
+    // The exact precision never picks an f16 kernel.
+    assert_eq!(gpu::select(ctx, &gemm_shape, true, Precision::F32).precision(), Precision::F32);
+}
+
+#[test]
+fn the_layer_runs_at_its_precision() {
+    let ctx = common::ctx();
+    let options = ConvTranspose2dOptions {
+        stride: 2.into(),
+        padding: 1.into(),
+        output_padding: 1.into(),
+        precision: Precision::Fast,
+        ..Default::default()
+    };
+    let mut layer = ConvTranspose2d::new(64, 32, 3, options, common::fresh_seed()).unwrap();
+    assert_eq!(layer.precision(), Precision::Fast);
+    assert_eq!(layer.options().precision, Precision::Fast);
+    let x = Tensor::uniform(vec![2, 64, 10, 7], -1.0, 1.0, common::fresh_seed()).unwrap();
+    let reference = layer.forward_cpu(&x).unwrap();
+    let as_f64: Vec<f64> = reference.data().iter().map(|&v| v as f64).collect();
+    let fast = ErrorStats::compare(layer.forward(ctx, &x).unwrap().data(), &as_f64);
+    let gpu_layer = layer.to_gpu(ctx).unwrap();
+    let resident = gpu_layer.forward(&convt::GpuTensor::upload(ctx, &x).unwrap()).unwrap().download(ctx).unwrap();
+    assert_eq!(gpu_layer.to_host().unwrap().precision(), Precision::Fast);
+    let resident = ErrorStats::compare(resident.data(), &as_f64);
+    layer.set_precision(Precision::F32);
+    let exact = ErrorStats::compare(layer.forward(ctx, &x).unwrap().data(), &as_f64);
+    assert!(fast.rel_l2 <= 1e-3 && resident.rel_l2 <= 1e-3, "fast: {:e}, {:e}", fast.rel_l2, resident.rel_l2);
+    assert!(exact.rel_l2 <= common::F32_TOLERANCE, "exact: {:e}", exact.rel_l2);
+    if ctx.has_f16() {
+        // The fast path really rounds to f16 here: its error is that of f16, far above the exact one's.
+        assert!(fast.rel_l2 > 10.0 * exact.rel_l2, "fast {:e} vs exact {:e}", fast.rel_l2, exact.rel_l2);
+    }
+}
