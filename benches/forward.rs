@@ -2,7 +2,7 @@
 //! `cargo bench --bench forward`. These time whole calls from the host (upload excluded, read-back included);
 //! GPU-timestamp benchmarks of the full-size suite are `convt bench` (docs/PERFORMANCE.md).
 
-use convt::{ConvTranspose2dParams, GpuContext, GpuTensor, Tensor};
+use convt::{ConvTranspose2dParams, GpuContext, GpuTensor, Precision, Tensor};
 use criterion::{criterion_group, criterion_main, Criterion};
 
 fn forward(c: &mut Criterion) {
@@ -25,9 +25,17 @@ fn forward(c: &mut Criterion) {
     for (name, input, weight, params) in shapes {
         let x = GpuTensor::upload(&ctx, &Tensor::uniform(input.to_vec(), -1.0, 1.0, 1).unwrap()).unwrap();
         let w = GpuTensor::upload(&ctx, &Tensor::uniform(weight.to_vec(), -1.0, 1.0, 2).unwrap()).unwrap();
-        c.bench_function(name, |b| {
-            b.iter(|| convt::gpu::conv_transpose2d(&ctx, &x, &w, None, &params).unwrap().download(&ctx).unwrap())
-        });
+        let out_dims = params.resolve(x.shape(), w.shape(), None).unwrap().output_dims();
+        let out = GpuTensor::empty(&ctx, &out_dims).unwrap();
+        // Each shape at both precisions (`fast`: f16 operands where the adapter has them).
+        for precision in [Precision::F32, Precision::Fast] {
+            c.bench_function(&format!("{name}_{precision}"), |b| {
+                b.iter(|| {
+                    convt::gpu::conv_transpose2d_into_as(&ctx, precision, &x, &w, None, &params, &out, None).unwrap();
+                    out.download(&ctx).unwrap()
+                })
+            });
+        }
     }
 }
 

@@ -78,10 +78,10 @@ impl ConvTranspose2d {
         let params = options.params();
         params.validate()?;
         let groups = params.groups as usize;
-        if in_channels % groups != 0 {
+        if !in_channels.is_multiple_of(groups) {
             return Err(ConvtError::InChannelsNotDivisible { in_channels, groups: params.groups });
         }
-        if out_channels % groups != 0 {
+        if !out_channels.is_multiple_of(groups) {
             return Err(ConvtError::OutChannelsNotDivisible { out_channels, groups: params.groups });
         }
         let k = kernel_size.into().0;

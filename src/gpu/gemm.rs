@@ -250,13 +250,13 @@ fn stage_b(idx: u32, v: f32) {{
     /// The shader's layout assumptions (see its opening comment), checked for every tile in the tests.
     pub fn is_consistent(&self) -> bool {
         let t = self.threads();
-        self.tm % 4 == 0
-            && self.tn % 4 == 0
-            && self.bm % self.tm == 0
-            && self.bn % self.tn == 0
-            && t % self.bm == 0
-            && t % self.bn == 0
-            && (self.bk * self.bn) % t == 0
+        self.tm.is_multiple_of(4)
+            && self.tn.is_multiple_of(4)
+            && self.bm.is_multiple_of(self.tm)
+            && self.bn.is_multiple_of(self.tn)
+            && t.is_multiple_of(self.bm)
+            && t.is_multiple_of(self.bn)
+            && (self.bk * self.bn).is_multiple_of(t)
     }
 }
 
