@@ -12,9 +12,10 @@ pub enum Precision {
     /// Exact f32 (the default): f32 products and sums, relative L2 error around 1e-7 as cuDNN's fp32.
     #[default]
     F32,
-    /// f16 operands (each tensor scaled by a power of two so that its values fit f16's range) with f32
-    /// accumulation: on tensor cores where the adapter has cooperative matrices, else f16 operands on the
-    /// FMA units (`SHADER_F16`), else exact f32. Relative L2 error around 3e-4, as PyTorch's TF32 and fp16.
+    /// The fastest kernel whose error stays within 1e-3 relative L2: f16 operands (each tensor scaled by a power
+    /// of two so that its values fit f16's range) with f32 accumulation, on tensor cores (cooperative
+    /// matrices) or on the FMA units (`SHADER_F16`), or an exact kernel where that measured faster (see
+    /// [`crate::gpu::select`]). With f16 operands the error is around 3e-4, as PyTorch's TF32 and fp16.
     Fast,
 }
 

@@ -149,8 +149,14 @@ pub fn shader_sources() -> Vec<(&'static str, String, String)> {
 
 /// Picks the algorithm for a shape at a precision on this context's adapter: the one forced by the context's
 /// options (when it has that precision), else the autotuner's cached winner for (adapter, driver, shape,
-/// precision), else a heuristic. For `fast` the heuristic takes the cooperative-matrix kernel where the
-/// adapter has it, else the f16-operand kernel where it has f16 shaders, else the exact choice.
+/// precision), else a heuristic.
+///
+/// The heuristic for `fast` follows the measurements of docs/PERFORMANCE.md (f1, H100 and H200): the
+/// cooperative-matrix kernels are slower than the exact GEMM kernels on every compute-bound case so far, and
+/// the f16-operand register kernels slower still, so `fast` takes the exact choice there (its error is then
+/// f32's); it takes the cooperative-matrix kernel where the exact choice is the gather kernel although each
+/// group has many output channels (kb81: 2.5 ms against 4.1), its coalesced epilogue writing the large output
+/// faster. `convt tune --precision fast` measures every candidate instead.
 pub fn select(ctx: &GpuContext, shape: &ConvShape, has_bias: bool, precision: Precision) -> Strategy {
     if let Some(forced) = ctx.options().strategy.filter(|s| s.precision() == precision) {
         return forced;
@@ -165,14 +171,12 @@ pub fn select(ctx: &GpuContext, shape: &ConvShape, has_bias: bool, precision: Pr
     // stride): the gather kernel serves those (measured on the H100: kb75, kb81; docs/PERFORMANCE.md).
     let products_per_output =
         shape.in_per_group() * shape.kernel[0] * shape.kernel[1] / (shape.stride[0] * shape.stride[1]);
-    if shape.out_per_group() < 16 || shape.in_per_group() < 8 || products_per_output < 64 {
-        return Strategy::Direct;
-    }
-    let exact = gemm::pick_tile(shape);
-    let fast = [Strategy::Coop(coop::pick_tile(shape)), Strategy::Gemm(exact.with_operand(gemm::Operand::F16))];
+    let gather = shape.out_per_group() < 16 || shape.in_per_group() < 8 || products_per_output < 64;
+    let exact = if gather { Strategy::Direct } else { Strategy::Gemm(gemm::pick_tile(shape)) };
+    let coop = Strategy::Coop(coop::pick_tile(shape));
     match precision {
-        Precision::Fast => fast.into_iter().find(|s| s.runs_on(ctx)).unwrap_or(Strategy::Gemm(exact)),
-        Precision::F32 => Strategy::Gemm(exact),
+        Precision::Fast if gather && shape.out_per_group() >= 32 && coop.runs_on(ctx) => coop,
+        _ => exact,
     }
 }
 

@@ -36,8 +36,8 @@ pub struct BenchArgs {
     /// forward; TFLOP/s count twice the forward's useful FLOPs.
     #[arg(long)]
     backward: bool,
-    /// Arithmetic of the forward: `f32` (exact) or `fast` (f16 operands, f32 accumulation; tensor cores where
-    /// the adapter has cooperative matrices). Each case line names the kernel that ran.
+    /// Arithmetic of the forward: `f32` (exact) or `fast` (the fastest kernel within 1e-3: f16 operands with f32
+    /// accumulation, or an exact kernel where that measured faster). Each case line names the kernel that ran.
     #[arg(long, default_value = "f32")]
     precision: Precision,
     /// After timing, compare this many randomly placed output elements of the last run with the float64

@@ -29,8 +29,9 @@ pub struct ForwardArgs {
     /// Where to compute: the GPU (wgpu) or the CPU reference (f64 accumulation).
     #[arg(long, value_enum, default_value = "gpu")]
     backend: Backend,
-    /// Arithmetic on the GPU: `f32` (exact) or `fast` (f16 operands, f32 accumulation; tensor cores where the
-    /// adapter has cooperative matrices). The kernel that ran is reported.
+    /// Arithmetic on the GPU: `f32` (exact) or `fast` (the fastest kernel within 1e-3 relative error: f16
+    /// operands with f32 accumulation, or an exact kernel where that measured faster). The kernel that ran and
+    /// its arithmetic are reported.
     #[arg(long, default_value = "f32")]
     precision: Precision,
 }

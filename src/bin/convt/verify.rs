@@ -74,8 +74,9 @@ pub struct VerifyArgs {
     /// Relative L2 error above which the check fails (default: 1e-5 for f32, 1e-3 for fast).
     #[arg(long)]
     tolerance: Option<f64>,
-    /// Arithmetic of the forward: `f32` (exact) or `fast` (f16 operands, f32 accumulation). Each line names the
-    /// kernel that ran and how it computes.
+    /// Arithmetic of the forward: `f32` (exact) or `fast` (the fastest kernel within 1e-3: f16 operands with f32
+    /// accumulation, or an exact kernel where that measured faster). Each line names the kernel that ran and how
+    /// it computes.
     #[arg(long, default_value = "f32")]
     precision: Precision,
     /// Print one JSON object per case instead of a table.
