@@ -232,7 +232,8 @@ fn store4(c: StoreCtx, m: u32, oc0: u32, v: vec4<f32>) {
 
 // The largest finite |value| of an operand, as f32 bits (shaders/absmax.wgsl), to the exponent k that brings
 // it into [2^14, 2^15): scaled by 2^k, every finite value of the tensor fits f16 (largest 65504) with room
-// for rounding, and small values keep their relative precision down to 2^-38 of the largest.
+// for rounding; values down to 2^-28 of the largest keep f16's relative precision, smaller ones (f16
+// subnormals) err by at most 2^-39 of the largest.
 fn scale_exponent(max_bits: u32) -> i32 {
     let e = i32(max_bits >> 23u);
     if (max_bits == 0u) {
