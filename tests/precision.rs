@@ -66,6 +66,15 @@ fn check_within_f16_rounding(
     Ok(())
 }
 
+/// `x` with its last element set to 3e6: the largest value, so it alone decides the input's f16 scale.
+fn with_huge_last_value(x: &Tensor) -> Tensor {
+    let mut data = x.data().to_vec();
+    if let Some(last) = data.last_mut() {
+        *last = 3.0e6;
+    }
+    Tensor::new(x.shape().to_vec(), data).unwrap()
+}
+
 fn run_fast(ctx: &GpuContext, p: &Problem, x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> (Tensor, Strategy) {
     gpu::conv_transpose2d_host_as(ctx, Precision::Fast, x, w, b, &p.params).unwrap()
 }
@@ -100,10 +109,7 @@ proptest! {
         let ctx = common::ctx_with_binding_limit(limit as u64, Some(kernels[pick % kernels.len()]));
         let (x, w, b) = p.tensors();
         // Large values in one sample only: a scale taken from the first chunk alone would overflow f16.
-        let mut xd = x.data().to_vec();
-        let last = xd.len() - 1;
-        xd[last] = 3.0e6;
-        let x = Tensor::new(x.shape().to_vec(), xd).unwrap();
+        let x = with_huge_last_value(&x);
         let (out, _) = run_fast(&ctx, &p, &x, &w, b.as_ref());
         check_within_f16_rounding(&shape, &x, &w, b.as_ref(), &out).map_err(|e| TestCaseError::fail(format!("{e} for {p:?}")))?;
     }
@@ -339,10 +345,7 @@ fn small_values_beside_a_huge_one_keep_the_subnormal_bound() {
         seed: 10836812742017280201,
     };
     let (x, w, b) = p.tensors();
-    let mut xd = x.data().to_vec();
-    let last = xd.len() - 1;
-    xd[last] = 3.0e6;
-    let x = Tensor::new(x.shape().to_vec(), xd).unwrap();
+    let x = with_huge_last_value(&x);
     for k in fast_kernels(common::ctx()) {
         let (out, _) = run_fast(common::ctx_with_strategy(k), &p, &x, &w, b.as_ref());
         check_within_f16_rounding(&p.shape(), &x, &w, b.as_ref(), &out).unwrap_or_else(|e| panic!("{}: {e}", k.name()));

@@ -387,13 +387,16 @@ impl GpuContext {
 
     /// The shader module `name` (WGSL `source`), created once per context, validated by wgpu.
     pub(crate) fn module(&self, name: &str, source: &str) -> Result<Arc<wgpu::ShaderModule>> {
+        self.module_with(name, || source.to_owned())
+    }
+
+    /// [`Self::module`] for a generated shader: `source` runs only when the module is not cached yet.
+    pub(crate) fn module_with(&self, name: &str, source: impl FnOnce() -> String) -> Result<Arc<wgpu::ShaderModule>> {
         if let Some(m) = lock(&self.modules).get(name) {
             return Ok(m.clone());
         }
-        let desc = wgpu::ShaderModuleDescriptor {
-            label: Some(name),
-            source: wgpu::ShaderSource::Wgsl(source.to_owned().into()),
-        };
+        let desc =
+            wgpu::ShaderModuleDescriptor { label: Some(name), source: wgpu::ShaderSource::Wgsl(source().into()) };
         let module = self
             .scoped(|| {
                 Ok(match self.options.shader_checks {

@@ -3,7 +3,7 @@
 //! f32 accumulators (`enable wgpu_cooperative_matrix;`). Runs where the adapter offers 16x16x16 f16 x f16 ->
 //! f32 cooperative matrices with 32-wide subgroups (`GpuContext::has_coop_f16`); validated by naga everywhere.
 
-use crate::gpu::gemm::{Parts, Variant, SCALED_MODULE, SCALED_PROLOGUE};
+use crate::gpu::gemm::{GemmKernel, Parts, SCALED_MODULE, SCALED_PROLOGUE};
 
 /// Invocations per subgroup the kernel is written for (the scope of a cooperative-matrix operation).
 pub const SUBGROUP: u32 = 32;
@@ -67,19 +67,22 @@ impl CoopTile {
     pub fn subgroups(&self) -> u32 {
         (self.bm / self.wm) * (self.bn / self.wn)
     }
-    pub fn threads(&self) -> u32 {
+}
+
+impl GemmKernel for CoopTile {
+    fn threads(&self) -> u32 {
         SUBGROUP * self.subgroups()
     }
-    pub fn name(&self) -> String {
+    fn name(&self) -> String {
         let layout = if self.a_pixel_major { "_mk" } else { "" };
         format!("coop_{}x{}x{}_{}x{}{layout}", self.bm, self.bn, self.bk, self.wm, self.wn)
     }
     /// Workgroup memory: the f16 A and B steps, and each subgroup's WM x 16 f32 scratch for the epilogue.
-    pub fn workgroup_bytes(&self) -> u32 {
+    fn workgroup_bytes(&self) -> u32 {
         2 * self.bk * (self.bm + self.bn) + 4 * self.subgroups() * self.wm * 16
     }
     /// The layout rules of the shader (see its opening comment) and of this generator.
-    pub fn is_consistent(&self) -> bool {
+    fn is_consistent(&self) -> bool {
         let t = self.threads();
         self.wm.is_multiple_of(32)
             && self.wn.is_multiple_of(16)
@@ -91,22 +94,15 @@ impl CoopTile {
             && (self.bk * self.bn).is_multiple_of(t)
     }
 
-    pub(crate) fn variant(&self) -> Variant {
-        Variant {
-            name: self.name(),
-            source: self.source(),
-            bm: self.bm,
-            bn: self.bn,
-            threads: self.threads(),
-            workgroup_bytes: self.workgroup_bytes(),
-            consistent: self.is_consistent(),
-            scaled: true,
-        }
+    fn tile_mn(&self) -> (u32, u32) {
+        (self.bm, self.bn)
+    }
+    fn scaled(&self) -> bool {
+        true
     }
 
-    /// The shader source: `shaders/gemm.wgsl` with the constants, the tiles and the cooperative-matrix code
-    /// generated in place of its marker lines (named accumulators: no arrays of matrices).
-    pub fn source(&self) -> String {
+    /// The cooperative-matrix code: named accumulators, no arrays of matrices.
+    fn source(&self) -> String {
         let (mi, nj) = (self.wm / 16, self.wn / 16);
         let mut decl = String::new();
         let mut math = String::from("        for (var kk = 0u; kk < BK; kk += 16u) {\n");

@@ -1,5 +1,6 @@
 //! The implicit-GEMM kernel per stride phase, `shaders/gemm.wgsl` (its opening comment explains the tiling).
-//! The tile shape is a generated constant header in front of the shader source: one module per [`Tile`].
+//! The tile shape is a generated constant header in front of the shader source: one module per [`Tile`] (and
+//! per [`crate::gpu::coop::CoopTile`], the other [`GemmKernel`]).
 
 use crate::error::{ConvtError, Result};
 use crate::gpu::absmax;
@@ -151,31 +152,58 @@ fn unscale(v: f32) -> f32 {
 pub(crate) const SCALED_PROLOGUE: &str =
     "    exp_x = scale_exponent(op_max[0]);\n    exp_w = scale_exponent(op_max[1]);\n";
 
+/// A variant of the GEMM kernel as [`encode`] needs it: a register [`Tile`] or a cooperative-matrix
+/// [`crate::gpu::coop::CoopTile`].
+pub trait GemmKernel {
+    fn name(&self) -> String;
+    /// The shader: `shaders/gemm.wgsl` with this variant's constants and generated parts (generated only when
+    /// the context has no module of this name yet).
+    fn source(&self) -> String;
+    /// Output pixels (BM) and output channels (BN) per workgroup.
+    fn tile_mn(&self) -> (u32, u32);
+    /// Invocations per workgroup.
+    fn threads(&self) -> u32;
+    /// Workgroup memory the variant declares.
+    fn workgroup_bytes(&self) -> u32;
+    /// The shader's layout rules (see its opening comment), checked for every variant in the tests.
+    fn is_consistent(&self) -> bool;
+    /// f16 operands scaled by powers of two: the operand maxima are bound at binding 5.
+    fn scaled(&self) -> bool;
+    /// Whether an adapter with these limits can run the workgroup.
+    fn fits(&self, limits: &wgpu::Limits) -> bool {
+        self.is_consistent()
+            && self.workgroup_bytes() <= limits.max_compute_workgroup_storage_size
+            && self.threads() <= limits.max_compute_invocations_per_workgroup
+    }
+}
+
 impl Tile {
     pub const fn with_operand(self, operand: Operand) -> Tile {
         Tile { operand, ..self }
     }
-    pub fn threads(&self) -> u32 {
+}
+
+impl GemmKernel for Tile {
+    fn threads(&self) -> u32 {
         (self.bm / self.tm) * (self.bn / self.tn)
     }
-    pub fn name(&self) -> String {
+    fn name(&self) -> String {
         let op = match self.operand {
             Operand::F32 => "",
             Operand::F16 => "f16_",
         };
         format!("gemm_{op}{}x{}x{}_{}x{}", self.bm, self.bn, self.bk, self.tm, self.tn)
     }
-    /// Workgroup memory the tile stages (A and B steps).
-    pub fn workgroup_bytes(&self) -> u32 {
+    /// The staged A and B steps.
+    fn workgroup_bytes(&self) -> u32 {
         let bytes = match self.operand {
             Operand::F32 => 4,
             Operand::F16 => 2,
         };
         bytes * self.bk * (self.bm + self.bn)
     }
-    /// The shader source for this tile: `shaders/gemm.wgsl` with the constants and the register micro-kernel
-    /// (named vec4 accumulators, straight-line updates) generated in place of its marker lines.
-    pub fn source(&self) -> String {
+    /// The register micro-kernel: named vec4 accumulators, straight-line updates.
+    fn source(&self) -> String {
         let (quads_m, quads_n) = (self.tm / 4, self.tn / 4);
         let acc = |i: u32, j: u32| format!("acc_{i}_{j}");
         let mut decl = String::new();
@@ -247,8 +275,13 @@ fn stage_b(idx: u32, v: f32) {{
         }
         .render()
     }
-    /// The shader's layout assumptions (see its opening comment), checked for every tile in the tests.
-    pub fn is_consistent(&self) -> bool {
+    fn tile_mn(&self) -> (u32, u32) {
+        (self.bm, self.bn)
+    }
+    fn scaled(&self) -> bool {
+        self.operand == Operand::F16
+    }
+    fn is_consistent(&self) -> bool {
         let t = self.threads();
         self.tm.is_multiple_of(4)
             && self.tn.is_multiple_of(4)
@@ -348,69 +381,37 @@ struct DispatchUniform {
     phases: [PhaseUniform; MAX_PHASES],
 }
 
-/// One GEMM variant as [`encode`] needs it: a register [`Tile`] or a cooperative-matrix
-/// [`crate::gpu::coop::CoopTile`].
-pub(crate) struct Variant {
-    pub name: String,
-    pub source: String,
-    pub bm: u32,
-    pub bn: u32,
-    pub threads: u32,
-    pub workgroup_bytes: u32,
-    pub consistent: bool,
-    /// f16 operands scaled by powers of two: the operand maxima are bound at binding 5.
-    pub scaled: bool,
-}
-
-impl Tile {
-    pub(crate) fn variant(&self) -> Variant {
-        Variant {
-            name: self.name(),
-            source: self.source(),
-            bm: self.bm,
-            bn: self.bn,
-            threads: self.threads(),
-            workgroup_bytes: self.workgroup_bytes(),
-            consistent: self.is_consistent(),
-            scaled: self.operand == Operand::F16,
-        }
-    }
-}
-
-/// Encodes the GEMM kernel `variant` over every slice of the plan and every stride phase into `pass`.
+/// Encodes the GEMM kernel `kernel` over every slice of the plan and every stride phase into `pass`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn encode(
     ctx: &GpuContext,
     shape: &ConvShape,
-    variant: &Variant,
+    kernel: &impl GemmKernel,
     input: &GpuTensor,
     weight: &GpuTensor,
     bias: Option<&GpuTensor>,
     output: &GpuTensor,
     pass: &mut wgpu::ComputePass<'_>,
 ) -> Result<()> {
-    let limits = ctx.device.limits();
-    if !variant.consistent
-        || variant.workgroup_bytes > limits.max_compute_workgroup_storage_size
-        || variant.threads > limits.max_compute_invocations_per_workgroup
-    {
-        return Err(ConvtError::InvalidArgument(format!("kernel {} does not fit this adapter", variant.name)));
+    let name = kernel.name();
+    if !kernel.fits(&ctx.device.limits()) {
+        return Err(ConvtError::InvalidArgument(format!("kernel {name} does not fit this adapter")));
     }
     check_index_range(shape)?;
     let slices = plan(shape, input, output);
     if slices.is_empty() {
         return Ok(());
     }
-    let maxima = if variant.scaled { Some(absmax::encode(ctx, &[input, weight], pass)?) } else { None };
+    let maxima = if kernel.scaled() { Some(absmax::encode(ctx, &[input, weight], pass)?) } else { None };
     let packed = pack_weights(ctx, shape, weight, pass)?;
     let ops = Operands::new(ctx, &packed, bias)?;
-    let module = ctx.module(&variant.name, &variant.source)?;
+    let module = ctx.module_with(&name, || kernel.source())?;
     let consts = shape_constants(shape, bias.is_some());
-    let key = format!("{} {:?} {:?}", variant.name, ctx.options().shader_checks, consts);
+    let key = format!("{name} {:?} {:?}", ctx.options().shader_checks, consts);
     let pipeline = ctx.pipeline(key, &module, &consts)?;
-    let tile = variant;
+    let (bm, bn) = kernel.tile_mn();
     let cog = shape.out_per_group();
-    let n_tiles_per_group = cog.div_ceil(tile.bn as usize);
+    let n_tiles_per_group = cog.div_ceil(bn as usize);
     ctx.scoped(|| {
         let axes = |r: [usize; 2]| {
             let a = |ax: usize| {
@@ -449,7 +450,7 @@ pub(crate) fn encode(
                         cnt_w: pw.taps as u32,
                         off_h: ph.off as i32,
                         off_w: pw.off as i32,
-                        m_tiles: m_total.div_ceil(tile.bm as usize) as u32,
+                        m_tiles: m_total.div_ceil(bm as usize) as u32,
                         _pad: 0,
                     });
                 }

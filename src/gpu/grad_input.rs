@@ -90,7 +90,7 @@ pub(crate) fn encode(
             let flipped = flip_weights(ctx, shape, weight, pass)?;
             // The GEMM kernel reads any [N, C, H, W] tensor through the slice plan; the chunks of grad_output
             // and grad_input are those of an input and an output of shape `t`.
-            return gemm::encode(ctx, &t, &tile.variant(), grad_output, &flipped, None, grad_input, pass);
+            return gemm::encode(ctx, &t, &tile, grad_output, &flipped, None, grad_input, pass);
         }
     }
     encode_gather(ctx, shape, weight, grad_output, grad_input, pass)

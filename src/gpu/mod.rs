@@ -25,6 +25,7 @@ pub use backward::{
 };
 pub use buffers::GpuTensor;
 pub use context::{GpuContext, GpuOptions, ShaderChecks};
+pub use gemm::GemmKernel;
 pub use timing::GpuTimer;
 
 use crate::error::{ConvtError, Result};
@@ -108,16 +109,8 @@ impl Strategy {
         let limits = ctx.device.limits();
         match self {
             Strategy::Direct => true,
-            Strategy::Gemm(t) => {
-                (t.operand == gemm::Operand::F32 || ctx.has_f16())
-                    && t.workgroup_bytes() <= limits.max_compute_workgroup_storage_size
-                    && t.threads() <= limits.max_compute_invocations_per_workgroup
-            }
-            Strategy::Coop(t) => {
-                ctx.has_coop_f16()
-                    && t.workgroup_bytes() <= limits.max_compute_workgroup_storage_size
-                    && t.threads() <= limits.max_compute_invocations_per_workgroup
-            }
+            Strategy::Gemm(t) => (t.operand == gemm::Operand::F32 || ctx.has_f16()) && t.fits(&limits),
+            Strategy::Coop(t) => ctx.has_coop_f16() && t.fits(&limits),
         }
     }
 }
@@ -262,8 +255,8 @@ pub fn conv_transpose2d_with(
         });
         match strategy {
             Strategy::Direct => direct::encode(ctx, &shape, input, weight, bias, output, &mut pass)?,
-            Strategy::Gemm(tile) => gemm::encode(ctx, &shape, &tile.variant(), input, weight, bias, output, &mut pass)?,
-            Strategy::Coop(tile) => gemm::encode(ctx, &shape, &tile.variant(), input, weight, bias, output, &mut pass)?,
+            Strategy::Gemm(tile) => gemm::encode(ctx, &shape, &tile, input, weight, bias, output, &mut pass)?,
+            Strategy::Coop(tile) => gemm::encode(ctx, &shape, &tile, input, weight, bias, output, &mut pass)?,
         }
     }
     ctx.scoped(|| {

@@ -198,15 +198,15 @@ impl Prepared {
         // while the previous case's error was checked on the CPU, clocks down: its first calls measured up to
         // four times slower on the H100/H200).
         let started = std::time::Instant::now();
-        let mut extra = 0;
+        let mut rounds = 0;
         loop {
             for i in 0..warmup.max(1) {
                 let set = &self.inputs[i as usize % self.inputs.len()];
                 self.call(ctx, strategy, set, None)?;
             }
             ctx.device().poll(wgpu::PollType::Wait { submission_index: None, timeout: None }).ok();
-            extra += 1;
-            if started.elapsed() >= min_warmup || extra >= 1000 {
+            rounds += 1;
+            if started.elapsed() >= min_warmup || rounds >= 1000 {
                 break;
             }
         }
@@ -218,9 +218,7 @@ impl Prepared {
         ctx.device().poll(wgpu::PollType::Wait { submission_index: None, timeout: None }).ok();
         Ok(timer.read_ms(ctx, runs)?)
     }
-}
 
-impl Prepared {
     /// One call of the pass on input set `set`, timed into `slot` if given.
     fn call(&self, ctx: &GpuContext, strategy: Strategy, set: &InputSet, slot: Option<(&GpuTimer, u32)>) -> Result<()> {
         let (weight, bias, params) = (&self.weight, self.bias.as_ref(), &self.case.params);
