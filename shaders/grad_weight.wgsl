@@ -7,11 +7,13 @@
 // rectangle per sample (bounds computed once), so per tap and group this is a GEMM: M = input channels,
 // N = output channels, K = samples x rectangle pixels.
 //
-// Mapping: a workgroup computes a 64 x 64 (input channel x output channel) tile of one tap over one chunk of K
-// (split-K: K is long, the tile grid short). K is walked in steps of BK pixels: the x step (BK x 64) and the
-// grad_output step (BK x 64) are staged in workgroup memory, loaded with consecutive invocations on consecutive
-// pixels (coalesced rows); each of the 256 invocations keeps a 4 x 4 register tile (four named vec4s) and reads
-// its operands from workgroup memory as vec4s. Each chunk's tile goes to its own slot of a scratch buffer
+// Mapping: a workgroup computes a TILE x TILE (input channel x output channel) tile of one tap over one chunk
+// of K (split-K: K is long, the tile grid short). TILE is 64, or 32 or 16 where the groups have fewer channels
+// (the host prepends it, src/gpu/grad_weight.rs; a 64-wide tile over 8 x 16 channels would be 97% waste).
+// K is walked in steps of BK pixels: the x step (BK x TILE) and the grad_output step (BK x TILE) are staged in
+// workgroup memory, loaded with consecutive invocations on consecutive pixels (coalesced rows); each of the
+// WG = (TILE/4)^2 invocations keeps a 4 x 4 register tile (four named vec4s) and reads its operands from
+// workgroup memory as vec4s. Each chunk's tile goes to its own slot of a scratch buffer
 // [split][Cin][Cog][taps]; shaders/reduce_splits.wgsl then adds the slots in a fixed order. No atomics: the
 // result is the same bit for bit on every run.
 //
@@ -35,10 +37,10 @@ override P_W: u32;
 override D_H: u32;
 override D_W: u32;
 
-const WG: u32 = 256u;
-const TILE: u32 = 64u;   // input channels and output channels per workgroup tile
+// TILE (input channels and output channels per workgroup tile) is prepended by the host.
+const WG: u32 = (TILE / 4u) * (TILE / 4u);
 const BK: u32 = 16u;     // pixels per K step
-const LOADS: u32 = TILE * BK / WG; // values of each operand one invocation stages per step (4)
+const LOADS: u32 = TILE * BK / WG; // values of each operand one invocation stages per step (4 to 16)
 
 struct Slice {
     n_count: u32,
@@ -149,7 +151,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             }
         }
         workgroupBarrier();
-        // Rows row0 + 16*j, j = 0..3, are the four lanes of vec4 (row0 % 4 ...): store element-wise.
+        // Rows row0 + (WG/BK)*j are lanes of different vec4s: store element-wise.
         for (var j = 0u; j < LOADS; j++) {
             let row = row0 + j * (WG / BK);
             let slot = k_local * (TILE / 4u) + row / 4u;

@@ -223,3 +223,26 @@ fn many_channels_span_several_grad_weight_tiles() {
     };
     check(common::ctx(), &p).unwrap();
 }
+
+#[test]
+fn grad_weight_is_right_with_every_tile_size() {
+    // The grad_weight GEMM's tile follows the channels per group (16, 32 or 64 wide): each size against the
+    // float64 reference, with the channels filling the tile exactly and partly.
+    let mut sizes = std::collections::BTreeSet::new();
+    for (cin, cout, groups, stride) in
+        [(12usize, 6usize, 2i64, 2i64), (16, 16, 1, 1), (24, 20, 1, 2), (32, 8, 1, 1), (40, 36, 1, 3)]
+    {
+        let params = convt::ConvTranspose2dParams::default().stride((stride, 1)).padding((1, 0)).groups(groups);
+        let p = Problem {
+            input: vec![2, cin, 5, 4],
+            weight: vec![cin, cout / groups as usize, 3, 2],
+            bias: true,
+            params,
+            seed: common::fresh_seed(),
+        };
+        let shape = p.shape();
+        sizes.insert(convt::gpu::grad_weight::tile_for(&shape));
+        check(common::ctx(), &p).unwrap();
+    }
+    assert_eq!(sizes.into_iter().collect::<Vec<_>>(), convt::gpu::grad_weight::TILES.to_vec());
+}

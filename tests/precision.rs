@@ -246,21 +246,24 @@ fn non_finite_values_propagate_as_in_the_exact_gemm() {
 #[test]
 fn fast_says_which_path_ran_and_falls_back() {
     let ctx = common::ctx();
-    // Without a tuning cache, `fast` takes what measured fastest on the H100/H200 (docs/PERFORMANCE.md, f1):
-    // the exact GEMM kernel on a compute-bound problem, and on a kb81-like one (gather territory, many output
-    // channels per group) the cooperative-matrix kernel where the adapter has it.
+    // Without a tuning cache, `fast` takes what measured fastest on the H100 (docs/PERFORMANCE.md, f4): the
+    // exact GEMM kernel on a strided decoder, and the cooperative-matrix kernel where the adapter has it on a
+    // stride-1 problem with many channels and on a kb81-like one (gather territory, many output channels).
     let untuned = std::env::var_os("CONVT_STRATEGY").is_none() && ctx.tuned().entries.is_empty();
     let params = ConvTranspose2dParams::default().stride(2).padding(1);
     let gemm_shape = params.resolve(&[1, 64, 10, 12], &[64, 32, 3, 3], Some(&[32])).unwrap();
     let params = ConvTranspose2dParams::default().stride(5).padding(1).dilation(2);
     let kb81_like = params.resolve(&[1, 32, 6, 7], &[32, 64, 3, 3], None).unwrap();
+    let kb57_like = ConvTranspose2dParams::default().resolve(&[1, 64, 9, 11], &[64, 64, 3, 3], None).unwrap();
     if untuned {
         let exact = gpu::select(ctx, &gemm_shape, true, Precision::F32);
         assert!(matches!(exact, Strategy::Gemm(_)), "{}", exact.name());
         assert_eq!(gpu::select(ctx, &gemm_shape, true, Precision::Fast), exact);
-        let chosen = gpu::select(ctx, &kb81_like, false, Precision::Fast);
         let expected = if ctx.has_coop_f16() { "tensor cores" } else { "exact f32" };
-        assert!(chosen.arithmetic().contains(expected), "{} on {}", chosen.name(), ctx.adapter_info().name);
+        for shape in [&kb81_like, &kb57_like] {
+            let chosen = gpu::select(ctx, shape, false, Precision::Fast);
+            assert!(chosen.arithmetic().contains(expected), "{} on {}", chosen.name(), ctx.adapter_info().name);
+        }
         assert_eq!(gpu::select(ctx, &kb81_like, false, Precision::F32), Strategy::Direct);
     }
     // What ran is reported: a forced f16 kernel says so.

@@ -3,6 +3,9 @@
 //! library's own (sizes that overflow, tensors too large for one GPU binding, safetensors files). Invalid
 //! problems must fail the same way on the CPU reference and on the GPU path, before any GPU work.
 
+// Expected output sizes are written out term by term, as in the formula.
+#![allow(clippy::identity_op)]
+
 mod common;
 
 use std::path::{Path, PathBuf};

@@ -53,13 +53,16 @@ pub const COOP_TILES: &[CoopTile] = &[
     coop_t(128, 128, 32, 32, 32),
 ];
 
-/// The default cooperative-matrix tile for a shape (before tuning): 128 output channels per workgroup where a
-/// group has that many, else 64.
+/// The default cooperative-matrix tile for a shape (before tuning), the H100's winners in docs/PERFORMANCE.md
+/// (f4): 32x32 per subgroup with the A step pixel-major on stride-1 problems (128x128 tiles from 128 output
+/// channels per group: kb69; else 64x64: kb57, kb65), 64x64x32 tiles on strided ones (kb81).
 pub fn pick_tile(shape: &crate::params::ConvShape) -> CoopTile {
-    if shape.out_per_group() >= 128 {
-        coop(128, 128, 32, 64, 64)
+    if shape.stride != [1, 1] {
+        coop(64, 64, 32, 32, 32)
+    } else if shape.out_per_group() >= 128 {
+        coop_t(128, 128, 16, 32, 32)
     } else {
-        coop(128, 64, 32, 64, 32)
+        coop_t(64, 64, 16, 32, 32)
     }
 }
 
@@ -170,11 +173,11 @@ var<workgroup> b_tile: array<f16, BK * BN>; // [k][n]
 var<workgroup> c_tile: array<f32, SG_M * SG_N * WM * 16u>; // per subgroup: WM pixels x 16 channels
 
 fn stage_a(idx: u32, v: f32) {{
-    a_tile[{a_index}] = f16(pow2_scale(v, exp_x));
+    a_tile[{a_index}] = f16(scale_by(v, scale_x));
 }}
 
 fn stage_b(idx: u32, v: f32) {{
-    b_tile[idx] = f16(pow2_scale(v, exp_w));
+    b_tile[idx] = f16(scale_by(v, scale_w));
 }}
 "
         );

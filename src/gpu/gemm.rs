@@ -132,25 +132,42 @@ impl Parts {
 }
 
 /// The module-scope code of the f16-operand variants: the operand maxima (binding 5, written by
-/// shaders/absmax.wgsl) and the scaling by powers of two (two `ldexp` halves, so that any exponent the
-/// scale or its inverse needs stays within `ldexp`'s defined range; both halves move the same way, so an
-/// intermediate overflows or underflows only when the result does).
+/// shaders/absmax.wgsl) and the scaling by powers of two. A scale 2^k is applied as two multiplications by
+/// 2^(k/2) and 2^(k - k/2), each a normal f32, so that any exponent the scale or its inverse needs stays
+/// representable; both factors move the same way, so an intermediate overflows or underflows only when the
+/// result does. (Multiplying by a power of two is exact, as `ldexp` is; two `ldexp` per staged value cost
+/// more than the tensor-core products on the H100, docs/PERFORMANCE.md f4.)
 pub(crate) const SCALED_MODULE: &str = "@group(0) @binding(5) var<storage, read> op_max: array<u32>;
 
-fn pow2_scale(v: f32, k: i32) -> f32 {
+// The factors of the input's and the weight's scales and of the inverse scale of the products.
+var<private> scale_x: vec2<f32>;
+var<private> scale_w: vec2<f32>;
+var<private> scale_out: vec2<f32>;
+
+// 2^k as two normal f32 factors (exponents clamped to f32's normal range: a product scaled by more than
+// 2^252 either way over- or underflows f32 anyway).
+fn pow2_factors(k: i32) -> vec2<f32> {
     let h = k / 2;
-    return ldexp(ldexp(v, h), k - h);
+    return vec2<f32>(ldexp(1.0, clamp(h, -126, 127)), ldexp(1.0, clamp(k - h, -126, 127)));
+}
+
+fn scale_by(v: f32, s: vec2<f32>) -> f32 {
+    return v * s.x * s.y;
 }
 
 // The f32 sum of scaled products back at the operands' scale.
 fn unscale(v: f32) -> f32 {
-    return pow2_scale(v, -(exp_x + exp_w));
+    return scale_by(v, scale_out);
 }
 ";
 
-/// The prologue of the f16-operand variants: the scale exponents from the operand maxima.
-pub(crate) const SCALED_PROLOGUE: &str =
-    "    exp_x = scale_exponent(op_max[0]);\n    exp_w = scale_exponent(op_max[1]);\n";
+/// The prologue of the f16-operand variants: the scale factors from the operand maxima.
+pub(crate) const SCALED_PROLOGUE: &str = "    exp_x = scale_exponent(op_max[0]);
+    exp_w = scale_exponent(op_max[1]);
+    scale_x = pow2_factors(exp_x);
+    scale_w = pow2_factors(exp_w);
+    scale_out = pow2_factors(-(exp_x + exp_w));
+";
 
 /// A variant of the GEMM kernel as [`encode`] needs it: a register [`Tile`] or a cooperative-matrix
 /// [`crate::gpu::coop::CoopTile`].
@@ -243,8 +260,8 @@ impl GemmKernel for Tile {
             Operand::F16 => (
                 "f16",
                 "enable f16;\n",
-                "f16(pow2_scale(v, exp_x))",
-                "f16(pow2_scale(v, exp_w))",
+                "f16(scale_by(v, scale_x))",
+                "f16(scale_by(v, scale_w))",
                 SCALED_MODULE.to_string(),
                 SCALED_PROLOGUE.to_string(),
             ),

@@ -1,6 +1,7 @@
 //! The grad_weight kernel, `shaders/grad_weight.wgsl`: one GEMM per tap (input channels x output channels,
-//! reduced over samples and pixels) in 64 x 64 workgroup tiles with the reduction split into chunks, whose
-//! partial sums `shaders/reduce_splits.wgsl` adds in a fixed order: deterministic, no atomics.
+//! reduced over samples and pixels) in square workgroup tiles (64, or 32 or 16 for groups with fewer channels)
+//! with the reduction split into chunks, whose partial sums `shaders/reduce_splits.wgsl` adds in a fixed order:
+//! deterministic, no atomics.
 
 use crate::error::Result;
 use crate::gpu::buffers::{GpuTensor, STORAGE};
@@ -13,11 +14,12 @@ pub const SHADER_NAME: &str = "grad_weight.wgsl";
 pub const SHADER: &str = include_str!("../../shaders/grad_weight.wgsl");
 pub const REDUCE_SHADER_NAME: &str = "reduce_splits.wgsl";
 pub const REDUCE_SHADER: &str = include_str!("../../shaders/reduce_splits.wgsl");
-/// Channels per workgroup tile on each side (`TILE` in the shader) and pixels per K step (`BK`).
-const TILE: usize = 64;
+/// The tile sizes (channels per workgroup tile on each side, `TILE` in the shader), and pixels per K step (`BK`).
+pub const TILES: [usize; 3] = [16, 32, 64];
 const BK: usize = 16;
-/// Workgroups a dispatch should have to fill a large GPU (the split count is chosen to reach it).
-const TARGET_WORKGROUPS: usize = 2048;
+/// Invocations a dispatch should have to fill a large GPU (the split count is chosen to reach it): 2048
+/// workgroups of the 64-wide tile.
+const TARGET_INVOCATIONS: usize = 2048 * 256;
 /// Most bytes of partial sums kept at once.
 const MAX_PARTIAL_BYTES: u64 = 256 << 20;
 const REDUCE_WORKGROUP_SIZE: usize = 256;
@@ -57,8 +59,25 @@ pub(crate) fn accumulates(shape: &ConvShape, input: &GpuTensor, grad_output: &Gp
 
 /// (splits, pixels per split) for `pixels` pixels of reduction per tap over `tiles` workgroup tiles, with at
 /// most `max_splits` slots of partial sums.
-fn split_k(pixels: usize, tiles: usize, max_splits: usize) -> (usize, usize) {
-    let wanted = TARGET_WORKGROUPS.div_ceil(tiles.max(1)).clamp(1, pixels.div_ceil(BK).max(1)).min(max_splits.max(1));
+/// The smallest tile that holds a group's input and output channels, at most 64 (measured on the H100,
+/// docs/PERFORMANCE.md bwd2: the 64-wide tile alone made kb75's backward, 8 x 16 channels per group, 5x slower).
+pub fn tile_for(shape: &ConvShape) -> usize {
+    let channels = shape.in_per_group().max(shape.out_per_group());
+    TILES.into_iter().find(|&t| t >= channels).unwrap_or(TILES[TILES.len() - 1])
+}
+
+/// Invocations per workgroup of a tile size.
+fn invocations(tile: usize) -> usize {
+    (tile / 4) * (tile / 4)
+}
+
+/// The shader for a tile size: `shaders/grad_weight.wgsl` with its `TILE` constant in front.
+pub fn source(tile: usize) -> String {
+    format!("const TILE: u32 = {tile}u;\n{SHADER}")
+}
+
+fn split_k(pixels: usize, tiles: usize, max_splits: usize, target_workgroups: usize) -> (usize, usize) {
+    let wanted = target_workgroups.div_ceil(tiles.max(1)).clamp(1, pixels.div_ceil(BK).max(1)).min(max_splits.max(1));
     let chunk = pixels.div_ceil(wanted).div_ceil(BK) * BK;
     (pixels.div_ceil(chunk.max(BK)).max(1), chunk.max(BK))
 }
@@ -77,21 +96,23 @@ pub(crate) fn encode(
     let gw = grad_weight.single_buffer("grad_weight", ctx)?;
     let consts = crate::gpu::grad_input::constants(shape)?;
     let checks = ctx.options().shader_checks;
-    let module = ctx.module(SHADER_NAME, SHADER)?;
-    let gemm = ctx.pipeline(format!("grad_weight {checks:?} {consts:?}"), &module, &consts)?;
+    let tile = tile_for(shape);
+    let module = ctx.module_with(&format!("grad_weight_{tile}"), || source(tile))?;
+    let gemm = ctx.pipeline(format!("grad_weight_{tile} {checks:?} {consts:?}"), &module, &consts)?;
     let reduce_module = ctx.module(REDUCE_SHADER_NAME, REDUCE_SHADER)?;
     let reduce = ctx.pipeline(format!("reduce_splits {checks:?}"), &reduce_module, &[])?;
 
     let taps = shape.kernel[0] * shape.kernel[1];
     let elems = grad_weight.numel();
-    let tiles = shape.groups * shape.in_per_group().div_ceil(TILE) * shape.out_per_group().div_ceil(TILE) * taps;
+    let tiles = shape.groups * shape.in_per_group().div_ceil(tile) * shape.out_per_group().div_ceil(tile) * taps;
+    let target_workgroups = TARGET_INVOCATIONS / invocations(tile);
     let partial_cap = MAX_PARTIAL_BYTES.max(elems as u64 * 4).min(ctx.binding_limit());
     let max_splits = (partial_cap / (elems as u64 * 4)) as usize;
     ctx.scoped(|| {
         for s in &slices {
             // Every tap's pixels lie in the slice's samples x the input plane.
             let pixels = s.samples.len() * shape.in_hw[0] * shape.in_hw[1];
-            let (splits, chunk) = split_k(pixels, tiles, max_splits);
+            let (splits, chunk) = split_k(pixels, tiles, max_splits, target_workgroups);
             let partial = ctx.pool.get(&ctx.device, (splits * elems * 4) as u64, STORAGE);
             let g = grid(ctx, tiles * splits);
             let u = SliceUniform {
@@ -133,7 +154,7 @@ mod tests {
         for pixels in [1, 15, 16, 17, 1000, 8 << 20] {
             for tiles in [1, 9, 512, 5000] {
                 for max_splits in [1, 3, 100, 10_000] {
-                    let (splits, chunk) = split_k(pixels, tiles, max_splits);
+                    let (splits, chunk) = split_k(pixels, tiles, max_splits, 2048);
                     assert!(splits >= 1 && splits <= max_splits, "{pixels} {tiles} {max_splits}: {splits}");
                     assert_eq!(chunk % BK, 0);
                     assert!(splits * chunk >= pixels && (splits - 1) * chunk < pixels, "{pixels}: {splits} x {chunk}");

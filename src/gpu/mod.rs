@@ -126,13 +126,17 @@ pub fn shader_sources() -> Vec<(&'static str, String, String)> {
     for (file, source) in [
         (grad_input::SHADER_NAME, grad_input::SHADER),
         (grad_input::FLIP_SHADER_NAME, grad_input::FLIP_SHADER),
-        (grad_weight::SHADER_NAME, grad_weight::SHADER),
         (grad_weight::REDUCE_SHADER_NAME, grad_weight::REDUCE_SHADER),
         (grad_bias::SHADER_NAME, grad_bias::SHADER),
         (elementwise::SHADER_NAME, elementwise::SHADER),
     ] {
         v.push((file, file.to_string(), source.to_string()));
     }
+    v.extend(
+        grad_weight::TILES
+            .iter()
+            .map(|&t| (grad_weight::SHADER_NAME, format!("grad_weight_{t}"), grad_weight::source(t))),
+    );
     v.push((gemm::PACK_SHADER_NAME, gemm::PACK_SHADER_NAME.to_string(), gemm::PACK_SHADER.to_string()));
     v.push((absmax::SHADER_NAME, absmax::SHADER_NAME.to_string(), absmax::SHADER.to_string()));
     v.extend(gemm::TILES.iter().chain(gemm::F16_TILES).map(|t| (gemm::SHADER_NAME, t.name(), t.source())));
@@ -144,12 +148,12 @@ pub fn shader_sources() -> Vec<(&'static str, String, String)> {
 /// options (when it has that precision), else the autotuner's cached winner for (adapter, driver, shape,
 /// precision), else a heuristic.
 ///
-/// The heuristic for `fast` follows the measurements of docs/PERFORMANCE.md (f1, H100 and H200): the
-/// cooperative-matrix kernels are slower than the exact GEMM kernels on every compute-bound case so far, and
-/// the f16-operand register kernels slower still, so `fast` takes the exact choice there (its error is then
-/// f32's); it takes the cooperative-matrix kernel where the exact choice is the gather kernel although each
-/// group has many output channels (kb81: 2.5 ms against 4.1), its coalesced epilogue writing the large output
-/// faster. `convt tune --precision fast` measures every candidate instead.
+/// The heuristic for `fast` follows the H100 measurements of docs/PERFORMANCE.md (f4): the
+/// cooperative-matrix kernel wins on stride-1 problems with at least 64 input and output channels per group
+/// (kb57, kb65, kb69: 1.2-1.4x faster than the exact GEMM) and where the exact choice is the gather kernel
+/// although each group has many output channels (kb81: 3.4 ms against 4.1); elsewhere (few channels, strided
+/// decoders) the exact kernels measured fastest, and `fast` takes them (its error is then f32's). The
+/// f16-operand register kernels never won. `convt tune --precision fast` measures every candidate instead.
 pub fn select(ctx: &GpuContext, shape: &ConvShape, has_bias: bool, precision: Precision) -> Strategy {
     if let Some(forced) = ctx.options().strategy.filter(|s| s.precision() == precision) {
         return forced;
@@ -167,8 +171,11 @@ pub fn select(ctx: &GpuContext, shape: &ConvShape, has_bias: bool, precision: Pr
     let gather = shape.out_per_group() < 16 || shape.in_per_group() < 8 || products_per_output < 64;
     let exact = if gather { Strategy::Direct } else { Strategy::Gemm(gemm::pick_tile(shape)) };
     let coop = Strategy::Coop(coop::pick_tile(shape));
+    let stride_one = shape.stride == [1, 1];
+    let tensor_cores = (stride_one && shape.in_per_group() >= 64 && shape.out_per_group() >= 64)
+        || (gather && shape.out_per_group() >= 32);
     match precision {
-        Precision::Fast if gather && shape.out_per_group() >= 32 && coop.runs_on(ctx) => coop,
+        Precision::Fast if tensor_cores && coop.runs_on(ctx) => coop,
         _ => exact,
     }
 }
