@@ -134,22 +134,25 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let iw_step = D_W / G_W;
     let taps = K_H * K_W;
 
+    // Taps outside, input channels inside: an output pixel with no tap (most of them when the stride exceeds
+    // the kernel's reach, e.g. 16 of 25 phases of a stride-5 3x3 kernel) skips the channel loop entirely.
     var acc = vec4<f32>(0.0);
-    let x_sample = slice.in_offset + n * C_IN * IN_H * IN_W;
-    for (var ic = ic_lo; ic < ic_hi; ic++) {
-        let x_plane = x_sample + (ic - slice.ic_begin) * IN_H * IN_W;
-        let w_row = (ic * cog) * taps;
-        for (var jh = 0u; jh < th.count; jh++) {
-            let kh = th.k + jh * kh_step;
-            let ih = th.i - jh * ih_step;
-            for (var jw = 0u; jw < tw.count; jw++) {
-                let kw = tw.k + jw * kw_step;
-                let iw = tw.i - jw * iw_step;
-                let xv = x[x_plane + ih * IN_W + iw];
-                let tap = kh * K_W + kw;
-                let wv = vec4<f32>(w[w_row + ocs.x * taps + tap], w[w_row + ocs.y * taps + tap],
-                                   w[w_row + ocs.z * taps + tap], w[w_row + ocs.w * taps + tap]);
-                acc += xv * wv;
+    let plane = IN_H * IN_W;
+    let x_sample = slice.in_offset + n * C_IN * plane;
+    for (var jh = 0u; jh < th.count; jh++) {
+        let kh = th.k + jh * kh_step;
+        let ih = th.i - jh * ih_step;
+        for (var jw = 0u; jw < tw.count; jw++) {
+            let kw = tw.k + jw * kw_step;
+            let iw = tw.i - jw * iw_step;
+            let tap = kh * K_W + kw;
+            let w_taps = ocs * taps + vec4<u32>(tap);
+            var xi = x_sample + (ic_lo - slice.ic_begin) * plane + ih * IN_W + iw;
+            for (var ic = ic_lo; ic < ic_hi; ic++) {
+                let w_row = (ic * cog) * taps;
+                let wv = vec4<f32>(w[w_row + w_taps.x], w[w_row + w_taps.y], w[w_row + w_taps.z], w[w_row + w_taps.w]);
+                acc += x[xi] * wv;
+                xi += plane;
             }
         }
     }

@@ -41,6 +41,8 @@ override D_W: u32;
 const WG: u32 = (TILE / 4u) * (TILE / 4u);
 const BK: u32 = 16u;     // pixels per K step
 const LOADS: u32 = TILE * BK / WG; // values of each operand one invocation stages per step (4 to 16)
+// The staging covers each of the TILE rows of a step exactly once (rows row0 + (WG/BK)*j).
+const_assert WG % BK == 0u && (TILE * BK) % WG == 0u;
 
 struct Slice {
     n_count: u32,
@@ -114,7 +116,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let in_pixels = IN_H * IN_W;
     let out_pixels = OUT_H * OUT_W;
 
-    // Staging: invocation lid loads pixel k_local = lid % BK of the step for channel rows lid / BK + 16*j.
+    // Staging: invocation lid loads pixel k_local = lid % BK of the step for channel rows lid / BK + (WG/BK)*j.
     let k_local = lid % BK;
     let row0 = lid / BK;
 
@@ -151,7 +153,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             }
         }
         workgroupBarrier();
-        // Rows row0 + (WG/BK)*j are lanes of different vec4s: store element-wise.
+        // Rows row0 + (WG/BK)*j: one vec4 lane each, stored element by element.
         for (var j = 0u; j < LOADS; j++) {
             let row = row0 + j * (WG / BK);
             let slot = k_local * (TILE / 4u) + row / 4u;

@@ -53,13 +53,11 @@ pub const COOP_TILES: &[CoopTile] = &[
     coop_t(128, 128, 32, 32, 32),
 ];
 
-/// The default cooperative-matrix tile for a shape (before tuning), the H100's winners in docs/PERFORMANCE.md
-/// (f4): 32x32 per subgroup with the A step pixel-major on stride-1 problems (128x128 tiles from 128 output
-/// channels per group: kb69; else 64x64: kb57, kb65), 64x64x32 tiles on strided ones (kb81).
+/// The default cooperative-matrix tile for a shape (before tuning; the heuristic takes tensor cores on
+/// stride-1 problems only), the H100's winners in docs/PERFORMANCE.md (f4): 32x32 per subgroup with the A step
+/// pixel-major, 128x128 tiles from 128 output channels per group (kb69), else 64x64 (kb57, kb65).
 pub fn pick_tile(shape: &crate::params::ConvShape) -> CoopTile {
-    if shape.stride != [1, 1] {
-        coop(64, 64, 32, 32, 32)
-    } else if shape.out_per_group() >= 128 {
+    if shape.out_per_group() >= 128 {
         coop_t(128, 128, 16, 32, 32)
     } else {
         coop_t(64, 64, 16, 32, 32)
@@ -207,6 +205,15 @@ mod tests {
             assert!(t.threads() <= 512, "{t:?}");
             assert!(t.workgroup_bytes() <= 49152, "{t:?}");
             assert!(!t.source().contains("//#"), "{t:?}");
+        }
+    }
+
+    #[test]
+    fn the_default_tiles_are_candidates() {
+        let params = crate::ConvTranspose2dParams::default();
+        for cout in [64, 128] {
+            let shape = params.resolve(&[1, 64, 8, 8], &[64, cout, 3, 3], None).unwrap();
+            assert!(COOP_TILES.contains(&pick_tile(&shape)), "{shape:?}");
         }
     }
 }

@@ -132,41 +132,43 @@ impl Parts {
 }
 
 /// The module-scope code of the f16-operand variants: the operand maxima (binding 5, written by
-/// shaders/absmax.wgsl) and the scaling by powers of two. A scale 2^k is applied as two multiplications by
-/// 2^(k/2) and 2^(k - k/2), each a normal f32, so that any exponent the scale or its inverse needs stays
-/// representable; both factors move the same way, so an intermediate overflows or underflows only when the
-/// result does. (Multiplying by a power of two is exact, as `ldexp` is; two `ldexp` per staged value cost
-/// more than the tensor-core products on the H100, docs/PERFORMANCE.md f4.)
+/// shaders/absmax.wgsl) and the scaling by powers of two. Each operand's scale 2^k has k capped at 127, so it is
+/// one normal f32 and staging a value costs one exact multiplication (k would exceed 127 only for a tensor
+/// whose largest magnitude is below 2^-113; with the cap, every normal f32 value of it still lands in f16's
+/// normal range). The products' inverse scale can lie beyond f32's exponents; it is applied once per output,
+/// by a multiplication where it is a normal f32 and by two `ldexp` halves otherwise. (Two `ldexp` per staged
+/// value cost more than the tensor-core products on the H100; a branch between the two ways per staged value
+/// cost 15-35%; a product of two factors per value could be reassociated by the driver into one factor that
+/// overflows: docs/PERFORMANCE.md f4, f5.)
 pub(crate) const SCALED_MODULE: &str = "@group(0) @binding(5) var<storage, read> op_max: array<u32>;
 
-// The factors of the input's and the weight's scales and of the inverse scale of the products.
-var<private> scale_x: vec2<f32>;
-var<private> scale_w: vec2<f32>;
-var<private> scale_out: vec2<f32>;
+// The input's and the weight's scale factors, and the exponent of the products' inverse scale.
+var<private> scale_x: f32;
+var<private> scale_w: f32;
+var<private> exp_out: i32;
 
-// 2^k as two normal f32 factors (exponents clamped to f32's normal range: a product scaled by more than
-// 2^252 either way over- or underflows f32 anyway).
-fn pow2_factors(k: i32) -> vec2<f32> {
-    let h = k / 2;
-    return vec2<f32>(ldexp(1.0, clamp(h, -126, 127)), ldexp(1.0, clamp(k - h, -126, 127)));
+fn scale_by(v: f32, factor: f32) -> f32 {
+    return v * factor;
 }
 
-fn scale_by(v: f32, s: vec2<f32>) -> f32 {
-    return v * s.x * s.y;
-}
-
-// The f32 sum of scaled products back at the operands' scale.
+// The f32 sum of scaled products back at the operands' scale: v * 2^exp_out, exactly. The branch is the same
+// for every invocation. The halves are clamped to ldexp's defined range: a clamp acts only where |exp_out|
+// exceeds 252, where the result is +-0 either way (the sums of scaled products lie below 2^62 in magnitude).
 fn unscale(v: f32) -> f32 {
-    return scale_by(v, scale_out);
+    if (exp_out >= -126 && exp_out <= 127) {
+        return v * ldexp(1.0, exp_out);
+    }
+    let h = exp_out / 2;
+    return ldexp(ldexp(v, clamp(h, -126, 127)), clamp(exp_out - h, -126, 127));
 }
 ";
 
-/// The prologue of the f16-operand variants: the scale factors from the operand maxima.
-pub(crate) const SCALED_PROLOGUE: &str = "    exp_x = scale_exponent(op_max[0]);
-    exp_w = scale_exponent(op_max[1]);
-    scale_x = pow2_factors(exp_x);
-    scale_w = pow2_factors(exp_w);
-    scale_out = pow2_factors(-(exp_x + exp_w));
+/// The prologue of the f16-operand variants: the scales from the operand maxima.
+pub(crate) const SCALED_PROLOGUE: &str = "    exp_x = min(scale_exponent(op_max[0]), 127);
+    exp_w = min(scale_exponent(op_max[1]), 127);
+    scale_x = ldexp(1.0, exp_x);
+    scale_w = ldexp(1.0, exp_w);
+    exp_out = -(exp_x + exp_w);
 ";
 
 /// A variant of the GEMM kernel as [`encode`] needs it: a register [`Tile`] or a cooperative-matrix

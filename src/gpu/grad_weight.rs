@@ -57,8 +57,6 @@ pub(crate) fn accumulates(shape: &ConvShape, input: &GpuTensor, grad_output: &Gp
     plan(shape, input, grad_output).len() > 1
 }
 
-/// (splits, pixels per split) for `pixels` pixels of reduction per tap over `tiles` workgroup tiles, with at
-/// most `max_splits` slots of partial sums.
 /// The smallest tile that holds a group's input and output channels, at most 64 (measured on the H100,
 /// docs/PERFORMANCE.md bwd2: the 64-wide tile alone made kb75's backward, 8 x 16 channels per group, 5x slower).
 pub fn tile_for(shape: &ConvShape) -> usize {
@@ -76,6 +74,8 @@ pub fn source(tile: usize) -> String {
     format!("const TILE: u32 = {tile}u;\n{SHADER}")
 }
 
+/// (splits, pixels per split) for `pixels` pixels of reduction per tap over `tiles` workgroup tiles, with at
+/// most `max_splits` slots of partial sums, aiming at `target_workgroups` workgroups.
 fn split_k(pixels: usize, tiles: usize, max_splits: usize, target_workgroups: usize) -> (usize, usize) {
     let wanted = target_workgroups.div_ceil(tiles.max(1)).clamp(1, pixels.div_ceil(BK).max(1)).min(max_splits.max(1));
     let chunk = pixels.div_ceil(wanted).div_ceil(BK) * BK;

@@ -148,12 +148,12 @@ pub fn shader_sources() -> Vec<(&'static str, String, String)> {
 /// options (when it has that precision), else the autotuner's cached winner for (adapter, driver, shape,
 /// precision), else a heuristic.
 ///
-/// The heuristic for `fast` follows the H100 measurements of docs/PERFORMANCE.md (f4): the
+/// The heuristic for `fast` follows the H100 measurements of docs/PERFORMANCE.md (f4, f5): the
 /// cooperative-matrix kernel wins on stride-1 problems with at least 64 input and output channels per group
-/// (kb57, kb65, kb69: 1.2-1.4x faster than the exact GEMM) and where the exact choice is the gather kernel
-/// although each group has many output channels (kb81: 3.4 ms against 4.1); elsewhere (few channels, strided
-/// decoders) the exact kernels measured fastest, and `fast` takes them (its error is then f32's). The
-/// f16-operand register kernels never won. `convt tune --precision fast` measures every candidate instead.
+/// (kb57, kb65, kb69: 1.2-1.4x faster than the exact GEMM); elsewhere (few channels, strided decoders, kb75 and
+/// kb81 on the gather kernel) the exact kernels measured fastest, and `fast` takes them (its error is then
+/// f32's). The f16-operand register kernels never won. `convt tune --precision fast` measures every candidate
+/// instead.
 pub fn select(ctx: &GpuContext, shape: &ConvShape, has_bias: bool, precision: Precision) -> Strategy {
     if let Some(forced) = ctx.options().strategy.filter(|s| s.precision() == precision) {
         return forced;
@@ -172,8 +172,7 @@ pub fn select(ctx: &GpuContext, shape: &ConvShape, has_bias: bool, precision: Pr
     let exact = if gather { Strategy::Direct } else { Strategy::Gemm(gemm::pick_tile(shape)) };
     let coop = Strategy::Coop(coop::pick_tile(shape));
     let stride_one = shape.stride == [1, 1];
-    let tensor_cores = (stride_one && shape.in_per_group() >= 64 && shape.out_per_group() >= 64)
-        || (gather && shape.out_per_group() >= 32);
+    let tensor_cores = stride_one && shape.in_per_group() >= 64 && shape.out_per_group() >= 64;
     match precision {
         Precision::Fast if tensor_cores && coop.runs_on(ctx) => coop,
         _ => exact,
