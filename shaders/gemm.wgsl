@@ -106,9 +106,6 @@ var<private> ph: Phase;
 // the f16 variants the operand scale exponents (see "Operand types" above).
 //#MODULE
 
-// Power-of-two exponents of the operand scales (0 for f32 operands), set once at the start of main.
-var<private> exp_x: i32;
-var<private> exp_w: i32;
 
 // What one invocation needs to gather its share of a K step.
 struct LoadCtx {

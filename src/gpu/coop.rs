@@ -171,11 +171,11 @@ var<workgroup> b_tile: array<f16, BK * BN>; // [k][n]
 var<workgroup> c_tile: array<f32, SG_M * SG_N * WM * 16u>; // per subgroup: WM pixels x 16 channels
 
 fn stage_a(idx: u32, v: f32) {{
-    a_tile[{a_index}] = f16(scale_by(v, scale_x));
+    a_tile[{a_index}] = f16(v * scale_x);
 }}
 
 fn stage_b(idx: u32, v: f32) {{
-    b_tile[idx] = f16(scale_by(v, scale_w));
+    b_tile[idx] = f16(v * scale_w);
 }}
 "
         );

@@ -147,10 +147,6 @@ var<private> scale_x: f32;
 var<private> scale_w: f32;
 var<private> exp_out: i32;
 
-fn scale_by(v: f32, factor: f32) -> f32 {
-    return v * factor;
-}
-
 // The f32 sum of scaled products back at the operands' scale: v * 2^exp_out, exactly. The branch is the same
 // for every invocation. The halves are clamped to ldexp's defined range: a clamp acts only where |exp_out|
 // exceeds 252, where the result is +-0 either way (the sums of scaled products lie below 2^62 in magnitude).
@@ -164,8 +160,8 @@ fn unscale(v: f32) -> f32 {
 ";
 
 /// The prologue of the f16-operand variants: the scales from the operand maxima.
-pub(crate) const SCALED_PROLOGUE: &str = "    exp_x = min(scale_exponent(op_max[0]), 127);
-    exp_w = min(scale_exponent(op_max[1]), 127);
+pub(crate) const SCALED_PROLOGUE: &str = "    let exp_x = min(scale_exponent(op_max[0]), 127);
+    let exp_w = min(scale_exponent(op_max[1]), 127);
     scale_x = ldexp(1.0, exp_x);
     scale_w = ldexp(1.0, exp_w);
     exp_out = -(exp_x + exp_w);
@@ -262,8 +258,8 @@ impl GemmKernel for Tile {
             Operand::F16 => (
                 "f16",
                 "enable f16;\n",
-                "f16(scale_by(v, scale_x))",
-                "f16(scale_by(v, scale_w))",
+                "f16(v * scale_x)",
+                "f16(v * scale_w)",
                 SCALED_MODULE.to_string(),
                 SCALED_PROLOGUE.to_string(),
             ),

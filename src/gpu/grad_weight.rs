@@ -97,8 +97,9 @@ pub(crate) fn encode(
     let consts = crate::gpu::grad_input::constants(shape)?;
     let checks = ctx.options().shader_checks;
     let tile = tile_for(shape);
-    let module = ctx.module_with(&format!("grad_weight_{tile}"), || source(tile))?;
-    let gemm = ctx.pipeline(format!("grad_weight_{tile} {checks:?} {consts:?}"), &module, &consts)?;
+    let name = format!("grad_weight_{tile}");
+    let module = ctx.module_with(&name, || source(tile))?;
+    let gemm = ctx.pipeline(format!("{name} {checks:?} {consts:?}"), &module, &consts)?;
     let reduce_module = ctx.module(REDUCE_SHADER_NAME, REDUCE_SHADER)?;
     let reduce = ctx.pipeline(format!("reduce_splits {checks:?}"), &reduce_module, &[])?;
 
