@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: unit, property, PyTorch golden-file, validation, robustness, fuzz, CLI and shader
 # tests, then the training example (it fails unless the GPU-trained layer recovers the hidden one), then the
-# suite a second time through wgpu's GL backend on Mesa's software OpenGL (skip it with CONVT_SECOND_BACKEND=none).
+# suite a second time through wgpu's GL backend on Mesa's software OpenGL with wgpu's shader runtime checks on
+# (skip it with CONVT_SECOND_BACKEND=none).
 # GPU tests run on whatever Vulkan device is present (Mesa's software driver when there is none).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +12,8 @@ source scripts/setup.sh
 cargo test --release "$@"
 cargo run --release --example train_hidden -- --steps 300 --out target/train_hidden.safetensors
 if [ "$SECOND_BACKEND" = "gl" ]; then
-  echo "test.sh: the suite again on wgpu's GL backend (CONVT_BACKEND=gl)" >&2
-  CONVT_BACKEND=gl cargo test --release "$@"
+  # The second pass also runs the kernels with wgpu's runtime checks on (the first runs them trusted, the
+  # default), so both ways of creating shader modules are tested.
+  echo "test.sh: the suite again on wgpu's GL backend with shader runtime checks (CONVT_BACKEND=gl CONVT_SHADER_CHECKS=checked)" >&2
+  CONVT_BACKEND=gl CONVT_SHADER_CHECKS=checked cargo test --release "$@"
 fi

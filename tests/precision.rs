@@ -253,7 +253,7 @@ fn non_finite_values_propagate_as_in_the_exact_gemm() {
 fn fast_says_which_path_ran_and_falls_back() {
     let ctx = common::ctx();
     // Without a tuning cache, `fast` takes what measured fastest on the H100 (docs/PERFORMANCE.md, f4, f5): the
-    // exact GEMM kernel on a strided decoder, the exact gather kernel on a kb81-like problem, and the
+    // exact GEMM kernel on a strided decoder, the exact rows (gather) kernel on a kb81-like problem, and the
     // cooperative-matrix kernel where the adapter has it on a stride-1 problem with many channels.
     let untuned = std::env::var_os("CONVT_STRATEGY").is_none() && ctx.tuned().entries.is_empty();
     let params = ConvTranspose2dParams::default().stride(2).padding(1);
@@ -269,7 +269,8 @@ fn fast_says_which_path_ran_and_falls_back() {
         let chosen = gpu::select(ctx, &kb57_like, false, Precision::Fast);
         assert!(chosen.arithmetic().contains(expected), "{} on {}", chosen.name(), ctx.adapter_info().name);
         for precision in [Precision::F32, Precision::Fast] {
-            assert_eq!(gpu::select(ctx, &kb81_like, false, precision), Strategy::Direct);
+            let chosen = gpu::select(ctx, &kb81_like, false, precision);
+            assert!(matches!(chosen, Strategy::Rows(_)), "{}", chosen.name());
         }
     }
     // What ran is reported: a forced f16 kernel says so.

@@ -5,7 +5,7 @@
 //! (no float atomics): the same inputs give the same bits on every run.
 
 use crate::error::{ConvtError, Result};
-use crate::gpu::buffers::GpuTensor;
+use crate::gpu::buffers::{GpuTensor, InFlight};
 use crate::gpu::context::GpuContext;
 use crate::gpu::timing::GpuTimer;
 use crate::gpu::{grad_bias, grad_input, grad_weight};
@@ -97,6 +97,7 @@ pub fn conv_transpose2d_backward_into(
     };
 
     let mut encoder = ctx.device.create_command_encoder(&Default::default());
+    let mut in_flight = InFlight::default();
     // Reductions split over several slices add up in place, from zero; an empty batch sums nothing: zero.
     let empty = shape.batch == 0;
     if empty || grad_weight::accumulates(&shape, input, grad_output) {
@@ -110,8 +111,8 @@ pub fn conv_transpose2d_backward_into(
             label: Some("convt conv_transpose2d backward"),
             timestamp_writes: timer.map(|(t, slot)| t.pass_writes(slot)),
         });
-        grad_input::encode(ctx, &shape, weight, grad_output, &grads.grad_input, &mut pass)?;
-        grad_weight::encode(ctx, &shape, input, grad_output, &grads.grad_weight, &mut pass)?;
+        grad_input::encode(ctx, &shape, weight, grad_output, &grads.grad_input, &mut pass, &mut in_flight)?;
+        grad_weight::encode(ctx, &shape, input, grad_output, &grads.grad_weight, &mut pass, &mut in_flight)?;
         if let Some(gb) = grad_bias {
             grad_bias::encode(ctx, &shape, grad_output, gb, &mut pass)?;
         }
@@ -119,7 +120,9 @@ pub fn conv_transpose2d_backward_into(
     ctx.scoped(|| {
         ctx.queue.submit([encoder.finish()]);
         Ok(())
-    })
+    })?;
+    drop(in_flight); // submitted: the scratch buffers may go back to the pool
+    Ok(())
 }
 
 /// The backward pass on host tensors: upload, run, read back.

@@ -127,6 +127,28 @@ impl BufferPool {
     }
 }
 
+/// The pooled buffers a call encodes its commands with, kept until the call has submitted them. A pooled buffer
+/// dropped earlier goes back to the pool while its commands are still being recorded: another thread can take
+/// it and queue a write (an upload, say) that the queue then runs *before* this call's commands, which read the
+/// other thread's data instead of their own (seen on the H100 with threads sharing a context). Once the call has
+/// submitted, anything later on the queue runs after it.
+#[derive(Default)]
+pub(crate) struct InFlight(Vec<PooledBuffer>);
+
+impl InFlight {
+    /// Keeps `buffer` until this list is dropped; returns a handle to it.
+    pub fn keep(&mut self, buffer: PooledBuffer) -> wgpu::Buffer {
+        let handle = (*buffer).clone();
+        self.0.push(buffer);
+        handle
+    }
+
+    /// Keeps the buffers of a scratch tensor until this list is dropped.
+    pub fn keep_tensor(&mut self, mut tensor: GpuTensor) {
+        self.0.extend(std::mem::take(&mut tensor.chunks).into_iter().map(|c| c.buffer));
+    }
+}
+
 pub(crate) const STORAGE: wgpu::BufferUsages =
     wgpu::BufferUsages::STORAGE.union(wgpu::BufferUsages::COPY_DST).union(wgpu::BufferUsages::COPY_SRC);
 

@@ -9,13 +9,19 @@ use std::time::Duration;
 use crate::error::{ConvtError, Result};
 use crate::gpu::buffers::BufferPool;
 
-/// How shader modules are created.
+/// How shader modules are created. convt's kernels bound every index themselves (clamped loads, enumerated
+/// taps, the slice plan) and are checked against the float64 reference with poisoned outputs in both modes, so
+/// they run trusted by default: wgpu's own checks (clamping of dynamically indexed arrays, loop bounding) cost the
+/// register-tile kernels most of their speed on NVIDIA (docs/PERFORMANCE.md, v0; ../shared/device notes: 45x on
+/// an SGEMM).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum ShaderChecks {
-    /// wgpu's runtime checks on (bounds clamping, loop bounding): safe for any shader, slower.
-    #[default]
+    /// wgpu's runtime checks on (bounds clamping, loop bounding): `CONVT_SHADER_CHECKS=checked`; the test
+    /// suite's second pass runs this way.
     Checked,
-    /// `create_shader_module_trusted` with the checks off: for kernels whose indexing is proven by tests.
+    /// `create_shader_module_trusted` with the checks off (bounds checks, loop bounding, integer-division
+    /// checks): the default.
+    #[default]
     Trusted,
 }
 
@@ -209,6 +215,9 @@ pub struct GpuContext {
     modules: Mutex<HashMap<String, Arc<wgpu::ShaderModule>>>,
     pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
     pub(crate) pool: BufferPool,
+    /// Bound where a kernel declares a binding it does not read (a bias the call has not): never written and
+    /// never pooled, so any number of calls may bind it at once.
+    pub(crate) unused_binding: wgpu::Buffer,
     tuned: crate::gpu::tune::TuneCache,
 }
 
@@ -294,7 +303,14 @@ impl GpuContext {
             wgpu::DeviceType::Cpu => available_host_memory().map(|b| b / 4 * 3),
             _ => None,
         });
+        let unused_binding = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("convt unused binding"),
+            size: 16,
+            usage: crate::gpu::buffers::STORAGE,
+            mapped_at_creation: false,
+        });
         Ok(Self {
+            unused_binding,
             device,
             queue,
             adapter,

@@ -4,7 +4,7 @@
 
 use crate::error::{ConvtError, Result};
 use crate::gpu::absmax;
-use crate::gpu::buffers::{GpuTensor, PooledBuffer, STORAGE};
+use crate::gpu::buffers::{GpuTensor, InFlight, PooledBuffer, STORAGE};
 use crate::gpu::context::GpuContext;
 use crate::gpu::kernel::{check_index_range, dispatch_buffers, gcd, grid, shape_constants, Operands};
 use crate::gpu::plan::plan;
@@ -85,6 +85,8 @@ pub const TILE_128X32: Tile = tile(128, 32, 8, 4, 4);
 pub const TILE_64X64: Tile = tile(64, 64, 8, 4, 4);
 pub const TILE_128X32_K16: Tile = tile(128, 32, 16, 4, 4);
 pub const TILE_64X64_K16: Tile = tile(64, 64, 16, 4, 4);
+pub const TILE_64X128_K16_4X8: Tile = tile(64, 128, 16, 4, 8);
+pub const TILE_64X64_K32: Tile = tile(64, 64, 32, 4, 4);
 
 /// Every exact (f32) tile shape the selector may choose (each is validated by naga and tested on the software
 /// driver).
@@ -98,6 +100,8 @@ pub const TILES: &[Tile] = &[
     TILE_64X64,
     TILE_128X32_K16,
     TILE_64X64_K16,
+    TILE_64X128_K16_4X8,
+    TILE_64X64_K32,
 ];
 
 /// The f16-operand tiles (precision `fast` where the adapter has no cooperative matrices): the shapes the
@@ -396,7 +400,8 @@ struct DispatchUniform {
     phases: [PhaseUniform; MAX_PHASES],
 }
 
-/// Encodes the GEMM kernel `kernel` over every slice of the plan and every stride phase into `pass`.
+/// Encodes the GEMM kernel `kernel` over every slice of the plan and every stride phase into `pass`; its scratch
+/// buffers (the packed weight) go into `in_flight`, to be kept until the call has submitted.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn encode(
     ctx: &GpuContext,
@@ -407,6 +412,7 @@ pub(crate) fn encode(
     bias: Option<&GpuTensor>,
     output: &GpuTensor,
     pass: &mut wgpu::ComputePass<'_>,
+    in_flight: &mut InFlight,
 ) -> Result<()> {
     let name = kernel.name();
     if !kernel.fits(&ctx.device.limits()) {
@@ -418,7 +424,7 @@ pub(crate) fn encode(
         return Ok(());
     }
     let maxima = if kernel.scaled() { Some(absmax::encode(ctx, &[input, weight], pass)?) } else { None };
-    let packed = pack_weights(ctx, shape, weight, pass)?;
+    let packed = in_flight.keep(pack_weights(ctx, shape, weight, pass)?);
     let ops = Operands::new(ctx, &packed, bias)?;
     let module = ctx.module_with(&name, || kernel.source())?;
     let consts = shape_constants(shape, bias.is_some());
@@ -470,6 +476,9 @@ pub(crate) fn encode(
                     });
                 }
             }
+            // Phases with the most taps first: their workgroups run longest, and the GPU starts workgroups in
+            // grid order, so the short ones fill the tail of the dispatch instead of the long ones.
+            phases.sort_by_key(|p| std::cmp::Reverse(p.cnt_h * p.cnt_w));
             for batch in phases.chunks(MAX_PHASES) {
                 let m_tiles = batch.iter().map(|p| p.m_tiles as usize).max().unwrap_or(0);
                 let grid = grid(ctx, m_tiles * n_tiles_per_group * (g1 - g0));
@@ -527,6 +536,29 @@ mod tests {
             assert!(!src.contains("//#"), "{t:?}");
             assert_eq!(src.matches("store4(sc,").count() as u32, t.tm * t.tn / 4, "{t:?}");
         }
+    }
+
+    #[test]
+    fn scratch_buffers_stay_out_of_the_pool_until_the_call_has_submitted() {
+        // The packed weight is pooled scratch: were it back in the pool before the submission, another thread
+        // could take it and queue its own data into it first (docs/RELIABILITY.md). It returns only when the
+        // call's in-flight list goes.
+        let ctx = GpuContext::new().expect("the GPU tests need an adapter");
+        let shape = crate::ConvTranspose2dParams::default().resolve(&[1, 8, 6, 5], &[8, 4, 3, 3], None).unwrap();
+        let tensor = |dims: Vec<usize>| GpuTensor::empty(&ctx, &dims).unwrap();
+        let (x, w, y) = (tensor(shape.input_dims()), tensor(shape.weight_dims()), tensor(shape.output_dims()));
+        let idle = |ctx: &GpuContext| ctx.pool.stats().1;
+        let mut encoder = ctx.device.create_command_encoder(&Default::default());
+        let mut in_flight = InFlight::default();
+        let before = idle(&ctx);
+        {
+            let mut pass = encoder.begin_compute_pass(&Default::default());
+            encode(&ctx, &shape, &TILE_64X64_K16, &x, &w, None, &y, &mut pass, &mut in_flight).unwrap();
+        }
+        assert_eq!(idle(&ctx), before, "a scratch buffer went back to the pool before the submission");
+        ctx.queue.submit([encoder.finish()]);
+        drop(in_flight);
+        assert_eq!(idle(&ctx), before + 1, "the packed weight returns to the pool after the submission");
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //!   grad_output, one invocation per input pixel and block of input channels, for every option.
 
 use crate::error::Result;
-use crate::gpu::buffers::GpuTensor;
+use crate::gpu::buffers::{GpuTensor, InFlight};
 use crate::gpu::context::GpuContext;
 use crate::gpu::kernel::{channel_blocks, check_index_range, dispatch_buffers, grid, shape_constants};
 use crate::gpu::plan::{plan_between, Side};
@@ -84,13 +84,16 @@ pub(crate) fn encode(
     grad_output: &GpuTensor,
     grad_input: &GpuTensor,
     pass: &mut wgpu::ComputePass<'_>,
+    in_flight: &mut InFlight,
 ) -> Result<()> {
     if let Some(t) = as_transposed_convolution(shape) {
         if let Strategy::Gemm(tile) = select(ctx, &t, false, Precision::F32) {
             let flipped = flip_weights(ctx, shape, weight, pass)?;
             // The GEMM kernel reads any [N, C, H, W] tensor through the slice plan; the chunks of grad_output
             // and grad_input are those of an input and an output of shape `t`.
-            return gemm::encode(ctx, &t, &tile, grad_output, &flipped, None, grad_input, pass);
+            gemm::encode(ctx, &t, &tile, grad_output, &flipped, None, grad_input, pass, in_flight)?;
+            in_flight.keep_tensor(flipped);
+            return Ok(());
         }
     }
     encode_gather(ctx, shape, weight, grad_output, grad_input, pass)

@@ -4,7 +4,7 @@
 //! deterministic, no atomics.
 
 use crate::error::Result;
-use crate::gpu::buffers::{GpuTensor, STORAGE};
+use crate::gpu::buffers::{GpuTensor, InFlight, STORAGE};
 use crate::gpu::context::GpuContext;
 use crate::gpu::kernel::{dispatch_buffers, grid};
 use crate::gpu::plan::plan;
@@ -90,6 +90,7 @@ pub(crate) fn encode(
     grad_output: &GpuTensor,
     grad_weight: &GpuTensor,
     pass: &mut wgpu::ComputePass<'_>,
+    in_flight: &mut InFlight,
 ) -> Result<()> {
     let slices = plan(shape, input, grad_output);
     let accumulate = slices.len() > 1;
@@ -114,7 +115,7 @@ pub(crate) fn encode(
             // Every tap's pixels lie in the slice's samples x the input plane.
             let pixels = s.samples.len() * shape.in_hw[0] * shape.in_hw[1];
             let (splits, chunk) = split_k(pixels, tiles, max_splits, target_workgroups);
-            let partial = ctx.pool.get(&ctx.device, (splits * elems * 4) as u64, STORAGE);
+            let partial = in_flight.keep(ctx.pool.get(&ctx.device, (splits * elems * 4) as u64, STORAGE));
             let g = grid(ctx, tiles * splits);
             let u = SliceUniform {
                 n_count: s.samples.len() as u32,

@@ -4,7 +4,7 @@
 use wgpu::util::DeviceExt;
 
 use crate::error::{ConvtError, Result};
-use crate::gpu::buffers::{GpuTensor, PooledBuffer, STORAGE};
+use crate::gpu::buffers::GpuTensor;
 use crate::gpu::context::GpuContext;
 use crate::params::ConvShape;
 
@@ -58,32 +58,25 @@ pub(crate) fn shape_constants(shape: &ConvShape, has_bias: bool) -> Vec<(&'stati
 }
 
 /// The weight and bias buffers of one call (the bias binding exists even without a bias: the shader's
-/// HAS_BIAS constant keeps it unread).
+/// HAS_BIAS constant keeps it unread, and the context's placeholder is bound there).
 pub(crate) struct Operands<'a> {
     pub weight: &'a wgpu::Buffer,
-    bias: Option<&'a wgpu::Buffer>,
-    unused_bias: Option<PooledBuffer>,
+    bias: &'a wgpu::Buffer,
 }
 
 impl<'a> Operands<'a> {
     /// `weight` is the weight's buffer as the kernel reads it (the tensor's own, or a packed copy).
-    pub fn new(ctx: &GpuContext, weight: &'a wgpu::Buffer, bias: Option<&'a GpuTensor>) -> Result<Self> {
-        let bias = bias.map(|b| b.single_buffer("bias", ctx)).transpose()?;
-        let unused_bias = bias.is_none().then(|| ctx.pool.get(&ctx.device, 16, STORAGE));
-        Ok(Self { weight, bias, unused_bias })
+    pub fn new(ctx: &'a GpuContext, weight: &'a wgpu::Buffer, bias: Option<&'a GpuTensor>) -> Result<Self> {
+        let bias = match bias {
+            Some(b) => b.single_buffer("bias", ctx)?,
+            None => &ctx.unused_binding,
+        };
+        Ok(Self { weight, bias })
     }
 
     /// The forward shaders' bindings 1 to 4: input, weight, bias, output.
     pub fn buffers<'b>(&'b self, input: &'b wgpu::Buffer, output: &'b wgpu::Buffer) -> Vec<&'b wgpu::Buffer> {
-        vec![input, self.weight, self.bias(), output]
-    }
-
-    fn bias(&self) -> &wgpu::Buffer {
-        match (&self.bias, &self.unused_bias) {
-            (Some(b), _) => b,
-            (None, Some(u)) => u,
-            (None, None) => unreachable!("Operands::new sets one of them"),
-        }
+        vec![input, self.weight, self.bias, output]
     }
 }
 
@@ -108,7 +101,7 @@ pub(crate) fn dispatch(
     grid: (u32, u32),
     layers: u32,
 ) {
-    dispatch_buffers(ctx, pass, pipeline, uniform, &[input, ops.weight, ops.bias(), output], grid, layers);
+    dispatch_buffers(ctx, pass, pipeline, uniform, &ops.buffers(input, output), grid, layers);
 }
 
 /// Binds `uniform` at binding 0 and `buffers` at bindings 1, 2, ... (as the shader declares them) and

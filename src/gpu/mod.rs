@@ -17,6 +17,7 @@ pub mod grad_input;
 pub mod grad_weight;
 pub(crate) mod kernel;
 pub(crate) mod plan;
+pub mod rows;
 pub mod timing;
 pub mod tune;
 
@@ -38,6 +39,9 @@ use crate::tensor::Tensor;
 pub enum Strategy {
     /// Gather form, one invocation per output pixel and channel block (`shaders/direct.wgsl`). Exact.
     Direct,
+    /// Gather form, one workgroup per output row and channel block, weights staged in workgroup memory
+    /// (`shaders/rows.wgsl`). Exact.
+    Rows(rows::Rows),
     /// Implicit GEMM per stride phase with this register tile (`shaders/gemm.wgsl`); exact with f32 operands,
     /// precision `fast` with f16 operands.
     Gemm(gemm::Tile),
@@ -48,7 +52,10 @@ pub enum Strategy {
 impl Strategy {
     /// Every exact strategy the selector may choose: the tests run each on the software driver.
     pub fn candidates() -> Vec<Strategy> {
-        std::iter::once(Strategy::Direct).chain(gemm::TILES.iter().map(|t| Strategy::Gemm(*t))).collect()
+        std::iter::once(Strategy::Direct)
+            .chain(rows::VARIANTS.iter().map(|r| Strategy::Rows(*r)))
+            .chain(gemm::TILES.iter().map(|t| Strategy::Gemm(*t)))
+            .collect()
     }
 
     /// Every strategy of precision `fast` (f16 operands), whether or not this adapter can run it.
@@ -79,6 +86,7 @@ impl Strategy {
     pub fn name(&self) -> String {
         match self {
             Strategy::Direct => "direct".into(),
+            Strategy::Rows(r) => r.name(),
             Strategy::Gemm(t) => t.name(),
             Strategy::Coop(t) => t.name(),
         }
@@ -103,12 +111,24 @@ impl Strategy {
         }
     }
 
+    /// The WGSL source and the override constants this strategy's kernel is compiled from for a shape (what
+    /// its pipeline is made of; for inspection tools such as `examples/kernel_stats.rs`).
+    pub fn shader(&self, shape: &ConvShape, has_bias: bool) -> Result<(String, Vec<(&'static str, f64)>)> {
+        Ok(match self {
+            Strategy::Direct => (direct::SHADER.to_string(), direct::constants(shape, has_bias)?),
+            Strategy::Rows(r) => (r.source(), r.constants(shape, has_bias)?),
+            Strategy::Gemm(t) => (t.source(), kernel::shape_constants(shape, has_bias)),
+            Strategy::Coop(t) => (t.source(), kernel::shape_constants(shape, has_bias)),
+        })
+    }
+
     /// Whether `ctx`'s device has what this strategy needs (f16 shaders; cooperative matrices) and room for
     /// its workgroup.
     pub fn runs_on(&self, ctx: &GpuContext) -> bool {
         let limits = ctx.device.limits();
         match self {
             Strategy::Direct => true,
+            Strategy::Rows(r) => r.fits(&limits),
             Strategy::Gemm(t) => (t.operand == gemm::Operand::F32 || ctx.has_f16()) && t.fits(&limits),
             Strategy::Coop(t) => ctx.has_coop_f16() && t.fits(&limits),
         }
@@ -137,6 +157,13 @@ pub fn shader_sources() -> Vec<(&'static str, String, String)> {
             .iter()
             .map(|&t| (grad_weight::SHADER_NAME, format!("grad_weight_{t}"), grad_weight::source(t))),
     );
+    v.extend(rows::VARIANTS.iter().map(|r| (rows::SHADER_NAME, r.name(), r.source())));
+    // What the gather kernels share has no entry point of its own: it is validated inside a kernel that uses it.
+    v.push((
+        direct::GATHER_SHADER_NAME,
+        format!("{} + {}", direct::GATHER_SHADER_NAME, direct::SHADER_NAME),
+        direct::SHADER.to_string(),
+    ));
     v.push((gemm::PACK_SHADER_NAME, gemm::PACK_SHADER_NAME.to_string(), gemm::PACK_SHADER.to_string()));
     v.push((absmax::SHADER_NAME, absmax::SHADER_NAME.to_string(), absmax::SHADER.to_string()));
     v.extend(gemm::TILES.iter().chain(gemm::F16_TILES).map(|t| (gemm::SHADER_NAME, t.name(), t.source())));
@@ -146,7 +173,8 @@ pub fn shader_sources() -> Vec<(&'static str, String, String)> {
 
 /// Picks the algorithm for a shape at a precision on this context's adapter: the one forced by the context's
 /// options (when it has that precision), else the autotuner's cached winner for (adapter, driver, shape,
-/// precision), else a heuristic.
+/// precision), else a heuristic (for `fast` where it keeps to exact kernels: the exact winner of the tuning
+/// cache when there is one).
 ///
 /// The heuristic for `fast` follows the H100 measurements of docs/PERFORMANCE.md (f4, f5): the
 /// cooperative-matrix kernel wins on stride-1 problems with at least 64 input and output channels per group
@@ -158,24 +186,28 @@ pub fn select(ctx: &GpuContext, shape: &ConvShape, has_bias: bool, precision: Pr
     if let Some(forced) = ctx.options().strategy.filter(|s| s.precision() == precision) {
         return forced;
     }
-    if let Some(tuned) = ctx.tuned().lookup(&tune::key(ctx.adapter_info(), shape, has_bias, precision)) {
-        if tuned.runs_on(ctx) {
-            return tuned;
-        }
+    let tuned = |precision| {
+        ctx.tuned().lookup(&tune::key(ctx.adapter_info(), shape, has_bias, precision)).filter(|s| s.runs_on(ctx))
+    };
+    if let Some(tuned) = tuned(precision) {
+        return tuned;
     }
     // The GEMM tile wastes work when a group has few output channels, and its per-phase dispatches and
     // strided stores do not pay off when each output sums few products (few input channels per tap, large
-    // stride): the gather kernel serves those (measured on the H100: kb75, kb81; docs/PERFORMANCE.md).
+    // stride): the rows kernel serves those, a gather kernel whose stores run along the output rows (measured on
+    // the H100: kb75, kb81; docs/PERFORMANCE.md, r1-r4).
     let products_per_output =
         shape.in_per_group() * shape.kernel[0] * shape.kernel[1] / (shape.stride[0] * shape.stride[1]);
     let gather = shape.out_per_group() < 16 || shape.in_per_group() < 8 || products_per_output < 64;
-    let exact = if gather { Strategy::Direct } else { Strategy::Gemm(gemm::pick_tile(shape)) };
+    let heuristic = if gather { Strategy::Rows(rows::pick(shape)) } else { Strategy::Gemm(gemm::pick_tile(shape)) };
     let coop = Strategy::Coop(coop::pick_tile(shape));
     let stride_one = shape.stride == [1, 1];
     let tensor_cores = stride_one && shape.in_per_group() >= 64 && shape.out_per_group() >= 64;
     match precision {
         Precision::Fast if tensor_cores && coop.runs_on(ctx) => coop,
-        _ => exact,
+        // `fast` on the exact kernels: the exact winner where the shape is tuned for f32.
+        Precision::Fast => tuned(Precision::F32).unwrap_or(heuristic),
+        Precision::F32 => heuristic,
     }
 }
 
@@ -254,6 +286,7 @@ pub fn conv_transpose2d_with(
         )));
     }
     let mut encoder = ctx.device.create_command_encoder(&Default::default());
+    let mut in_flight = buffers::InFlight::default();
     {
         let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
             label: Some("convt conv_transpose2d"),
@@ -261,14 +294,21 @@ pub fn conv_transpose2d_with(
         });
         match strategy {
             Strategy::Direct => direct::encode(ctx, &shape, input, weight, bias, output, &mut pass)?,
-            Strategy::Gemm(tile) => gemm::encode(ctx, &shape, &tile, input, weight, bias, output, &mut pass)?,
-            Strategy::Coop(tile) => gemm::encode(ctx, &shape, &tile, input, weight, bias, output, &mut pass)?,
+            Strategy::Rows(r) => rows::encode(ctx, &shape, &r, input, weight, bias, output, &mut pass)?,
+            Strategy::Gemm(tile) => {
+                gemm::encode(ctx, &shape, &tile, input, weight, bias, output, &mut pass, &mut in_flight)?
+            }
+            Strategy::Coop(tile) => {
+                gemm::encode(ctx, &shape, &tile, input, weight, bias, output, &mut pass, &mut in_flight)?
+            }
         }
     }
     ctx.scoped(|| {
         ctx.queue.submit([encoder.finish()]);
         Ok(())
-    })
+    })?;
+    drop(in_flight); // submitted: the scratch buffers may go back to the pool
+    Ok(())
 }
 
 /// `conv_transpose2d` on host tensors: upload, run, read back.

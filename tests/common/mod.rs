@@ -45,6 +45,14 @@ pub fn ctx_with_binding_limit(bytes: u64, strategy: Option<convt::gpu::Strategy>
     GpuContext::with_options(opts).unwrap_or_else(|e| panic!("the GPU tests need an adapter: {e}"))
 }
 
+/// A context whose tensors may hold at most `budget` bytes.
+pub fn ctx_with_budget(budget: u64) -> GpuContext {
+    let mut opts = GpuOptions::from_env().unwrap();
+    opts.poison_outputs = true;
+    opts.memory_budget = Some(budget);
+    GpuContext::with_options(opts).unwrap()
+}
+
 /// A fresh seed per call, so every run draws new inputs; printed by the tests on failure for reproduction.
 pub fn fresh_seed() -> u64 {
     use std::time::{SystemTime, UNIX_EPOCH};

@@ -196,7 +196,10 @@ impl Prepared {
         let strategy = strategy.unwrap_or_else(|| convt::gpu::select(ctx, &self.shape, self.case.bias, self.precision));
         // Warm-up: `warmup` calls, then more until the GPU has been busy for `min_warmup` (a GPU left idle, as
         // while the previous case's error was checked on the CPU, clocks down: its first calls measured up to
-        // four times slower on the H100/H200).
+        // four times slower on the H100/H200). The clock starts after a first call, which builds the strategy's
+        // pipelines: the GPU idles while the driver compiles them.
+        self.call(ctx, strategy, &self.inputs[0], None)?;
+        ctx.device().poll(wgpu::PollType::Wait { submission_index: None, timeout: None }).ok();
         let started = std::time::Instant::now();
         let mut rounds = 0;
         loop {

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The side-by-side benchmark of docs/PERFORMANCE.md on a GPU machine: tunes every suite case (exact f32; precision
+# `fast` on the cases where it may take tensor cores), checks the chosen kernels at full size against the float64
+# reference, times convt (GPU timestamps) and PyTorch (CUDA events) in the same command, and writes the tables
+# and charts.
+#
+#   bash scripts/gpu_bench.sh all   OUTDIR [CONVT_BINARY]           # everything, one command
+#   bash scripts/gpu_bench.sh tune  OUTDIR [CONVT_BINARY]           # the tuning only (OUTDIR/tune.json)
+#   bash scripts/gpu_bench.sh bench OUTDIR [CONVT_BINARY] [CACHE]   # the rest, with a cache from `tune`
+#
+# OUTDIR gets: tune.json (the tuning cache), log.txt (every tuning time, verification line and benchmark table),
+# and for `bench`/`all` convt_f32.json, convt_fast.json, torch.json, tables.md, chart_f32.png, chart_fast.png.
+# The PyTorch side needs python3 with torch (and matplotlib for the charts).
+set -euo pipefail
+what=${1:?usage: gpu_bench.sh all|tune|bench OUTDIR [CONVT_BINARY] [CACHE]}
+out=${2:?usage: gpu_bench.sh all|tune|bench OUTDIR [CONVT_BINARY] [CACHE]}
+convt=${3:-target/release/convt}
+here=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$out"
+if [ -n "${4:-}" ]; then cp "$4" "$out/tune.json"; fi
+export CONVT_TUNE_CACHE="$out/tune.json" PYTHONUNBUFFERED=1
+log="$out/log.txt"
+run() { echo "\$ $*" >> "$log"; "$@" >> "$log" 2>&1; }
+
+"$convt" info | head -4 | tee -a "$log"
+if [ "$what" = all ] || [ "$what" = tune ]; then
+  # Exact kernels on every case; `fast` only where tensor cores may win (stride 1, 64+ channels per group):
+  # elsewhere it takes the exact winner (gpu::select).
+  run "$convt" tune --runs 10
+  run "$convt" tune --precision fast --runs 10 --case kb57 kb65 kb69
+  grep -E -- '->' "$log"
+fi
+if [ "$what" = all ] || [ "$what" = bench ]; then
+  run "$convt" verify
+  run "$convt" verify --precision fast
+  run "$convt" bench --ceilings --runs 20 --json "$out/convt_f32.json"
+  run "$convt" bench --precision fast --runs 20 --json "$out/convt_fast.json"
+  run python3 "$here/torch_bench.py" --runs 20 --json "$out/torch.json"
+  python3 "$here/side_by_side.py" "$out/convt_f32.json" "$out/torch.json" --md "$out/table_f32.md" --png "$out/chart_f32.png"
+  python3 "$here/side_by_side.py" "$out/convt_fast.json" "$out/torch.json" --md "$out/table_fast.md" --png "$out/chart_fast.png"
+  cat "$out/table_f32.md" "$out/table_fast.md" > "$out/tables.md"
+  rm "$out/table_f32.md" "$out/table_fast.md"
+  grep -E 'ok$|MISMATCH' "$log" | cut -c1-160
+  cat "$out/tables.md"
+fi
