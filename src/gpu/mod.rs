@@ -11,6 +11,7 @@ pub mod context;
 pub mod coop;
 pub mod direct;
 pub mod elementwise;
+pub(crate) mod gather;
 pub mod gemm;
 pub mod grad_bias;
 pub mod grad_input;
@@ -39,8 +40,8 @@ use crate::tensor::Tensor;
 pub enum Strategy {
     /// Gather form, one invocation per output pixel and channel block (`shaders/direct.wgsl`). Exact.
     Direct,
-    /// Gather form, one workgroup per output row and channel block, weights staged in workgroup memory
-    /// (`shaders/rows.wgsl`). Exact.
+    /// Gather form, one workgroup per few output rows of one stride phase and channel block, their weights
+    /// staged in workgroup memory (`shaders/rows.wgsl`). Exact.
     Rows(rows::Rows),
     /// Implicit GEMM per stride phase with this register tile (`shaders/gemm.wgsl`); exact with f32 operands,
     /// precision `fast` with f16 operands.
@@ -160,8 +161,8 @@ pub fn shader_sources() -> Vec<(&'static str, String, String)> {
     v.extend(rows::VARIANTS.iter().map(|r| (rows::SHADER_NAME, r.name(), r.source())));
     // What the gather kernels share has no entry point of its own: it is validated inside a kernel that uses it.
     v.push((
-        direct::GATHER_SHADER_NAME,
-        format!("{} + {}", direct::GATHER_SHADER_NAME, direct::SHADER_NAME),
+        gather::SHADER_NAME,
+        format!("{} + {}", gather::SHADER_NAME, direct::SHADER_NAME),
         direct::SHADER.to_string(),
     ));
     v.push((gemm::PACK_SHADER_NAME, gemm::PACK_SHADER_NAME.to_string(), gemm::PACK_SHADER.to_string()));

@@ -1,12 +1,13 @@
-//! The rows kernel, `shaders/rows.wgsl`: the gather form with one workgroup per output row and block of output
-//! channels, the weights of the kernel rows that reach the row staged once in workgroup memory, and stores
-//! coalesced along the row. Made for the problems that write far more than they compute (large strides, few
-//! channels per group); correct for every option. The shader's opening comment explains the mapping.
+//! The rows kernel, `shaders/rows.wgsl`: the gather form with one workgroup per few output rows of one stride
+//! phase and block of output channels, the weights of the kernel rows that reach those rows staged once in
+//! workgroup memory, and stores coalesced along the rows. Made for the problems that write far more than they
+//! compute (large strides, few channels per group); correct for every option. The shader's opening comment
+//! explains the mapping.
 
 use crate::error::Result;
 use crate::gpu::buffers::GpuTensor;
 use crate::gpu::context::GpuContext;
-use crate::gpu::direct::{encode_slices, gather_constants, GATHER_SHADER};
+use crate::gpu::gather;
 use crate::gpu::kernel::gcd;
 use crate::params::ConvShape;
 
@@ -130,8 +131,9 @@ impl Rows {
             body = body.replace(&format!("//#{marker}\n"), &g[marker]);
         }
         format!(
-            "const OCB: u32 = {}u;\nconst RB: u32 = {rows}u;\nconst WG: u32 = {WORKGROUP_SIZE}u;\nconst SLAB: u32 = {SLAB}u;\n{GATHER_SHADER}{body}",
-            self.channels
+            "const OCB: u32 = {}u;\nconst RB: u32 = {rows}u;\nconst WG: u32 = {WORKGROUP_SIZE}u;\nconst SLAB: u32 = {SLAB}u;\n{}{body}",
+            self.channels,
+            gather::SHADER
         )
     }
 
@@ -147,7 +149,7 @@ impl Rows {
 
     /// The shader's override constants for one shape: the gather kernels' and the slab's blocks.
     pub(crate) fn constants(&self, shape: &ConvShape, has_bias: bool) -> Result<Vec<(&'static str, f64)>> {
-        let mut c = gather_constants(shape, has_bias)?;
+        let mut c = gather::constants(shape, has_bias)?;
         let [jhc, kwc, icc] = self.blocks(shape);
         c.extend([("JHC", jhc as f64), ("KWC", kwc as f64), ("ICC", icc as f64)]);
         Ok(c)
@@ -191,16 +193,17 @@ pub(crate) fn encode(
     output: &GpuTensor,
     pass: &mut wgpu::ComputePass<'_>,
 ) -> Result<()> {
-    let name = rows.name();
-    let module = ctx.module_with(&name, || rows.source())?;
-    let consts = rows.constants(shape, bias.is_some())?;
-    let key = format!("{name} {:?} {:?}", ctx.options().shader_checks, consts);
-    let pipeline = ctx.pipeline(key, &module, &consts)?;
     // Row phases times groups of `rows` rows of the largest phase (as the shader numbers them).
     let (out_h, s_h) = (shape.out_hw[0], shape.stride[0]);
     let row_groups = s_h.min(out_h) * out_h.div_ceil(s_h).div_ceil(rows.rows as usize);
-    let workgroups = |samples: usize, blocks: usize| samples * blocks * row_groups;
-    encode_slices(ctx, shape, &pipeline, rows.channels as usize, workgroups, [input, weight, output], bias, pass)
+    let kernel = gather::Kernel {
+        name: &rows.name(),
+        source: || rows.source(),
+        constants: rows.constants(shape, bias.is_some())?,
+        block: rows.channels as usize,
+        workgroups: |samples: usize, blocks: usize| samples * blocks * row_groups,
+    };
+    gather::encode(ctx, shape, kernel, [input, weight, output], bias, pass)
 }
 
 #[cfg(test)]

@@ -1,0 +1,118 @@
+//! What the gather kernels ([`crate::gpu::direct`], [`crate::gpu::rows`]) share, as `shaders/gather.wgsl` does
+//! on the shader side: the shape's override constants with the tap enumeration's, the `Slice` uniform, and the
+//! encoding of a kernel over every slice of the plan.
+
+use crate::error::Result;
+use crate::gpu::buffers::GpuTensor;
+use crate::gpu::context::GpuContext;
+use crate::gpu::kernel::{
+    channel_blocks, check_index_range, dispatch, gcd, grid, mod_inverse, shape_constants, Operands,
+};
+use crate::gpu::plan::plan;
+use crate::params::ConvShape;
+
+pub const SHADER_NAME: &str = "gather.wgsl";
+/// The shape constants, the Slice uniform, the bindings and the tap enumeration; each gather kernel's source
+/// starts with it.
+pub const SHADER: &str = include_str!("../../shaders/gather.wgsl");
+
+/// The uniform block `Slice` of shaders/gather.wgsl, field for field.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct SliceUniform {
+    n_count: u32,
+    in_offset: u32,
+    out_offset: u32,
+    out_first_channel: u32,
+    ic_begin: u32,
+    ic_end: u32,
+    block_begin: u32,
+    block_count: u32,
+    oc_begin: u32,
+    oc_end: u32,
+    accumulate: u32,
+    dispatch_width: u32,
+}
+
+/// The override constants shaders/gather.wgsl declares for one shape: its sizes and what `axis_taps` needs.
+pub(crate) fn constants(shape: &ConvShape, has_bias: bool) -> Result<Vec<(&'static str, f64)>> {
+    check_index_range(shape)?;
+    let axis = |a: usize| {
+        let g = gcd(shape.stride[a], shape.dilation[a]);
+        (g, mod_inverse(shape.dilation[a] / g, shape.stride[a] / g))
+    };
+    let ((g_h, inv_h), (g_w, inv_w)) = (axis(0), axis(1));
+    let mut c = shape_constants(shape, has_bias);
+    c.extend(
+        [
+            ("P_H", shape.padding[0]),
+            ("P_W", shape.padding[1]),
+            ("D_H", shape.dilation[0]),
+            ("D_W", shape.dilation[1]),
+            ("G_H", g_h),
+            ("G_W", g_w),
+            ("INV_H", inv_h),
+            ("INV_W", inv_w),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k, v as f64)),
+    );
+    Ok(c)
+}
+
+/// A gather kernel as [`encode`] needs it.
+pub(crate) struct Kernel<'a, S: FnOnce() -> String, W: Fn(usize, usize) -> usize> {
+    /// Names the shader module (and, with the constants, the pipeline).
+    pub name: &'a str,
+    /// Its whole source, made only when the context has no module of that name yet.
+    pub source: S,
+    /// Its override constants for the shape ([`constants`] and its own).
+    pub constants: Vec<(&'static str, f64)>,
+    /// Output channels per block (what the Slice's block indices count).
+    pub block: usize,
+    /// Workgroups a slice of `samples` samples and `blocks` channel blocks needs.
+    pub workgroups: W,
+}
+
+/// Encodes a gather kernel over every slice of the plan into `pass`; `output` has `shape`'s output size.
+pub(crate) fn encode<S: FnOnce() -> String, W: Fn(usize, usize) -> usize>(
+    ctx: &GpuContext,
+    shape: &ConvShape,
+    kernel: Kernel<'_, S, W>,
+    [input, weight, output]: [&GpuTensor; 3],
+    bias: Option<&GpuTensor>,
+    pass: &mut wgpu::ComputePass<'_>,
+) -> Result<()> {
+    let module = ctx.module_with(kernel.name, kernel.source)?;
+    let key = format!("{} {:?} {:?}", kernel.name, ctx.options().shader_checks, kernel.constants);
+    let pipeline = ctx.pipeline(key, &module, &kernel.constants)?;
+    let slices = plan(shape, input, output);
+    if slices.is_empty() {
+        return Ok(());
+    }
+    let ops = Operands::new(ctx, weight.single_buffer("weight", ctx)?, bias)?;
+    ctx.scoped(|| {
+        for s in &slices {
+            let (b0, b1) = channel_blocks(shape.out_per_group(), kernel.block, &s.oc);
+            let grid = grid(ctx, (kernel.workgroups)(s.samples.len(), b1 - b0));
+            let u = SliceUniform {
+                n_count: s.samples.len() as u32,
+                in_offset: s.in_offset as u32,
+                out_offset: s.out_offset as u32,
+                out_first_channel: s.out_first_channel as u32,
+                ic_begin: s.ic.start as u32,
+                ic_end: s.ic.end as u32,
+                block_begin: b0 as u32,
+                block_count: (b1 - b0) as u32,
+                oc_begin: s.oc.start as u32,
+                oc_end: s.oc.end as u32,
+                accumulate: s.accumulate as u32,
+                dispatch_width: grid.0,
+            };
+            let input = &input.chunks()[s.in_chunk].buffer;
+            let out = &output.chunks()[s.out_chunk].buffer;
+            dispatch(ctx, pass, &pipeline, bytemuck::bytes_of(&u), input, &ops, out, grid, 1);
+        }
+        Ok(())
+    })
+}
