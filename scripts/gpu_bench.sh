@@ -22,7 +22,9 @@ export CONVT_TUNE_CACHE="$out/tune.json" PYTHONUNBUFFERED=1
 log="$out/log.txt"
 run() { echo "\$ $*" >> "$log"; "$@" >> "$log" 2>&1; }
 
-"$convt" info | head -4 | tee -a "$log"
+"$convt" info > "$out/info.txt"
+head -4 "$out/info.txt" | tee -a "$log"
+rm "$out/info.txt"
 if [ "$what" = all ] || [ "$what" = tune ]; then
   # Exact kernels on every case; `fast` only where tensor cores may win (stride 1, 64+ channels per group):
   # elsewhere it takes the exact winner (gpu::select).

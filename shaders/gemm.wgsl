@@ -17,16 +17,21 @@
 // Variants. The host prepends the tile constants and generates the code at the marker lines MODULE,
 // PROLOGUE, ACC_DECL, MATH and EPILOGUE, one module per variant (src/gpu/gemm.rs, src/gpu/coop.rs; every
 // variant is validated by naga in tests/shaders.rs):
-// - registers, f32 operands (exact): each invocation keeps a TM x TN register tile (TM consecutive pixels,
-//   TN consecutive channels) as named vec4 accumulators and reads the staged tiles as vec4s, BK rank-1 updates
-//   per step. THREADS = (BM/TM)*(BN/TN).
+// - registers, f32 operands (exact): each invocation keeps a TM x TN register tile (TM pixels x TN channels)
+//   as named vec4 accumulators and reads the staged tiles as vec4s, BK rank-1 updates per step, written out
+//   straight-line with the next channel's reads ahead of the current channel's multiply-adds.
+//   THREADS = (BM/TM)*(BN/TN). Its pixels are TM/4 runs of 4, one in each BM/(TM/4) part of the tile (likewise
+//   its channels), so that neighbouring invocations read neighbouring 16-byte words of workgroup memory; each
+//   32 invocations (a subgroup on NVIDIA) cover WARP_M = 8 pixel runs x 4 channel runs, so that one read of A
+//   or of B serves a subgroup with 8 or 4 distinct words (one pass of the memory banks).
 // - registers, f16 operands (precision `fast` without cooperative matrices, needs SHADER_F16): the same with
 //   the tiles staged as f16 (half the workgroup memory traffic), products and sums in f32.
 // - cooperative matrices (precision `fast` on tensor cores): each subgroup of 32 invocations owns a WM x WN
 //   part of the tile as 16x16 f32 accumulator matrices and multiplies 16x16 f16 matrices loaded from the
 //   staged tiles; the epilogue moves each accumulator through workgroup memory so that the stores run along
 //   the pixels (coalesced). THREADS = 32 * (BM/WM)*(BN/WN).
-// In every variant THREADS must be a multiple of BM and of BN, and BK*BN a multiple of THREADS. The weight
+// In every variant THREADS must be a multiple of BM and of BN, and BK*BN a multiple of THREADS (the register
+// variants also need BM/TM a multiple of 8 and BN/TN of 4, see `is_consistent` in src/gpu/gemm.rs). The weight
 // arrives packed as [tap][ic][oc] (shaders/pack_weights.wgsl).
 //
 // Operand types. f16 operands are scaled by powers of two (exact) chosen from each tensor's largest finite
@@ -102,8 +107,8 @@ struct Dispatch {
 var<private> ph: Phase;
 
 // Generated per variant: the staged tiles a_tile ([k][m]) and b_tile ([k][n]) in workgroup memory, the
-// functions stage_a / stage_b that write one value into them (converting it to the operand type), and for
-// the f16 variants the operand scale exponents (see "Operand types" above).
+// functions stage_a(k, m, v) / stage_b(k, n, v) that write one value into them
+// (converting it to the operand type), and for the f16 variants the operand scale exponents (see "Operand types" above).
 //#MODULE
 
 
@@ -149,31 +154,38 @@ fn next_step(c: LoadCtx, p: Step) -> Step {
     return n;
 }
 
-// The global loads of K step `p`.
+// The global loads of K step `p`. Each invocation loads A_LOADS input values of one pixel (input channels
+// THREADS / BM apart) and B_LOADS weights of one output channel (input channels THREADS / BN apart); a value
+// outside the input, the slice's channels or the group's output channels is zero and never read.
 fn load_step(c: LoadCtx, p: Step) -> Staged {
     var r: Staged;
-    let jh = p.jh;
-    let jw = p.jw;
-    let ic0 = p.ic0;
-    let ih = c.aa + ph.off_h - i32(jh * u.istep_h);
-    let iw = c.ab + ph.off_w - i32(jw * u.istep_w);
+    let ih = c.aa + ph.off_h - i32(p.jh * u.istep_h);
+    let iw = c.ab + ph.off_w - i32(p.jw * u.istep_w);
     let in_ok = c.am_ok && ih >= 0 && ih < i32(IN_H) && iw >= 0 && iw < i32(IN_W);
-    let pix = u32(max(ih, 0)) * IN_W + u32(max(iw, 0));
+    // The first input channel this invocation loads, and how many channels from it lie below ic_hi.
+    let ic_a = p.ic0 + c.ak0;
+    let a_left = select(0u, c.ic_hi - min(ic_a, c.ic_hi), in_ok);
+    // (Wraps where the pixel lies outside the input; then nothing is read.)
+    let a_at = c.a_base + (ic_a - u.ic_begin) * IN_H * IN_W + u32(ih) * IN_W + u32(iw);
     for (var i = 0u; i < A_LOADS; i++) {
-        let ic = ic0 + c.ak0 + i * (THREADS / BM);
-        let ok = in_ok && ic < c.ic_hi;
-        // Clamped index: the load stays in bounds even where the value is not used.
-        let idx = select(0u, c.a_base + (ic - u.ic_begin) * IN_H * IN_W + pix, ok);
-        r.a[i] = select(0.0, x[idx], ok);
+        var v = 0.0;
+        if (i * (THREADS / BM) < a_left) {
+            v = x[a_at + i * (THREADS / BM) * IN_H * IN_W];
+        }
+        r.a[i] = v;
     }
     // w is packed as [tap][ic][oc] (shaders/pack_weights.wgsl): consecutive invocations, consecutive oc.
-    let tap = (ph.kh0 + jh * u.kstep_h) * K_W + ph.kw0 + jw * u.kstep_w;
+    let tap = (ph.kh0 + p.jh * u.kstep_h) * K_W + ph.kw0 + p.jw * u.kstep_w;
+    let ic_b = p.ic0 + c.bk0;
     let oc = c.oc_tile + c.bn;
+    let b_left = select(0u, c.ic_hi - min(ic_b, c.ic_hi), oc < c.cog);
+    let b_at = (tap * C_IN + ic_b) * c.cog + oc;
     for (var i = 0u; i < B_LOADS; i++) {
-        let ic = ic0 + c.bk0 + i * (THREADS / BN);
-        let ok = ic < c.ic_hi && oc < c.cog;
-        let idx = select(0u, (tap * C_IN + ic) * c.cog + oc, ok);
-        r.b[i] = select(0.0, w[idx], ok);
+        var v = 0.0;
+        if (i * (THREADS / BN) < b_left) {
+            v = w[b_at + i * (THREADS / BN) * c.cog];
+        }
+        r.b[i] = v;
     }
     return r;
 }
@@ -298,10 +310,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     for (var s = 0u; s < steps; s++) {
         // Registers -> workgroup memory.
         for (var i = 0u; i < A_LOADS; i++) {
-            stage_a((ak0 + i * (THREADS / BM)) * BM + am, regs.a[i]);
+            stage_a(ak0 + i * (THREADS / BM), am, regs.a[i]);
         }
         for (var i = 0u; i < B_LOADS; i++) {
-            stage_b((bk0 + i * (THREADS / BN)) * BN + bn, regs.b[i]);
+            stage_b(bk0 + i * (THREADS / BN), bn, regs.b[i]);
         }
         workgroupBarrier();
 
@@ -313,6 +325,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 
         // The step's math on the staged tiles (generated).
 //#MATH
+        // Nobody may stage step s + 1 before everyone has read step s. (Double-buffered tiles, with one barrier
+        // per step, measured slower on the H100: docs/PERFORMANCE.md, g1-g2.)
         workgroupBarrier();
     }
 

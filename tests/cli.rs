@@ -506,6 +506,26 @@ fn info_prints_the_chosen_adapter() {
     assert!(v["limits"]["binding_limit_used"].as_u64().is_some_and(|b| b > 0), "{stdout}");
 }
 
+#[test]
+#[cfg(unix)]
+fn output_into_a_closed_pipe_ends_quietly() {
+    // `convt info | head -1`: the reader is gone before convt writes (it opens the GPU first). The tool must end
+    // without a panic message (as other Unix tools end: by SIGPIPE).
+    use std::os::unix::process::ExitStatusExt;
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_convt"));
+    cmd.arg("info").env_remove("RUST_LOG").env("RUST_BACKTRACE", "1");
+    if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
+        cmd.env("XDG_RUNTIME_DIR", std::env::temp_dir());
+    }
+    let mut child =
+        cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().expect("convt runs");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("convt ends");
+    let stderr = text(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(out.status.success() || out.status.signal() == Some(13), "{:?}: {stderr}", out.status);
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // Precision
 // ---------------------------------------------------------------------------------------------------------

@@ -224,7 +224,7 @@ fn non_finite_values_propagate_as_in_the_exact_gemm() {
     xd[7] = 2.0e5; // a large finite value too: it, not the inf, sets the scale
     let x = Tensor::new(x.shape().to_vec(), xd).unwrap();
     let exact = gpu::conv_transpose2d_host(
-        common::ctx_with_strategy(Strategy::Gemm(gpu::gemm::TILE_64X64_K16)),
+        common::ctx_with_strategy(Strategy::Gemm(gpu::gemm::TILE_64X64_4X8)),
         &x,
         &w,
         b.as_ref(),

@@ -163,19 +163,18 @@ impl GemmKernel for CoopTile {
             }
             epi += "    }\n    workgroupBarrier();\n";
         }
-        // stage_a receives the [k][m] index k * BM + m.
-        let a_index = if self.a_pixel_major { "(idx % BM) * BK + idx / BM" } else { "idx" };
+        let a_index = if self.a_pixel_major { "m * BK + k" } else { "k * BM + m" };
         let module = format!(
-            "{SCALED_MODULE}var<workgroup> a_tile: array<f16, BK * BM>;
+            "{SCALED_MODULE}var<workgroup> a_tile: array<f16, BK * BM>; // [k][m] or [m][k]
 var<workgroup> b_tile: array<f16, BK * BN>; // [k][n]
 var<workgroup> c_tile: array<f32, SG_M * SG_N * WM * 16u>; // per subgroup: WM pixels x 16 channels
 
-fn stage_a(idx: u32, v: f32) {{
+fn stage_a(k: u32, m: u32, v: f32) {{
     a_tile[{a_index}] = f16(v * scale_x);
 }}
 
-fn stage_b(idx: u32, v: f32) {{
-    b_tile[idx] = f16(v * scale_w);
+fn stage_b(k: u32, n: u32, v: f32) {{
+    b_tile[k * BN + n] = f16(v * scale_w);
 }}
 "
         );

@@ -44,6 +44,13 @@ pub enum Outcome {
 }
 
 fn main() -> ExitCode {
+    // Output into a closed pipe (`convt info | head -1`) ends the tool quietly, as it ends other Unix tools,
+    // instead of a panic in println!: Rust programs start with SIGPIPE ignored.
+    #[cfg(unix)]
+    // SAFETY: restores a signal's default action before any other thread exists; no handler runs.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let cli = Cli::parse();
     let result = match cli.command {
