@@ -26,10 +26,10 @@ run() { echo "\$ $*" >> "$log"; "$@" >> "$log" 2>&1; }
 head -4 "$out/info.txt" | tee -a "$log"
 rm "$out/info.txt"
 if [ "$what" = all ] || [ "$what" = tune ]; then
-  # Exact kernels on every case; `fast` only where tensor cores may win (stride 1, 64+ channels per group):
-  # elsewhere it takes the exact winner (gpu::select).
+  # Exact kernels on every case; `fast` only where tensor cores may win (64+ channels per group): elsewhere it
+  # takes the exact winner (gpu::select).
   run "$convt" tune --runs 10
-  run "$convt" tune --precision fast --runs 10 --case kb57 kb65 kb69
+  run "$convt" tune --precision fast --runs 10 --case kb57 kb65 kb69 up2x dcgan
   grep -E -- '->' "$log"
 fi
 if [ "$what" = all ] || [ "$what" = bench ]; then

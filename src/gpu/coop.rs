@@ -53,14 +53,14 @@ pub const COOP_TILES: &[CoopTile] = &[
     coop_t(128, 128, 32, 32, 32),
 ];
 
-/// The default cooperative-matrix tile for a shape (before tuning; the heuristic takes tensor cores on
-/// stride-1 problems only), the H100's winners in docs/PERFORMANCE.md (f4): 32x32 per subgroup with the A step
-/// pixel-major, 128x128 tiles from 128 output channels per group (kb69), else 64x64 (kb57, kb65).
+/// The default cooperative-matrix tile for a shape (before tuning), the H100's winners in docs/PERFORMANCE.md
+/// (g6, g7): 64x64 per subgroup, 128x128 tiles from 128 output channels per group (kb69, up2x, dcgan), else
+/// 128x64 (kb57, kb65).
 pub fn pick_tile(shape: &crate::params::ConvShape) -> CoopTile {
     if shape.out_per_group() >= 128 {
-        coop_t(128, 128, 16, 32, 32)
+        coop(128, 128, 16, 64, 64)
     } else {
-        coop_t(64, 64, 16, 32, 32)
+        coop(128, 64, 16, 64, 32)
     }
 }
 

@@ -177,12 +177,12 @@ pub fn shader_sources() -> Vec<(&'static str, String, String)> {
 /// precision), else a heuristic (for `fast` where it keeps to exact kernels: the exact winner of the tuning
 /// cache when there is one).
 ///
-/// The heuristic for `fast` follows the H100 measurements of docs/PERFORMANCE.md (f4, f5): the
-/// cooperative-matrix kernel wins on stride-1 problems with at least 64 input and output channels per group
-/// (kb57, kb65, kb69: 1.2-1.4x faster than the exact GEMM); elsewhere (few channels, strided decoders, kb75 and
-/// kb81 on the gather kernel) the exact kernels measured fastest, and `fast` takes them (its error is then
-/// f32's). The f16-operand register kernels never won. `convt tune --precision fast` measures every candidate
-/// instead.
+/// The heuristic for `fast` follows the H100 measurements of docs/PERFORMANCE.md (f4, f5, g7): the
+/// cooperative-matrix kernel wins on problems with at least 64 input and output channels per group (kb57,
+/// kb65, kb69, and the strided decoders up2x and dcgan: 1.1-1.8x faster than the exact GEMM); with fewer
+/// channels (kb71, kb78, kb75, kb81) the exact kernels measured fastest, and `fast` takes them (its error is
+/// then f32's). The f16-operand register kernels never won. `convt tune --precision fast` measures every
+/// candidate instead.
 pub fn select(ctx: &GpuContext, shape: &ConvShape, has_bias: bool, precision: Precision) -> Strategy {
     if let Some(forced) = ctx.options().strategy.filter(|s| s.precision() == precision) {
         return forced;
@@ -202,8 +202,7 @@ pub fn select(ctx: &GpuContext, shape: &ConvShape, has_bias: bool, precision: Pr
     let gather = shape.out_per_group() < 16 || shape.in_per_group() < 8 || products_per_output < 64;
     let heuristic = if gather { Strategy::Rows(rows::pick(shape)) } else { Strategy::Gemm(gemm::pick_tile(shape)) };
     let coop = Strategy::Coop(coop::pick_tile(shape));
-    let stride_one = shape.stride == [1, 1];
-    let tensor_cores = stride_one && shape.in_per_group() >= 64 && shape.out_per_group() >= 64;
+    let tensor_cores = shape.in_per_group() >= 64 && shape.out_per_group() >= 64;
     match precision {
         Precision::Fast if tensor_cores && coop.runs_on(ctx) => coop,
         // `fast` on the exact kernels: the exact winner where the shape is tuned for f32.
