@@ -30,9 +30,9 @@
 //   part of the tile as 16x16 f32 accumulator matrices and multiplies 16x16 f16 matrices loaded from the
 //   staged tiles; the epilogue moves each accumulator through workgroup memory so that the stores run along
 //   the pixels (coalesced). THREADS = 32 * (BM/WM)*(BN/WN).
-// In every variant THREADS must be a multiple of BM and of BN, and BK*BN a multiple of THREADS (the register
-// variants also need BM/TM a multiple of 8 and BN/TN of 4, see `is_consistent` in src/gpu/gemm.rs). The weight
-// arrives packed as [tap][ic][oc] (shaders/pack_weights.wgsl).
+// In every variant THREADS must be a multiple of BM and of BN, and BK*BM and BK*BN multiples of THREADS (the
+// register variants also need BM/TM a multiple of 8 and BN/TN of 4: `is_consistent` in src/gpu/gemm.rs).
+// The weight arrives packed as [tap][ic][oc] (shaders/pack_weights.wgsl).
 //
 // Operand types. f16 operands are scaled by powers of two (exact) chosen from each tensor's largest finite
 // magnitude (shaders/absmax.wgsl, see scale_exponent below) so that no finite value overflows f16 or loses
@@ -107,8 +107,8 @@ struct Dispatch {
 var<private> ph: Phase;
 
 // Generated per variant: the staged tiles a_tile ([k][m]) and b_tile ([k][n]) in workgroup memory, the
-// functions stage_a(k, m, v) / stage_b(k, n, v) that write one value into them
-// (converting it to the operand type), and for the f16 variants the operand scale exponents (see "Operand types" above).
+// functions stage_a(k, m, v) / stage_b(k, n, v) that write one value into them (converting it to the operand
+// type), and for the f16 variants the operand scale exponents (see "Operand types" above).
 //#MODULE
 
 

@@ -40,7 +40,7 @@ pub struct GpuOptions {
     /// Fill every output with NaN before a kernel writes it, so that unwritten elements show (tests).
     pub poison_outputs: bool,
     /// Run every convolution with this algorithm instead of the selector's choice (`CONVT_STRATEGY=direct` or a
-    /// GEMM tile name such as `gemm_128x128x8_8x8`): for tests and tuning.
+    /// GEMM tile name such as `gemm_128x128x16_8x8`): for tests and tuning.
     pub strategy: Option<crate::gpu::Strategy>,
     /// The autotuner's cache file (`CONVT_TUNE_CACHE`); `None`: the default location (see [`crate::gpu::tune`]).
     pub tune_cache: Option<std::path::PathBuf>,

@@ -92,6 +92,7 @@ impl GemmKernel for CoopTile {
             && self.bn.is_multiple_of(self.wn)
             && t.is_multiple_of(self.bm)
             && t.is_multiple_of(self.bn)
+            && (self.bk * self.bm).is_multiple_of(t)
             && (self.bk * self.bn).is_multiple_of(t)
     }
 

@@ -323,9 +323,13 @@ fn stage_b(k: u32, n: u32, v: f32) {{
         self.operand == Operand::F16
     }
     fn is_consistent(&self) -> bool {
+        if self.tm == 0 || self.tn == 0 {
+            return false;
+        }
         let t = self.threads();
-        let (wg_m, wg_n) = (self.bm / self.tm.max(1), self.bn / self.tn.max(1));
-        t.is_multiple_of(32)
+        let (wg_m, wg_n) = (self.bm / self.tm, self.bn / self.tn);
+        t > 0
+            && t.is_multiple_of(32)
             && wg_m.is_multiple_of(8)
             && wg_n.is_multiple_of(4)
             && self.tm.is_multiple_of(4)
@@ -334,6 +338,7 @@ fn stage_b(k: u32, n: u32, v: f32) {{
             && self.bn.is_multiple_of(self.tn)
             && t.is_multiple_of(self.bm)
             && t.is_multiple_of(self.bn)
+            && (self.bk * self.bm).is_multiple_of(t)
             && (self.bk * self.bn).is_multiple_of(t)
     }
 }
@@ -555,6 +560,13 @@ mod tests {
             assert!(t.workgroup_bytes() <= 32768, "{t:?} needs more workgroup memory than the software driver has");
             assert!(t.threads() <= 256, "{t:?}");
         }
+    }
+
+    #[test]
+    fn tiles_whose_steps_would_not_be_staged_whole_are_refused() {
+        // 128 invocations, 32 x 4 A values per step: no invocation would load A (A_LOADS = 0).
+        assert!(!tile(32, 128, 4, 4, 4).is_consistent());
+        assert!(!tile(64, 64, 16, 0, 4).is_consistent());
     }
 
     #[test]

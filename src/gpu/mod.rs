@@ -179,9 +179,9 @@ pub fn shader_sources() -> Vec<(&'static str, String, String)> {
 ///
 /// The heuristic for `fast` follows the H100 measurements of docs/PERFORMANCE.md (f4, f5, g7): the
 /// cooperative-matrix kernel wins on problems with at least 64 input and output channels per group (kb57,
-/// kb65, kb69, and the strided decoders up2x and dcgan: 1.1-1.8x faster than the exact GEMM); with fewer
-/// channels (kb71, kb78, kb75, kb81) the exact kernels measured fastest, and `fast` takes them (its error is
-/// then f32's). The f16-operand register kernels never won. `convt tune --precision fast` measures every
+/// kb65, kb69, and the strided decoders up2x and dcgan: 1.1-1.8x faster than the exact GEMM) unless the
+/// shape is one for the rows kernel (few products per output); with fewer channels (kb71, kb78, kb75, kb81) the
+/// exact kernels measured fastest, and `fast` takes them (its error is then f32's). The f16-operand register kernels never won. `convt tune --precision fast` measures every
 /// candidate instead.
 pub fn select(ctx: &GpuContext, shape: &ConvShape, has_bias: bool, precision: Precision) -> Strategy {
     if let Some(forced) = ctx.options().strategy.filter(|s| s.precision() == precision) {
@@ -202,7 +202,7 @@ pub fn select(ctx: &GpuContext, shape: &ConvShape, has_bias: bool, precision: Pr
     let gather = shape.out_per_group() < 16 || shape.in_per_group() < 8 || products_per_output < 64;
     let heuristic = if gather { Strategy::Rows(rows::pick(shape)) } else { Strategy::Gemm(gemm::pick_tile(shape)) };
     let coop = Strategy::Coop(coop::pick_tile(shape));
-    let tensor_cores = shape.in_per_group() >= 64 && shape.out_per_group() >= 64;
+    let tensor_cores = !gather && shape.in_per_group() >= 64 && shape.out_per_group() >= 64;
     match precision {
         Precision::Fast if tensor_cores && coop.runs_on(ctx) => coop,
         // `fast` on the exact kernels: the exact winner where the shape is tuned for f32.
