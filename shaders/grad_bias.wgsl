@@ -7,6 +7,11 @@
 // consecutive pixels (coalesced reads), then adds the invocations' partial sums in a fixed tree in workgroup
 // memory. No atomics: the result is the same bit for bit on every run. With accumulate set, a chunk's sums
 // are added to what earlier chunks stored, in chunk order (the host clears grad_bias first).
+//
+// Accuracy: every addition is compensated (Knuth's two-sum carries each rounding error along), so the result
+// errs by about one rounding of the sum itself, not by the rounding of the largest partial sums: a gradient
+// whose terms nearly cancel (a sum far smaller than the sum of its terms' magnitudes) stays exact to f32.
+// (A grad_output split over several bindings adds one rounding per chunk.)
 
 override C_OUT: u32;
 override OUT_H: u32;
@@ -19,13 +24,34 @@ struct Chunk {
     planes: u32,
     accumulate: u32,
     dispatch_width: u32,
+    one: f32,       // 1.0 (see two_sum)
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> chunk: Chunk;
 @group(0) @binding(1) var<storage, read> grad_out: array<f32>;
 @group(0) @binding(2) var<storage, read_write> grad_b: array<f32>;
 
-var<workgroup> partial: array<f32, WG>;
+// Each invocation's sum and the rounding errors it has gathered.
+var<workgroup> partial: array<vec2<f32>, WG>;
+
+// a + b as (rounded sum, its exact rounding error) (Knuth's two-sum: exact in round-to-nearest). Shader
+// compilers may simplify floating-point algebra (Mesa turns (a + b) - a into b), which would drop the error;
+// multiplying by chunk.one, a 1.0 they cannot see, keeps every step as written (and exact: x * 1.0 = x, so
+// fusing a product into an add changes nothing either).
+fn two_sum(a: f32, b: f32) -> vec2<f32> {
+    let s = (a + b) * chunk.one;
+    let bb = (s - a) * chunk.one;
+    return vec2<f32>(s, (a - (s - bb)) + (b - bb));
+}
+
+// Adds v to the compensated sum acc (sum, error).
+fn add(acc: vec2<f32>, v: f32) -> vec2<f32> {
+    let t = two_sum(acc.x, v);
+    return vec2<f32>(t.x, acc.y + t.y);
+}
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -36,26 +62,28 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let pixels = OUT_H * OUT_W;
     // The chunk's first plane of channel co, then every C_OUT-th plane.
     let first = (co + C_OUT - chunk.first_plane % C_OUT) % C_OUT;
-    var sum = 0.0;
+    var sum = vec2<f32>(0.0);
     for (var p = first; p < chunk.planes; p += C_OUT) {
         let base = p * pixels;
         for (var i = lid; i < pixels; i += WG) {
-            sum += grad_out[base + i];
+            sum = add(sum, grad_out[base + i]);
         }
     }
     partial[lid] = sum;
     workgroupBarrier();
     for (var half = WG / 2u; half > 0u; half /= 2u) {
         if (lid < half) {
-            partial[lid] += partial[lid + half];
+            let other = partial[lid + half];
+            let t = add(partial[lid], other.x);
+            partial[lid] = vec2<f32>(t.x, t.y + other.y);
         }
         workgroupBarrier();
     }
     if (lid == 0u) {
-        var v = partial[0];
+        var total = partial[0];
         if (chunk.accumulate != 0u) {
-            v += grad_b[co];
+            total = add(total, grad_b[co]);
         }
-        grad_b[co] = v;
+        grad_b[co] = total.x + total.y;
     }
 }

@@ -18,6 +18,9 @@ struct ChunkUniform {
     planes: u32,
     accumulate: u32,
     dispatch_width: u32,
+    /// 1.0: the shader multiplies by it so that the compiler cannot simplify its compensated sums away.
+    one: f32,
+    _pad: [u32; 3],
 }
 
 /// Whether `encode` adds to `grad_bias` (which must then start at zero): when grad_output has several chunks.
@@ -50,6 +53,8 @@ pub(crate) fn encode(
                 planes: c.planes as u32,
                 accumulate: accumulate as u32,
                 dispatch_width: grid.0,
+                one: 1.0,
+                _pad: [0; 3],
             };
             dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &[&c.buffer, gb], grid, 1);
         }
