@@ -47,6 +47,11 @@ fn two_sum(a: f32, b: f32) -> vec2<f32> {
     return vec2<f32>(s, (a - (s - bb)) + (b - bb));
 }
 
+// Whether x is neither Inf nor NaN (its exponent bits not all set).
+fn is_finite(x: f32) -> bool {
+    return (bitcast<u32>(x) & 0x7f800000u) != 0x7f800000u;
+}
+
 // Adds v to the compensated sum acc (sum, error).
 fn add(acc: vec2<f32>, v: f32) -> vec2<f32> {
     let t = two_sum(acc.x, v);
@@ -84,6 +89,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         if (chunk.accumulate != 0u) {
             total = add(total, grad_b[co]);
         }
-        grad_b[co] = total.x + total.y;
+        // A non-finite sum (an Inf or NaN term, or overflow) is the plain sum itself: its error term is then
+        // NaN (Inf - Inf) and must not replace the definition's Inf.
+        grad_b[co] = select(total.x, total.x + total.y, is_finite(total.x));
     }
 }
