@@ -117,12 +117,7 @@ pub fn conv_transpose2d_backward_into(
             grad_bias::encode(ctx, &shape, grad_output, gb, &mut pass)?;
         }
     }
-    ctx.scoped(|| {
-        ctx.queue.submit([encoder.finish()]);
-        Ok(())
-    })?;
-    drop(in_flight); // submitted: the scratch buffers may go back to the pool
-    Ok(())
+    in_flight.submit(ctx, encoder)
 }
 
 /// The backward pass on host tensors: upload, run, read back.

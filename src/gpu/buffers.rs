@@ -147,6 +147,15 @@ impl InFlight {
     pub fn keep_tensor(&mut self, mut tensor: GpuTensor) {
         self.0.extend(std::mem::take(&mut tensor.chunks).into_iter().map(|c| c.buffer));
     }
+
+    /// Submits the commands of `encoder`, then lets the kept buffers go back to the pool: anything queued
+    /// after the submission runs after these commands.
+    pub fn submit(self, ctx: &GpuContext, encoder: wgpu::CommandEncoder) -> Result<()> {
+        ctx.scoped(|| {
+            ctx.queue.submit([encoder.finish()]);
+            Ok(())
+        })
+    }
 }
 
 pub(crate) const STORAGE: wgpu::BufferUsages =

@@ -181,8 +181,8 @@ pub fn shader_sources() -> Vec<(&'static str, String, String)> {
 /// cooperative-matrix kernel wins on problems with at least 64 input and output channels per group (kb57,
 /// kb65, kb69, and the strided decoders up2x and dcgan: 1.1-1.8x faster than the exact GEMM) unless the
 /// shape is one for the rows kernel (few products per output); with fewer channels (kb71, kb78, kb75, kb81) the
-/// exact kernels measured fastest, and `fast` takes them (its error is then f32's). The f16-operand register kernels never won. `convt tune --precision fast` measures every
-/// candidate instead.
+/// exact kernels measured fastest, and `fast` takes them (its error is then f32's). The f16-operand register
+/// kernels never won. `convt tune --precision fast` measures every candidate instead.
 pub fn select(ctx: &GpuContext, shape: &ConvShape, has_bias: bool, precision: Precision) -> Strategy {
     if let Some(forced) = ctx.options().strategy.filter(|s| s.precision() == precision) {
         return forced;
@@ -303,12 +303,7 @@ pub fn conv_transpose2d_with(
             }
         }
     }
-    ctx.scoped(|| {
-        ctx.queue.submit([encoder.finish()]);
-        Ok(())
-    })?;
-    drop(in_flight); // submitted: the scratch buffers may go back to the pool
-    Ok(())
+    in_flight.submit(ctx, encoder)
 }
 
 /// `conv_transpose2d` on host tensors: upload, run, read back.
