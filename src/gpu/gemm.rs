@@ -6,8 +6,10 @@ use crate::error::{ConvtError, Result};
 use crate::gpu::absmax;
 use crate::gpu::buffers::{GpuTensor, InFlight, PooledBuffer, STORAGE};
 use crate::gpu::context::GpuContext;
-use crate::gpu::kernel::{check_index_range, dispatch_buffers, gcd, grid, shape_constants, Operands};
-use crate::gpu::plan::plan;
+use crate::gpu::kernel::{
+    check_index_range, dispatch_buffers, dispatch_weight_prep, gcd, grid, shape_constants, Operands,
+};
+use crate::gpu::plan::{plan, SliceFields};
 use crate::params::ConvShape;
 
 pub const SHADER_NAME: &str = "gemm.wgsl";
@@ -33,21 +35,7 @@ fn pack_weights(
         ("WORKGROUP_SIZE", PACK_WORKGROUP_SIZE as f64),
     ];
     let pipeline = ctx.pipeline(format!("pack {consts:?}"), &module, &consts)?;
-    let (width, height) = grid(ctx, weight.numel().div_ceil(PACK_WORKGROUP_SIZE as usize));
-    ctx.scoped(|| {
-        let bind_group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some("convt pack weights"),
-            layout: &pipeline.get_bind_group_layout(0),
-            entries: &[
-                wgpu::BindGroupEntry { binding: 0, resource: src.as_entire_binding() },
-                wgpu::BindGroupEntry { binding: 1, resource: packed.as_entire_binding() },
-            ],
-        });
-        pass.set_pipeline(&pipeline);
-        pass.set_bind_group(0, &bind_group, &[]);
-        pass.dispatch_workgroups(width, height, 1);
-        Ok(())
-    })?;
+    dispatch_weight_prep(ctx, pass, &pipeline, src, &packed, weight.numel(), PACK_WORKGROUP_SIZE)?;
     Ok(packed)
 }
 
@@ -410,15 +398,7 @@ const MAX_PHASES: usize = 64;
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 struct DispatchUniform {
-    n_count: u32,
-    in_offset: u32,
-    out_offset: u32,
-    out_first_channel: u32,
-    ic_begin: u32,
-    ic_end: u32,
-    oc_begin: u32,
-    oc_end: u32,
-    accumulate: u32,
+    slice: SliceFields,
     dispatch_width: u32,
     m_tiles: u32,
     n_tiles_per_group: u32,
@@ -516,15 +496,7 @@ pub(crate) fn encode(
                 let mut table = [PhaseUniform::default(); MAX_PHASES];
                 table[..batch.len()].copy_from_slice(batch);
                 let u = DispatchUniform {
-                    n_count: s.samples.len() as u32,
-                    in_offset: s.in_offset as u32,
-                    out_offset: s.out_offset as u32,
-                    out_first_channel: s.out_first_channel as u32,
-                    ic_begin: s.ic.start as u32,
-                    ic_end: s.ic.end as u32,
-                    oc_begin: s.oc.start as u32,
-                    oc_end: s.oc.end as u32,
-                    accumulate: s.accumulate as u32,
+                    slice: SliceFields::from(s),
                     dispatch_width: grid.0,
                     m_tiles: m_tiles as u32,
                     n_tiles_per_group: n_tiles_per_group as u32,

@@ -139,6 +139,34 @@ pub(crate) fn dispatch_buffers(
     pass.dispatch_workgroups(width, height, layers);
 }
 
+/// Encodes a weight-preparation kernel (one invocation per value it writes: the GEMM's packing, the Winograd
+/// weight transform): `src` bound at 0, `dst` at 1, `values` invocations in workgroups of `workgroup_size`.
+pub(crate) fn dispatch_weight_prep(
+    ctx: &GpuContext,
+    pass: &mut wgpu::ComputePass<'_>,
+    pipeline: &wgpu::ComputePipeline,
+    src: &wgpu::Buffer,
+    dst: &wgpu::Buffer,
+    values: usize,
+    workgroup_size: u32,
+) -> Result<()> {
+    let (width, height) = grid(ctx, values.div_ceil(workgroup_size as usize));
+    ctx.scoped(|| {
+        let bind_group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("convt weight preparation"),
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &[
+                wgpu::BindGroupEntry { binding: 0, resource: src.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 1, resource: dst.as_entire_binding() },
+            ],
+        });
+        pass.set_pipeline(pipeline);
+        pass.set_bind_group(0, &bind_group, &[]);
+        pass.dispatch_workgroups(width, height, 1);
+        Ok(())
+    })
+}
+
 /// Blocks of `block` channels covering the channel range `channels` of a tensor whose groups have `per_group`
 /// channels, as `[begin, end)` block indices (blocks never straddle a group; a group's last block may be short).
 pub(crate) fn channel_blocks(per_group: usize, block: usize, channels: &std::ops::Range<usize>) -> (usize, usize) {

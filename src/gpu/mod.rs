@@ -21,6 +21,7 @@ pub(crate) mod plan;
 pub mod rows;
 pub mod timing;
 pub mod tune;
+pub mod winograd;
 
 pub use backward::{
     conv_transpose2d_backward, conv_transpose2d_backward_host, conv_transpose2d_backward_into, GpuGradients,
@@ -48,6 +49,9 @@ pub enum Strategy {
     Gemm(gemm::Tile),
     /// Implicit GEMM on cooperative matrices (tensor cores): f16 operands, f32 accumulation. Precision `fast`.
     Coop(coop::CoopTile),
+    /// Fused Winograd transform with this tile (`shaders/winograd.wgsl`): stride 1 without dilation only, f32,
+    /// fewer products than the GEMM (its transforms round a little more: held to the f32 tolerance).
+    Winograd(winograd::WinoTile),
 }
 
 impl Strategy {
@@ -56,6 +60,7 @@ impl Strategy {
         std::iter::once(Strategy::Direct)
             .chain(rows::VARIANTS.iter().map(|r| Strategy::Rows(*r)))
             .chain(gemm::TILES.iter().map(|t| Strategy::Gemm(*t)))
+            .chain(winograd::WINO_TILES.iter().map(|t| Strategy::Winograd(*t)))
             .collect()
     }
 
@@ -90,6 +95,7 @@ impl Strategy {
             Strategy::Rows(r) => r.name(),
             Strategy::Gemm(t) => t.name(),
             Strategy::Coop(t) => t.name(),
+            Strategy::Winograd(t) => t.name(),
         }
     }
 
@@ -108,6 +114,7 @@ impl Strategy {
             Strategy::Gemm(gemm::Tile { operand: gemm::Operand::F16, .. }) => {
                 "f16 operands on the FMA units (no cooperative matrices here), f32 accumulation"
             }
+            Strategy::Winograd(_) => "f32 through Winograd transforms (fewer products, a little more rounding)",
             _ => "exact f32",
         }
     }
@@ -120,6 +127,7 @@ impl Strategy {
             Strategy::Rows(r) => (r.source(), r.constants(shape, has_bias)?),
             Strategy::Gemm(t) => (t.source(), kernel::shape_constants(shape, has_bias)),
             Strategy::Coop(t) => (t.source(), kernel::shape_constants(shape, has_bias)),
+            Strategy::Winograd(t) => winograd::shader(t, shape, has_bias)?,
         })
     }
 
@@ -132,7 +140,19 @@ impl Strategy {
             Strategy::Rows(r) => r.fits(&limits),
             Strategy::Gemm(t) => (t.operand == gemm::Operand::F32 || ctx.has_f16()) && t.fits(&limits),
             Strategy::Coop(t) => ctx.has_coop_f16() && t.fits(&limits),
+            Strategy::Winograd(t) => t.is_consistent(),
         }
+    }
+
+    /// Whether this strategy can compute `shape` on `ctx`'s device: [`Strategy::runs_on`], and for the Winograd
+    /// kernel a stride-1 undilated shape whose kernel its transforms take, with its transformed weight within
+    /// one binding (every other strategy computes every shape).
+    pub fn computes(&self, ctx: &GpuContext, shape: &ConvShape) -> bool {
+        self.runs_on(ctx)
+            && match self {
+                Strategy::Winograd(t) => t.check_on(ctx, shape).is_ok(),
+                _ => true,
+            }
     }
 }
 
@@ -169,6 +189,7 @@ pub fn shader_sources() -> Vec<(&'static str, String, String)> {
     v.push((absmax::SHADER_NAME, absmax::SHADER_NAME.to_string(), absmax::SHADER.to_string()));
     v.extend(gemm::TILES.iter().chain(gemm::F16_TILES).map(|t| (gemm::SHADER_NAME, t.name(), t.source())));
     v.extend(coop::COOP_TILES.iter().map(|t| (gemm::SHADER_NAME, t.name(), t.source())));
+    v.extend(winograd::shader_variants());
     v
 }
 
@@ -184,11 +205,13 @@ pub fn shader_sources() -> Vec<(&'static str, String, String)> {
 /// exact kernels measured fastest, and `fast` takes them (its error is then f32's). The f16-operand register
 /// kernels never won. `convt tune --precision fast` measures every candidate instead.
 pub fn select(ctx: &GpuContext, shape: &ConvShape, has_bias: bool, precision: Precision) -> Strategy {
-    if let Some(forced) = ctx.options().strategy.filter(|s| s.precision() == precision) {
+    if let Some(forced) = ctx.options().strategy.filter(|s| s.precision() == precision && s.computes(ctx, shape)) {
         return forced;
     }
     let tuned = |precision| {
-        ctx.tuned().lookup(&tune::key(ctx.adapter_info(), shape, has_bias, precision)).filter(|s| s.runs_on(ctx))
+        ctx.tuned()
+            .lookup(&tune::key(ctx.adapter_info(), shape, has_bias, precision))
+            .filter(|s| s.computes(ctx, shape))
     };
     if let Some(tuned) = tuned(precision) {
         return tuned;
@@ -200,7 +223,22 @@ pub fn select(ctx: &GpuContext, shape: &ConvShape, has_bias: bool, precision: Pr
     let products_per_output =
         shape.in_per_group() * shape.kernel[0] * shape.kernel[1] / (shape.stride[0] * shape.stride[1]);
     let gather = shape.out_per_group() < 16 || shape.in_per_group() < 8 || products_per_output < 64;
-    let heuristic = if gather { Strategy::Rows(rows::pick(shape)) } else { Strategy::Gemm(gemm::pick_tile(shape)) };
+    // At stride 1 with 64+ input and 128+ output channels per group and a kernel of 15+ taps, the Winograd
+    // kernel's fewer products win (kb69, 3x5, on the H100: 11.2 ms against the GEMM's 13.0, docs/PERFORMANCE.md
+    // w1) where its tile fits the adapter; with 64 output channels per group the GEMM still wins (kb57, kb65).
+    // Other shapes were not measured: the tuner decides there.
+    let winograd = Strategy::Winograd(winograd::WINO_DEFAULT);
+    let winograd_wins = shape.in_per_group() >= 64
+        && shape.out_per_group() >= 128
+        && shape.kernel[0] * shape.kernel[1] >= 15
+        && winograd.computes(ctx, shape);
+    let heuristic = if gather {
+        Strategy::Rows(rows::pick(shape))
+    } else if winograd_wins {
+        winograd
+    } else {
+        Strategy::Gemm(gemm::pick_tile(shape))
+    };
     let coop = Strategy::Coop(coop::pick_tile(shape));
     let tensor_cores = !gather && shape.in_per_group() >= 64 && shape.out_per_group() >= 64;
     match precision {
@@ -300,6 +338,9 @@ pub fn conv_transpose2d_with(
             }
             Strategy::Coop(tile) => {
                 gemm::encode(ctx, &shape, &tile, input, weight, bias, output, &mut pass, &mut in_flight)?
+            }
+            Strategy::Winograd(tile) => {
+                winograd::encode(ctx, &shape, &tile, input, weight, bias, output, &mut pass, &mut in_flight)?
             }
         }
     }

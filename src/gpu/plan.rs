@@ -35,6 +35,38 @@ pub(crate) struct Slice {
     pub accumulate: bool,
 }
 
+/// Where a slice reads and writes, as the first nine fields of the uniform blocks of shaders/gemm.wgsl and
+/// shaders/winograd.wgsl (`Dispatch`), field for field.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+pub(crate) struct SliceFields {
+    n_count: u32,
+    in_offset: u32,
+    out_offset: u32,
+    out_first_channel: u32,
+    ic_begin: u32,
+    ic_end: u32,
+    oc_begin: u32,
+    oc_end: u32,
+    accumulate: u32,
+}
+
+impl From<&Slice> for SliceFields {
+    fn from(s: &Slice) -> Self {
+        SliceFields {
+            n_count: s.samples.len() as u32,
+            in_offset: s.in_offset as u32,
+            out_offset: s.out_offset as u32,
+            out_first_channel: s.out_first_channel as u32,
+            ic_begin: s.ic.start as u32,
+            ic_end: s.ic.end as u32,
+            oc_begin: s.oc.start as u32,
+            oc_end: s.oc.end as u32,
+            accumulate: s.accumulate as u32,
+        }
+    }
+}
+
 /// Parts of one sample's channels held by each chunk: (chunk index, channel range, element offset in chunk).
 fn sample_parts(t: &GpuTensor, n: usize, channels: usize) -> Vec<(usize, Range<usize>, usize)> {
     let (lo, hi) = (n * channels, (n + 1) * channels);

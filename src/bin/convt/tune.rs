@@ -55,7 +55,10 @@ pub fn run(a: TuneArgs) -> Result<Outcome> {
         let prepared = Prepared::new(&ctx, &case, Pass::Forward)?;
         let mut timed: Vec<(Strategy, f64)> = Vec::new();
         let mut line = format!("{:<6}", case.name);
-        for (i, strategy) in Strategy::candidates_for(&ctx, a.precision).into_iter().enumerate() {
+        // The candidates that compute this shape (the Winograd tiles take stride-1 shapes only).
+        let candidates =
+            Strategy::candidates_for(&ctx, a.precision).into_iter().filter(|s| s.computes(&ctx, &prepared.shape));
+        for (i, strategy) in candidates.enumerate() {
             // The GPU idled while the case's inputs were drawn (and clocked down): the first candidate warms it
             // up for a second; each other one keeps it busy for a fraction of that after its pipelines are built
             // (the GPU idles while the driver compiles them; two calls of a 1-3 ms kernel measured up to twice

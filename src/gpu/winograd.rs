@@ -1,0 +1,710 @@
+//! The fused Winograd kernel for stride-1, undilated transposed convolutions, `shaders/winograd.wgsl` (its
+//! opening comment explains the tiling). The transforms F(m, r) per axis are built here (Toom-Cook on the
+//! points 0, 1, -1, 2, -2, 1/2, -1/2 and infinity) and generated into the shader as straight-line code with
+//! their coefficients as literals; the weight transform runs first (`shaders/winograd_weights.wgsl`).
+//!
+//! Why: at stride 1 every output pixel takes every tap, and F(m, r) computes m outputs of an r-tap correlation
+//! with m + r - 1 multiplications instead of m * r. F(2x4, 3x5) (kb69) does 32 where the GEMM does 120 per
+//! 8 outputs and input channel: 3.75x fewer. The transforms add rounding error (the larger the tile, the more:
+//! the tests hold every tile to the f32 tolerance, 1e-5 relative L2, on random data).
+
+use crate::error::{ConvtError, Result};
+use crate::gpu::buffers::{GpuTensor, InFlight, PooledBuffer, STORAGE};
+use crate::gpu::context::GpuContext;
+use crate::gpu::kernel::{check_index_range, dispatch_buffers, dispatch_weight_prep, grid, shape_constants, Operands};
+use crate::gpu::plan::{plan, SliceFields};
+use crate::params::ConvShape;
+
+pub const SHADER_NAME: &str = "winograd.wgsl";
+pub const SHADER: &str = include_str!("../../shaders/winograd.wgsl");
+pub const WEIGHTS_SHADER_NAME: &str = "winograd_weights.wgsl";
+pub const WEIGHTS_SHADER: &str = include_str!("../../shaders/winograd_weights.wgsl");
+const WEIGHTS_WORKGROUP_SIZE: u32 = 256;
+
+/// The largest transform size per axis: the points 0, 1, -1, 2, -2, 1/2, -1/2 and infinity.
+pub const MAX_ALPHA: usize = 8;
+const POINTS: [f64; MAX_ALPHA - 1] = [0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5];
+
+/// One axis's Winograd transform F(m, r) for a correlation y[i] = sum_j d[i + j] g[j] (i < m, j < r):
+/// y = AT [(G g) * (BT d)], with alpha = m + r - 1 points. Row-major matrices.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Transform1d {
+    pub m: usize,
+    pub r: usize,
+    pub alpha: usize,
+    /// m x alpha: the output transform.
+    pub at: Vec<f64>,
+    /// alpha x r: the filter transform.
+    pub g: Vec<f64>,
+    /// alpha x alpha: the input transform.
+    pub bt: Vec<f64>,
+}
+
+impl Transform1d {
+    /// F(m, r), or None when it needs more than [`MAX_ALPHA`] points.
+    pub fn new(m: usize, r: usize) -> Option<Transform1d> {
+        let alpha = m + r - 1;
+        if m == 0 || r == 0 || alpha > MAX_ALPHA {
+            return None;
+        }
+        let eye = |n: usize| (0..n * n).map(|i| if i / n == i % n { 1.0 } else { 0.0 }).collect::<Vec<f64>>();
+        if m == 1 || r == 1 {
+            // No saving along this axis: the plain correlation, written as a transform (alpha = max(m, r)).
+            let (at, g) = if r == 1 { (eye(m), vec![1.0; m]) } else { (vec![1.0; r], eye(r)) };
+            return Some(Transform1d { m, r, alpha, at, g, bt: eye(alpha) });
+        }
+        let pts = &POINTS[..alpha - 1];
+        // AT: the Vandermonde rows of the points (and infinity's: the leading coefficient), transposed.
+        let mut at = vec![0.0; m * alpha];
+        for (p, &a) in pts.iter().enumerate() {
+            for i in 0..m {
+                at[i * alpha + p] = a.powi(i as i32);
+            }
+        }
+        at[(m - 1) * alpha + alpha - 1] = 1.0;
+        // G: the filter polynomial at each point over the product of its distances to the others.
+        let mut g = vec![0.0; alpha * r];
+        for (p, &a) in pts.iter().enumerate() {
+            let f: f64 = pts.iter().enumerate().filter(|&(q, _)| q != p).map(|(_, &b)| a - b).product();
+            for j in 0..r {
+                g[p * r + j] = a.powi(j as i32) / f;
+            }
+        }
+        g[(alpha - 1) * r + r - 1] = 1.0;
+        let bt = solve_input_transform(m, r, alpha, &at, &g)?;
+        Some(Transform1d { m, r, alpha, at, g, bt })
+    }
+
+    /// The largest deviation of AT (G g * BT d) from the correlation, over unit g and d (0 for an exact transform).
+    pub fn identity_error(&self) -> f64 {
+        let (m, r, a) = (self.m, self.r, self.alpha);
+        let mut worst: f64 = 0.0;
+        for i in 0..m {
+            for j in 0..r {
+                for t in 0..a {
+                    let v: f64 = (0..a).map(|p| self.at[i * a + p] * self.g[p * r + j] * self.bt[p * a + t]).sum();
+                    worst = worst.max((v - if t == i + j { 1.0 } else { 0.0 }).abs());
+                }
+            }
+        }
+        worst
+    }
+}
+
+/// BT such that sum_p AT[i][p] G[p][j] BT[p][t] = [t == i + j] for all i < m, j < r, t < alpha: for each t
+/// a linear system in BT's column t (m*r equations, alpha unknowns, consistent), solved through its normal
+/// equations by Gaussian elimination in f64; entries are then snapped to multiples of 2^-12 (the exact values
+/// for these points are such multiples; rounding noise is below 1e-9). None if the system is singular.
+fn solve_input_transform(m: usize, r: usize, alpha: usize, at: &[f64], g: &[f64]) -> Option<Vec<f64>> {
+    // C[(i, j)][p] = AT[i][p] * G[p][j].
+    let rows: Vec<Vec<f64>> =
+        (0..m * r).map(|e| (0..alpha).map(|p| at[(e / r) * alpha + p] * g[p * r + e % r]).collect()).collect();
+    let mut bt = vec![0.0; alpha * alpha];
+    for t in 0..alpha {
+        // Normal equations: (C^T C) x = C^T e_t.
+        let mut a = vec![vec![0.0; alpha + 1]; alpha];
+        for (p, row) in a.iter_mut().enumerate() {
+            for q in 0..alpha {
+                row[q] = rows.iter().map(|c| c[p] * c[q]).sum();
+            }
+            row[alpha] = rows.iter().enumerate().filter(|(e, _)| e / r + e % r == t).map(|(_, c)| c[p]).sum();
+        }
+        for col in 0..alpha {
+            let pivot = (col..alpha).max_by(|&x, &y| a[x][col].abs().total_cmp(&a[y][col].abs()))?;
+            if a[pivot][col].abs() < 1e-12 {
+                return None;
+            }
+            a.swap(col, pivot);
+            let pivot_row = a[col].clone();
+            for (row, r) in a.iter_mut().enumerate() {
+                if row != col {
+                    let f = r[col] / pivot_row[col];
+                    for (x, p) in r.iter_mut().zip(&pivot_row).skip(col) {
+                        *x -= f * p;
+                    }
+                }
+            }
+        }
+        for p in 0..alpha {
+            let v = a[p][alpha] / a[p][p];
+            let snapped = (v * 4096.0).round() / 4096.0;
+            bt[p * alpha + t] = if (v - snapped).abs() < 1e-9 { snapped } else { v };
+        }
+    }
+    Some(bt)
+}
+
+/// A workgroup of the Winograd kernel: output tiles of MH x MW pixels, TB tiles x CB output channels per
+/// workgroup, TM tiles x TN channels per invocation and transform point, K steps of BK input channels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct WinoTile {
+    pub mh: u32,
+    pub mw: u32,
+    pub tb: u32,
+    pub cb: u32,
+    pub tm: u32,
+    pub tn: u32,
+    pub bk: u32,
+}
+
+const fn wino(mh: u32, mw: u32, tb: u32, cb: u32, bk: u32) -> WinoTile {
+    WinoTile { mh, mw, tb, cb, tm: 8, tn: 8, bk }
+}
+
+/// F(2x4, 3x5)-class tiles of 16 x 32 with K steps of 8 channels: the heuristic's choice where it takes the
+/// Winograd kernel (kb69 on the H100, docs/PERFORMANCE.md w1). Needs 48 KiB of workgroup memory for a 3x5 kernel.
+pub const WINO_DEFAULT: WinoTile = wino(2, 4, 16, 32, 8);
+
+/// Every Winograd tile the selector may choose (each tested on the software driver on every kernel size it
+/// applies to).
+pub const WINO_TILES: &[WinoTile] =
+    &[WINO_DEFAULT, wino(2, 4, 16, 32, 4), wino(2, 2, 16, 32, 8), wino(2, 2, 16, 32, 4)];
+
+/// The transforms of both axes and their sizes for one shape.
+#[derive(Debug)]
+pub struct Transforms {
+    pub h: Transform1d,
+    pub w: Transform1d,
+}
+
+impl Transforms {
+    pub fn points(&self) -> u32 {
+        (self.h.alpha * self.w.alpha) as u32
+    }
+}
+
+impl WinoTile {
+    pub fn name(&self) -> String {
+        format!("wino_{}x{}_{}x{}x{}_{}x{}", self.mh, self.mw, self.tb, self.cb, self.bk, self.tm, self.tn)
+    }
+
+    /// The transforms for `shape`, or why this tile cannot compute it.
+    pub fn transforms(&self, shape: &ConvShape) -> std::result::Result<Transforms, String> {
+        if shape.stride != [1, 1] || shape.dilation != [1, 1] {
+            return Err(format!(
+                "{} computes stride 1 without dilation only (stride {:?}, dilation {:?})",
+                self.name(),
+                shape.stride,
+                shape.dilation
+            ));
+        }
+        let axis = |m: u32, r: usize| {
+            Transform1d::new(m as usize, r).ok_or_else(|| {
+                format!(
+                    "{} cannot take a {r}-tap kernel axis: F({m}, {r}) needs more than {MAX_ALPHA} points",
+                    self.name()
+                )
+            })
+        };
+        Ok(Transforms { h: axis(self.mh, shape.kernel[0])?, w: axis(self.mw, shape.kernel[1])? })
+    }
+
+    /// Invocations per workgroup for `points` transform points: one point, TM tiles and TN channels each.
+    pub fn threads(&self, points: u32) -> u32 {
+        points * (self.tb / self.tm) * (self.cb / self.tn)
+    }
+
+    /// The staged K step (transformed input and weights of BK channels), or the accumulator exchange of the
+    /// epilogue if larger, in bytes.
+    pub fn workgroup_bytes(&self, points: u32) -> u32 {
+        let staged = self.bk * points * (self.tb + self.cb);
+        let exchange = 16 * self.threads(points);
+        4 * staged.max(exchange)
+    }
+
+    /// The layout rules of the shader (independent of the shape).
+    pub fn is_consistent(&self) -> bool {
+        self.tm > 0
+            && self.tn > 0
+            && self.tm.is_multiple_of(4)
+            && self.tn.is_multiple_of(4)
+            && self.tb.is_multiple_of(self.tm)
+            && self.cb.is_multiple_of(self.tn)
+            && self.bk > 0
+    }
+
+    /// Whether this tile computes `shape` within `limits`: stride 1, no dilation, transforms of at most
+    /// [`MAX_ALPHA`] points per axis, and a workgroup the adapter can run.
+    pub fn check(&self, shape: &ConvShape, limits: &wgpu::Limits) -> std::result::Result<Transforms, String> {
+        let t = self.transforms(shape)?;
+        let p = t.points();
+        if !self.is_consistent()
+            || self.threads(p) > limits.max_compute_invocations_per_workgroup
+            || self.workgroup_bytes(p) > limits.max_compute_workgroup_storage_size
+        {
+            return Err(format!(
+                "{} with a {}x{} kernel needs {} invocations and {} bytes of workgroup memory; this adapter has {} and {}",
+                self.name(),
+                shape.kernel[0],
+                shape.kernel[1],
+                self.threads(p),
+                self.workgroup_bytes(p),
+                limits.max_compute_invocations_per_workgroup,
+                limits.max_compute_workgroup_storage_size
+            ));
+        }
+        Ok(t)
+    }
+
+    /// [`WinoTile::check`] on `ctx`'s adapter, and the transformed weight (P x Cin x Cog values, P / (kH*kW)
+    /// times the weight) within one binding.
+    pub fn check_on(&self, ctx: &GpuContext, shape: &ConvShape) -> std::result::Result<Transforms, String> {
+        let t = self.check(shape, &ctx.device.limits())?;
+        let values = t.points() as u64 * shape.in_channels as u64 * cog4(shape) as u64;
+        if values * 4 > ctx.binding_limit() || values >= 1 << 31 {
+            return Err(format!("{}: the transformed weight ({values} values) exceeds one binding", self.name()));
+        }
+        Ok(t)
+    }
+
+    /// The shader for a shape's transforms: `shaders/winograd.wgsl` with the tile constants and the generated
+    /// transforms and register code in place of its marker lines.
+    pub fn source(&self, t: &Transforms) -> String {
+        let (ah, aw) = (t.h.alpha as u32, t.w.alpha as u32);
+        let p = ah * aw;
+        let header = format!(
+            "const MH: u32 = {}u;\nconst MW: u32 = {}u;\nconst AH: u32 = {ah}u;\nconst AW: u32 = {aw}u;\nconst P: u32 = {p}u;\n\
+             const TB: u32 = {}u;\nconst CB: u32 = {}u;\nconst TM: u32 = {}u;\nconst TN: u32 = {}u;\nconst BK: u32 = {}u;\n\
+             const WG_T: u32 = TB / TM;\nconst WG_C: u32 = CB / TN;\nconst THREADS: u32 = P * WG_T * WG_C;\n\
+             const SMEM_QUADS: u32 = {}u;\n",
+            self.mh,
+            self.mw,
+            self.tb,
+            self.cb,
+            self.tm,
+            self.tn,
+            self.bk,
+            self.workgroup_bytes(p) / 16
+        );
+        let (quads_m, quads_n) = (self.tm / 4, self.tn / 4);
+        let acc = |i: u32, j: u32| format!("acc_{i}_{j}");
+        let mut decl = String::new();
+        for i in 0..self.tm {
+            for j in 0..quads_n {
+                decl += &format!("    var {} = vec4<f32>(0.0);\n", acc(i, j));
+            }
+        }
+        // The K step's math, straight-line over its BK channels with the next channel's reads first (as in
+        // shaders/gemm.wgsl).
+        let fragments = |k: u32| {
+            let mut f = String::new();
+            for q in 0..quads_m {
+                f += &format!(
+                    "            let a{q}_{k} = smem[v_at + {}u];\n",
+                    k * p * self.tb / 4 + q * (self.tb / self.tm)
+                );
+            }
+            for j in 0..quads_n {
+                f += &format!(
+                    "            let b{j}_{k} = smem[u_at + {}u];\n",
+                    k * p * self.cb / 4 + j * (self.cb / self.tn)
+                );
+            }
+            f
+        };
+        let mut math = String::from("        {\n");
+        math += &fragments(0);
+        for k in 0..self.bk {
+            if k + 1 < self.bk {
+                math += &fragments(k + 1);
+            }
+            for i in 0..self.tm {
+                let a = format!("a{}_{k}.{}", i / 4, ["x", "y", "z", "w"][(i % 4) as usize]);
+                for j in 0..quads_n {
+                    math += &format!("            {0} = fma(vec4<f32>({a}), b{j}_{k}, {0});\n", acc(i, j));
+                }
+            }
+        }
+        math += "        }\n";
+        // The epilogue: one exchange per (tile run q, channel run j) of the invocation's accumulators.
+        let mut epilogue = String::new();
+        for q in 0..quads_m {
+            for j in 0..quads_n {
+                epilogue += "    workgroupBarrier();\n";
+                for f in 0..4 {
+                    let c = ["x", "y", "z", "w"][f];
+                    let v = (0..4).map(|e| format!("{}.{c}", acc(q * 4 + e, j))).collect::<Vec<_>>().join(", ");
+                    epilogue += &format!("    smem[x_at + {}u * WG_T] = vec4<f32>({v});\n", f);
+                }
+                epilogue += &format!("    workgroupBarrier();\n    output_pass(oc_ctx, {q}u, {j}u);\n");
+            }
+        }
+        let v_per = (self.bk * self.tb * ah).div_ceil(self.threads(p));
+        let body = SHADER
+            .replace("//#INPUT_TRANSFORM\n", &input_transform(&t.h))
+            .replace("//#LOAD_V\n", &load_v(&t.h, &t.w, v_per))
+            .replace("//#STAGE_V\n", &stage_v(&t.h, &t.w, v_per))
+            .replace("//#OUTPUT_TRANSFORM\n", &output_transform(&t.h))
+            .replace("//#OUTPUT_ROW\n", &output_row(&t.h, &t.w))
+            .replace("//#ACC_DECL\n", &decl)
+            .replace("//#MATH\n", &math)
+            .replace("//#EPILOGUE\n", &epilogue);
+        format!("{header}{body}")
+    }
+}
+
+/// A WGSL float literal of a coefficient.
+fn lit(v: f64) -> String {
+    format!("{:?}", v as f32)
+}
+
+/// `sum_k c[k] * terms[k]` over the nonzero coefficients, as WGSL (0.0 if none); coefficients of +-1 cost no
+/// multiplication.
+fn combination(coeffs: impl Iterator<Item = f64>, term: impl Fn(usize) -> String) -> String {
+    let mut s = String::new();
+    for (k, c) in coeffs.enumerate().filter(|(_, c)| *c != 0.0) {
+        let t = term(k);
+        let (sign, part) = match c {
+            1.0 => ("+", t),
+            -1.0 => ("-", t),
+            c if c < 0.0 => ("-", format!("{} * {t}", lit(-c))),
+            c => ("+", format!("{} * {t}", lit(c))),
+        };
+        if s.is_empty() {
+            s = if sign == "-" { format!("-{part}") } else { part };
+        } else {
+            s += &format!(" {sign} {part}");
+        }
+    }
+    if s.is_empty() {
+        "0.0".into()
+    } else {
+        s
+    }
+}
+
+/// The patch rows row ph of BT_h combines (those with a nonzero coefficient).
+fn rows_of(h: &Transform1d, ph: usize) -> Vec<usize> {
+    (0..h.alpha).filter(|&t| h.bt[ph * h.alpha + t] != 0.0).collect()
+}
+
+/// The most patch rows one row of BT_h combines.
+fn nrows(h: &Transform1d) -> usize {
+    (0..h.alpha).map(|p| rows_of(h, p).len()).max().unwrap_or(1).max(1)
+}
+
+/// `const NROWS`, `const ROWS`, `struct RowSel` and `fn row_sel(ph) -> RowSel`: for row ph of the transformed
+/// patch, the patch rows it combines (t0, t1, ..) and their coefficients (c0, c1, ..; 0 in unused slots).
+/// Selected by value at run time, so that the load and combine code is the same straight-line code for every
+/// row (a subgroup's jobs share ph, but a switch over code kept the loaded rows in arrays the driver did not
+/// keep in registers).
+fn input_transform(h: &Transform1d) -> String {
+    let n = nrows(h);
+    let mut s = format!("const NROWS: u32 = {n}u;\nconst ROWS: u32 = NROWS * AW;\n\nstruct RowSel {{\n");
+    for r in 0..n {
+        s += &format!("    t{r}: u32,\n    c{r}: f32,\n");
+    }
+    s += "}\n\nfn row_sel(ph: u32) -> RowSel {\n    switch ph {\n";
+    for p in 0..h.alpha {
+        let rows = rows_of(h, p);
+        let fields: Vec<String> = (0..n)
+            .map(|r| match rows.get(r) {
+                Some(&t) => format!("{t}u, {}", lit(h.bt[p * h.alpha + t])),
+                None => "0u, 0.0".into(),
+            })
+            .collect();
+        s += &format!("        case {p}u: {{ return RowSel({}); }}\n", fields.join(", "));
+    }
+    s += &format!("        default: {{ return RowSel({}); }}\n    }}\n}}\n", vec!["0u, 0.0"; n].join(", "));
+    s
+}
+
+/// The V loads of `load_step`: per job slot i, the NROWS selected patch rows (AW values each, zero outside the
+/// input or in an unused slot) into r.v[i * ROWS ..].
+fn load_v(h: &Transform1d, w: &Transform1d, v_per: u32) -> String {
+    let (n, aw) = (nrows(h), w.alpha);
+    let mut s = String::new();
+    for i in 0..v_per as usize {
+        s += &format!(
+            "    {{
+        let job = c.lid + {i}u * THREADS;
+        let tile = c.t_block * TB + job_tile(job);
+        let ic = ic0 + job_k(job);
+        let n = tile / (TILES_H * TILES_W);
+        let tr = tile % (TILES_H * TILES_W);
+        let ok = job < V_JOBS && tile < c.tiles_total && ic < c.ic_hi;
+        let plane = u.in_offset + n * C_IN * in_plane + (ic - u.ic_begin) * in_plane;
+        let top = i32((tr / TILES_W) * MH) + BASE_H;
+        let left = i32((tr % TILES_W) * MW) + BASE_W;
+        let sel = row_sel(job_ph(job));
+"
+        );
+        for c in 0..aw {
+            s += &format!("        let col{c} = left + {c};\n        let in{c} = col{c} >= 0 && col{c} < i32(IN_W);\n");
+        }
+        for r in 0..n {
+            s += &format!(
+                "        let ih{r} = top + i32(sel.t{r});\n        let row{r} = plane + u32(ih{r}) * IN_W; // wraps where unused\n        let ok{r} = ok && sel.c{r} != 0.0 && ih{r} >= 0 && ih{r} < i32(IN_H);\n"
+            );
+            for c in 0..aw {
+                s += &format!(
+                    "        if (ok{r} && in{c}) {{ r.v[{}u] = x[row{r} + u32(col{c})]; }}\n",
+                    i * n * aw + r * aw + c
+                );
+            }
+        }
+        s += "    }\n";
+    }
+    s
+}
+
+/// The V part of `stage`: per job slot i, the rows combined with the job's coefficients (along H), then BT_w
+/// (constants), and the AW values stored at [k][ph * AW + pw][tile].
+fn stage_v(h: &Transform1d, w: &Transform1d, v_per: u32) -> String {
+    let (n, aw) = (nrows(h), w.alpha);
+    let mut s = String::new();
+    for i in 0..v_per as usize {
+        s += &format!(
+            "    {{\n        let job = lid + {i}u * THREADS;\n        if (job < V_JOBS) {{\n            let sel = row_sel(job_ph(job));\n"
+        );
+        for c in 0..aw {
+            let terms: Vec<String> = (0..n).map(|r| format!("sel.c{r} * r.v[{}u]", i * n * aw + r * aw + c)).collect();
+            s += &format!("            let h{c} = {};\n", terms.join(" + "));
+        }
+        s += "            let at = (job_k(job) * P + job_ph(job) * AW) * TB + job_tile(job);\n";
+        for q in 0..aw {
+            let e = combination((0..aw).map(|c| w.bt[q * aw + c]), |c| format!("h{c}"));
+            s += &format!("            smem_store(at + {q}u * TB, {e});\n");
+        }
+        s += "        }\n    }\n";
+    }
+    s
+}
+
+/// `struct OutSel` and `fn out_sel(oy) -> OutSel`: row oy of AT_h (a0 .. a<AH-1>), selected by value at run time.
+fn output_transform(h: &Transform1d) -> String {
+    let ah = h.alpha;
+    let mut s = String::from("struct OutSel {\n");
+    for p in 0..ah {
+        s += &format!("    a{p}: f32,\n");
+    }
+    s += "}\n\nfn out_sel(oy: u32) -> OutSel {\n    switch oy {\n";
+    for o in 0..h.m {
+        let a: Vec<String> = (0..ah).map(|p| lit(h.at[o * ah + p])).collect();
+        s += &format!("        case {o}u: {{ return OutSel({}); }}\n", a.join(", "));
+    }
+    s += &format!("        default: {{ return OutSel({}); }}\n    }}\n}}\n", vec!["0.0"; ah].join(", "));
+    s
+}
+
+/// The output job's row: the exchanged points combined along H with AT_h's row (`sel`), then AT_w (constants);
+/// each pixel inside the output stored.
+fn output_row(h: &Transform1d, w: &Transform1d) -> String {
+    let (ah, aw) = (h.alpha, w.alpha);
+    let mut s = String::new();
+    for c in 0..aw {
+        let terms: Vec<String> = (0..ah).map(|p| format!("sel.a{p} * m_at(m_base, {}u)", p * aw + c)).collect();
+        s += &format!("        let h{c} = {};\n", terms.join(" + "));
+    }
+    for x in 0..w.m {
+        let e = combination((0..aw).map(|c| w.at[x * aw + c]), |c| format!("h{c}"));
+        s += &format!(
+            "        if (ow0 + {x}u < OUT_W) {{ store_px(at + {x}u, exact_px(c, {e}, n, oc, oh, ow0 + {x}u), b); }}\n"
+        );
+    }
+    s
+}
+
+/// The weight transform's source: the filter transforms G as constant arrays in front of
+/// `shaders/winograd_weights.wgsl`.
+fn weights_source(t: &Transforms) -> String {
+    let arr = |m: &[f64]| m.iter().map(|&v| lit(v)).collect::<Vec<_>>().join(", ");
+    format!(
+        "const AH: u32 = {}u;\nconst AW: u32 = {}u;\nconst GH = array<f32, {}>({});\nconst GW = array<f32, {}>({});\n{WEIGHTS_SHADER}",
+        t.h.alpha,
+        t.w.alpha,
+        t.h.g.len(),
+        arr(&t.h.g),
+        t.w.g.len(),
+        arr(&t.w.g)
+    )
+}
+
+/// Encodes the weight transform: `weight` [Cin, Cog, kH, kW] to U [point][Cin][Cog4] (rows padded with zeros to
+/// whole vec4s), the kernel flipped (the
+/// transposed convolution at stride 1 is a correlation with the flipped kernel).
+fn transform_weights(
+    ctx: &GpuContext,
+    shape: &ConvShape,
+    t: &Transforms,
+    weight: &GpuTensor,
+    pass: &mut wgpu::ComputePass<'_>,
+) -> Result<PooledBuffer> {
+    let src = weight.single_buffer("weight", ctx)?;
+    let elems = t.points() as usize * shape.in_channels * cog4(shape);
+    let transformed = ctx.pool.get(&ctx.device, (elems * 4).max(4) as u64, STORAGE);
+    let name = format!("{WEIGHTS_SHADER_NAME} r{}x{}", t.h.r, t.w.r) + &format!(" m{}x{}", t.h.m, t.w.m);
+    let module = ctx.module_with(&name, || weights_source(t))?;
+    let consts = [
+        ("C_IN", shape.in_channels as f64),
+        ("COG", shape.out_per_group() as f64),
+        ("COG4", cog4(shape) as f64),
+        ("K_H", shape.kernel[0] as f64),
+        ("K_W", shape.kernel[1] as f64),
+        ("WORKGROUP_SIZE", WEIGHTS_WORKGROUP_SIZE as f64),
+    ];
+    let pipeline = ctx.pipeline(format!("{name} {consts:?}"), &module, &consts)?;
+    dispatch_weight_prep(ctx, pass, &pipeline, src, &transformed, elems, WEIGHTS_WORKGROUP_SIZE)?;
+    Ok(transformed)
+}
+
+/// A group's output channels rounded up to whole vec4s: the transformed weight's row length.
+fn cog4(shape: &ConvShape) -> usize {
+    shape.out_per_group().div_ceil(4) * 4
+}
+
+/// The uniform block `Dispatch` of the shader, field for field.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct DispatchUniform {
+    slice: SliceFields,
+    dispatch_width: u32,
+    tile_blocks: u32,
+    channel_blocks_per_group: u32,
+    group_begin: u32,
+    group_count: u32,
+    _pad: [u32; 2],
+}
+
+/// The shape constants of the main kernel: the shared ones and the padding.
+fn constants(shape: &ConvShape, has_bias: bool) -> Vec<(&'static str, f64)> {
+    // The strides are 1 here and the shader does not declare them.
+    let mut c: Vec<_> = shape_constants(shape, has_bias).into_iter().filter(|(k, _)| !k.starts_with("S_")).collect();
+    c.push(("PAD_H", shape.padding[0] as f64));
+    c.push(("PAD_W", shape.padding[1] as f64));
+    c
+}
+
+/// The shader and its constants for `shape` (for inspection tools), or why the tile cannot compute it.
+pub(crate) fn shader(tile: &WinoTile, shape: &ConvShape, has_bias: bool) -> Result<(String, Vec<(&'static str, f64)>)> {
+    let t = tile.transforms(shape).map_err(ConvtError::InvalidArgument)?;
+    Ok((tile.source(&t), constants(shape, has_bias)))
+}
+
+/// Encodes the weight transform and the Winograd kernel over every slice of the plan into `pass`; the
+/// transformed weight goes into `in_flight`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn encode(
+    ctx: &GpuContext,
+    shape: &ConvShape,
+    tile: &WinoTile,
+    input: &GpuTensor,
+    weight: &GpuTensor,
+    bias: Option<&GpuTensor>,
+    output: &GpuTensor,
+    pass: &mut wgpu::ComputePass<'_>,
+    in_flight: &mut InFlight,
+) -> Result<()> {
+    let t = tile.check_on(ctx, shape).map_err(ConvtError::InvalidArgument)?;
+    check_index_range(shape)?;
+    let slices = plan(shape, input, output);
+    if slices.is_empty() {
+        return Ok(());
+    }
+    let transformed = in_flight.keep(transform_weights(ctx, shape, &t, weight, pass)?);
+    let ops = Operands::new(ctx, &transformed, bias)?;
+    // Bound too: the kernel recomputes a non-finite output from it by the definition.
+    let raw_weight = weight.single_buffer("weight", ctx)?;
+    let name = format!("{} r{}x{}", tile.name(), t.h.r, t.w.r);
+    let module = ctx.module_with(&name, || tile.source(&t))?;
+    let consts = constants(shape, bias.is_some());
+    let key = format!("{name} {:?} {:?}", ctx.options().shader_checks, consts);
+    let pipeline = ctx.pipeline(key, &module, &consts)?;
+    let cog = shape.out_per_group();
+    let channel_blocks_per_group = cog.div_ceil(tile.cb as usize);
+    let tiles_per_sample = shape.out_hw[0].div_ceil(tile.mh as usize) * shape.out_hw[1].div_ceil(tile.mw as usize);
+    ctx.scoped(|| {
+        for s in &slices {
+            let (g0, g1) = (s.oc.start / cog, (s.oc.end - 1) / cog + 1);
+            let tile_blocks = (s.samples.len() * tiles_per_sample).div_ceil(tile.tb as usize);
+            let grid = grid(ctx, tile_blocks * channel_blocks_per_group * (g1 - g0));
+            let u = DispatchUniform {
+                slice: SliceFields::from(s),
+                dispatch_width: grid.0,
+                tile_blocks: tile_blocks as u32,
+                channel_blocks_per_group: channel_blocks_per_group as u32,
+                group_begin: g0 as u32,
+                group_count: (g1 - g0) as u32,
+                _pad: [0; 2],
+            };
+            let input = &input.chunks()[s.in_chunk].buffer;
+            let out = &output.chunks()[s.out_chunk].buffer;
+            let mut buffers = ops.buffers(input, out);
+            buffers.push(raw_weight);
+            dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &buffers, grid, 1);
+        }
+        Ok(())
+    })
+}
+
+/// Every generated source for validation: each tile on each kernel size from 1x1 to 7x7 its transforms take,
+/// and the weight transforms.
+pub(crate) fn shader_variants() -> Vec<(&'static str, String, String)> {
+    let mut v = Vec::new();
+    for tile in WINO_TILES {
+        for kh in 1..=7 {
+            for kw in 1..=7 {
+                let t = match (Transform1d::new(tile.mh as usize, kh), Transform1d::new(tile.mw as usize, kw)) {
+                    (Some(h), Some(w)) => Transforms { h, w },
+                    _ => continue,
+                };
+                let name = format!("{} r{kh}x{kw}", tile.name());
+                v.push((WEIGHTS_SHADER_NAME, format!("weights {name}"), weights_source(&t)));
+                v.push((SHADER_NAME, name, tile.source(&t)));
+            }
+        }
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_transform_computes_the_correlation_exactly_in_f64() {
+        for r in 1..=7 {
+            for m in 1..=MAX_ALPHA {
+                if let Some(t) = Transform1d::new(m, r) {
+                    assert!(t.identity_error() < 1e-9, "F({m}, {r}): {}", t.identity_error());
+                }
+            }
+        }
+        assert!(Transform1d::new(4, 6).is_none());
+    }
+
+    #[test]
+    fn f2_3_has_the_textbook_input_transform() {
+        // Lavin and Gray's F(2, 3) up to the sign of the first point's row (which G carries here).
+        let t = Transform1d::new(2, 3).unwrap();
+        let bt: Vec<f64> = t.bt.iter().map(|v| v.abs()).collect();
+        assert_eq!(bt, vec![1., 0., 1., 0., 0., 1., 1., 0., 0., 1., 1., 0., 0., 1., 0., 1.]);
+    }
+
+    #[test]
+    fn every_tile_meets_the_layout_rules_and_runs_on_the_software_driver() {
+        // 32 KiB of workgroup memory: what the software driver (Vulkan and GL) offers, where CI runs every tile
+        // (tests/winograd.rs) on a 2x3 kernel at least; the suite's 3x5 kernel (kb69) needs up to 48 KiB, what
+        // the H100 offers.
+        let software = wgpu::Limits { max_compute_workgroup_storage_size: 32768, ..wgpu::Limits::default() };
+        let h100 = wgpu::Limits { max_compute_workgroup_storage_size: 49152, ..wgpu::Limits::default() };
+        let shape = |k: [usize; 2]| {
+            crate::ConvTranspose2dParams::default().resolve(&[1, 8, 9, 7], &[8, 8, k[0], k[1]], None).unwrap()
+        };
+        for tile in WINO_TILES {
+            assert!(tile.is_consistent(), "{tile:?}");
+            tile.check(&shape([2, 3]), &software).unwrap_or_else(|e| panic!("{e}"));
+            tile.check(&shape([3, 5]), &h100).unwrap_or_else(|e| panic!("{e}"));
+            let src = tile.source(&tile.transforms(&shape([3, 5])).unwrap());
+            assert!(!src.contains("//#"), "{tile:?}");
+        }
+    }
+
+    #[test]
+    fn strided_or_dilated_shapes_are_refused_by_name() {
+        let shape =
+            crate::ConvTranspose2dParams::default().stride(2).resolve(&[1, 8, 9, 7], &[8, 8, 3, 3], None).unwrap();
+        let e = WINO_TILES[0].check(&shape, &wgpu::Limits::default()).unwrap_err();
+        assert!(e.contains("stride 1 without dilation only (stride [2, 2]"), "{e}");
+    }
+}

@@ -1,0 +1,169 @@
+//! The Winograd kernel (stride 1, no dilation) on every tile against the float64 CPU reference, relative L2
+//! <= 1e-5, outputs poisoned with NaN before each dispatch, inputs drawn fresh every run: random shapes, shapes
+//! that cross its K steps, channel blocks and tile blocks, tensors split over many bindings; and its refusal
+//! of the shapes it does not compute.
+
+mod common;
+
+use common::problems::Problem;
+use convt::gpu::winograd::WINO_TILES;
+use convt::gpu::Strategy as GpuStrategy;
+use convt::{cpu, ConvTranspose2dParams, ConvtError, ErrorStats, GpuContext};
+use proptest::prelude::*;
+
+fn check(ctx: &GpuContext, strategy: GpuStrategy, p: &Problem) -> Result<(), TestCaseError> {
+    let shape = p.shape();
+    let (x, w, b) = p.tensors();
+    let ran = convt::gpu::conv_transpose2d_host_as(ctx, convt::Precision::F32, &x, &w, b.as_ref(), &p.params);
+    let (out, used) = ran.map_err(|e| TestCaseError::fail(format!("{e} for {p:?}")))?;
+    prop_assert_eq!(used, strategy, "the forced tile did not run for {:?}", p);
+    let reference = cpu::conv_transpose2d_f64(&shape, x.data(), w.data(), b.as_ref().map(|b| b.data()));
+    let s = ErrorStats::compare(out.data(), &reference);
+    prop_assert!(
+        s.non_finite == 0,
+        "{}: {} unwritten or non-finite outputs for {:?}",
+        strategy.name(),
+        s.non_finite,
+        p
+    );
+    prop_assert!(s.rel_l2 <= common::F32_TOLERANCE, "{}: rel L2 {:e} for {:?}", strategy.name(), s.rel_l2, p);
+    Ok(())
+}
+
+/// Stride-1 undilated problems, kernels 1x1 to 7x7, channels across several K steps and channel blocks.
+fn problems() -> impl Strategy<Value = Problem> {
+    (
+        (1usize..=2, 1usize..=3, 1usize..=13, 1usize..=40), // batch, groups, in per group, out per group
+        (1usize..=19, 1usize..=19, 1usize..=7, 1usize..=7), // H, W, kH, kW
+        ([0i64..=6, 0i64..=6], any::<bool>(), any::<u64>(), 0usize..WINO_TILES.len()),
+    )
+        .prop_filter_map("output must be non-empty", |((n, g, cig, cog), (h, w, kh, kw), (p, bias, seed, tile))| {
+            let params = ConvTranspose2dParams::default().groups(g as i64).padding((p[0], p[1]));
+            let pr = Problem { input: vec![n, g * cig, h, w], weight: vec![g * cig, cog, kh, kw], bias, params, seed };
+            let cout = cog * g;
+            params.resolve(&pr.input, &pr.weight, bias.then_some(&[cout][..])).ok().map(|_| (pr, tile))
+        })
+        .prop_filter_map("the tile must take the kernel", |(pr, tile)| {
+            let t = WINO_TILES[tile];
+            takes(&t, &pr).then_some(Problem { seed: pr.seed ^ (tile as u64) << 60, ..pr })
+        })
+}
+
+/// Whether the tile computes the problem on the test adapter (its kernel size, and the workgroup that
+/// transform size needs within the adapter's limits).
+fn takes(tile: &convt::gpu::winograd::WinoTile, p: &Problem) -> bool {
+    tile.check(&p.shape(), &common::ctx().device().limits()).is_ok()
+}
+
+/// The tile the problem's seed picked among those that take its kernel.
+fn tile_for(p: &Problem) -> GpuStrategy {
+    let fits: Vec<_> = WINO_TILES.iter().filter(|t| takes(t, p)).collect();
+    GpuStrategy::Winograd(*fits[(p.seed >> 60) as usize % fits.len()])
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn every_tile_matches_the_reference_on_random_stride_1_problems(p in problems()) {
+        let strategy = tile_for(&p);
+        check(common::ctx_with_strategy(strategy), strategy, &p)?;
+    }
+
+    #[test]
+    fn every_tile_matches_the_reference_with_tiny_bindings(p in problems()) {
+        // Tensors split over chunks, samples split across input-channel chunks: the slices accumulate.
+        let shape = p.shape();
+        let plane = (shape.in_hw[0] * shape.in_hw[1]).max(shape.out_hw[0] * shape.out_hw[1]);
+        let weight: usize = p.weight.iter().product();
+        let strategy = tile_for(&p);
+        // The transformed weight (P / (kH*kW) times the weight) must stay in one binding.
+        let GpuStrategy::Winograd(tile) = strategy else { unreachable!() };
+        let transformed = tile.transforms(&shape).unwrap().points() as usize * shape.in_channels * shape.out_per_group().div_ceil(4) * 4;
+        let limit = 4 * weight.max(plane).max(shape.out_channels).max(transformed);
+        check(&common::ctx_with_binding_limit(limit as u64, Some(strategy)), strategy, &p)?;
+    }
+}
+
+#[test]
+fn every_tile_matches_the_reference_on_suite_like_shapes() {
+    // The suite's stride-1 kernels (3x3, 3x5, 3x7, with and without padding) at 64 -> 72 channels: several K
+    // steps, channel blocks (one short) and tile blocks, H != W, a partial last tile on both axes.
+    let cases = [
+        (vec![2, 64, 13, 22], vec![64, 72, 3, 5], ConvTranspose2dParams::default()),
+        (vec![1, 64, 17, 9], vec![64, 72, 3, 7], ConvTranspose2dParams::default().padding((1, 3))),
+        (vec![2, 48, 11, 14], vec![48, 72, 3, 3], ConvTranspose2dParams::default()),
+        // A 2x3 kernel: small enough transforms for every tile to fit the software driver's workgroup memory.
+        (vec![2, 40, 9, 13], vec![40, 36, 2, 3], ConvTranspose2dParams::default().padding((1, 0))),
+    ];
+    let mut ran = std::collections::HashSet::new();
+    for (input, weight, params) in cases {
+        for tile in WINO_TILES {
+            let strategy = GpuStrategy::Winograd(*tile);
+            let p = Problem {
+                input: input.clone(),
+                weight: weight.clone(),
+                bias: true,
+                params,
+                seed: common::fresh_seed(),
+            };
+            if !takes(tile, &p) {
+                continue;
+            }
+            check(common::ctx_with_strategy(strategy), strategy, &p).unwrap_or_else(|e| panic!("{e}"));
+            ran.insert(*tile);
+        }
+    }
+    assert_eq!(ran.len(), WINO_TILES.len(), "every tile must run on this adapter on some case");
+}
+
+#[test]
+fn strided_dilated_and_oversized_kernels_are_refused_with_the_reason() {
+    let ctx = common::ctx();
+    let x = convt::Tensor::uniform(vec![1, 4, 6, 6], -1.0, 1.0, common::fresh_seed()).unwrap();
+    let cases = [
+        (vec![4, 4, 3, 3], ConvTranspose2dParams::default().stride(2), "stride 1 without dilation only"),
+        (vec![4, 4, 3, 3], ConvTranspose2dParams::default().dilation((1, 2)), "stride 1 without dilation only"),
+        (vec![4, 4, 3, 6], ConvTranspose2dParams::default(), "needs more than 8 points"),
+    ];
+    for (weight, params, message) in cases {
+        let w = convt::Tensor::uniform(weight, -1.0, 1.0, common::fresh_seed()).unwrap();
+        let shape = params.resolve(x.shape(), w.shape(), None).unwrap();
+        let xg = convt::gpu::GpuTensor::upload(ctx, &x).unwrap();
+        let wg = convt::gpu::GpuTensor::upload(ctx, &w).unwrap();
+        let out = convt::gpu::GpuTensor::empty(ctx, &shape.output_dims_as_given()).unwrap();
+        let tile = WINO_TILES.iter().find(|t| t.mw == 4).unwrap();
+        let e =
+            convt::gpu::conv_transpose2d_with(ctx, GpuStrategy::Winograd(*tile), &xg, &wg, None, &params, &out, None)
+                .unwrap_err();
+        assert!(matches!(&e, ConvtError::InvalidArgument(m) if m.contains(message)), "{e:?}");
+        // Forced through the options, the tile gives way to the selector's choice on such shapes.
+        let forced = common::ctx_with_strategy(GpuStrategy::Winograd(*tile));
+        let (y, used) =
+            convt::gpu::conv_transpose2d_host_as(forced, convt::Precision::F32, &x, &w, None, &params).unwrap();
+        assert!(!matches!(used, GpuStrategy::Winograd(_)), "{}", used.name());
+        let reference = cpu::conv_transpose2d_f64(&shape, x.data(), w.data(), None);
+        assert!(ErrorStats::compare(y.data(), &reference).rel_l2 <= common::F32_TOLERANCE);
+    }
+}
+
+#[test]
+fn the_selector_takes_winograd_for_kb69_exactly_where_its_tile_fits() {
+    // No tuning cache: the heuristic decides. kb69 (stride 1, 64 -> 128 channels, 3x5) takes the Winograd
+    // kernel where its default tile fits the adapter (48 KiB of workgroup memory: the H100), the GEMM elsewhere
+    // (the software driver's 32 KiB); kb57 (64 output channels) keeps the GEMM everywhere.
+    let mut opts = convt::GpuOptions::from_env().unwrap();
+    opts.tune_cache = Some(std::env::temp_dir().join("convt-no-such-dir").join("tune.json"));
+    opts.strategy = None;
+    let ctx = GpuContext::with_options(opts).unwrap();
+    let shape_of = |name: &str| {
+        let case = convt::suite::find(name).unwrap();
+        (case.params.resolve(&case.input_dims(), &case.weight_dims(), None).unwrap(), case.bias)
+    };
+    let (kb69, bias) = shape_of("kb69");
+    let chosen = convt::gpu::select(&ctx, &kb69, bias, convt::Precision::F32);
+    let fits = GpuStrategy::Winograd(convt::gpu::winograd::WINO_DEFAULT).computes(&ctx, &kb69);
+    assert_eq!(matches!(chosen, GpuStrategy::Winograd(_)), fits, "{}", chosen.name());
+    let (kb57, bias) = shape_of("kb57");
+    assert!(matches!(convt::gpu::select(&ctx, &kb57, bias, convt::Precision::F32), GpuStrategy::Gemm(_)));
+}
