@@ -10,7 +10,7 @@ use crate::gpu::buffers::{GpuTensor, InFlight};
 use crate::gpu::context::GpuContext;
 use crate::gpu::kernel::{channel_blocks, check_index_range, dispatch_buffers, grid, shape_constants};
 use crate::gpu::plan::{plan_between, Side};
-use crate::gpu::{gemm, select, Strategy};
+use crate::gpu::{gemm, select, winograd, Strategy};
 use crate::params::{ConvShape, ConvTranspose2dParams};
 use crate::precision::Precision;
 
@@ -76,7 +76,8 @@ pub fn as_transposed_convolution(shape: &ConvShape) -> Option<ConvShape> {
 }
 
 /// Encodes grad_input = the gradient of the input given `grad_output`, into `grad_input` (the input's size),
-/// with the forward's GEMM kernel where the selector picks it for the equivalent transposed convolution.
+/// with the forward's GEMM or Winograd kernel where the selector picks one for the equivalent transposed
+/// convolution.
 pub(crate) fn encode(
     ctx: &GpuContext,
     shape: &ConvShape,
@@ -87,11 +88,16 @@ pub(crate) fn encode(
     in_flight: &mut InFlight,
 ) -> Result<()> {
     if let Some(t) = as_transposed_convolution(shape) {
-        if let Strategy::Gemm(tile) = select(ctx, &t, false, Precision::F32) {
+        // Both kernels read any [N, C, H, W] tensor through the slice plan; the chunks of grad_output and
+        // grad_input are those of an input and an output of shape `t`.
+        let strategy = select(ctx, &t, false, Precision::F32);
+        if let Strategy::Gemm(_) | Strategy::Winograd(_) = strategy {
             let flipped = flip_weights(ctx, shape, weight, pass)?;
-            // The GEMM kernel reads any [N, C, H, W] tensor through the slice plan; the chunks of grad_output
-            // and grad_input are those of an input and an output of shape `t`.
-            gemm::encode(ctx, &t, &tile, grad_output, &flipped, None, grad_input, pass, in_flight)?;
+            if let Strategy::Winograd(tile) = strategy {
+                winograd::encode(ctx, &t, &tile, grad_output, &flipped, None, grad_input, pass, in_flight)?;
+            } else if let Strategy::Gemm(tile) = strategy {
+                gemm::encode(ctx, &t, &tile, grad_output, &flipped, None, grad_input, pass, in_flight)?;
+            }
             in_flight.keep_tensor(flipped);
             return Ok(());
         }

@@ -148,11 +148,15 @@ impl Strategy {
     /// kernel a stride-1 undilated shape whose kernel its transforms take, with its transformed weight within
     /// one binding (every other strategy computes every shape).
     pub fn computes(&self, ctx: &GpuContext, shape: &ConvShape) -> bool {
-        self.runs_on(ctx)
-            && match self {
-                Strategy::Winograd(t) => t.check_on(ctx, shape).is_ok(),
-                _ => true,
-            }
+        self.runs_on(ctx) && self.takes_shape(ctx, shape)
+    }
+
+    /// The shape part of [`Strategy::computes`]: false only for a Winograd tile that cannot take `shape` here.
+    fn takes_shape(&self, ctx: &GpuContext, shape: &ConvShape) -> bool {
+        match self {
+            Strategy::Winograd(t) => t.check_on(ctx, shape).is_ok(),
+            _ => true,
+        }
     }
 }
 
@@ -205,7 +209,10 @@ pub fn shader_sources() -> Vec<(&'static str, String, String)> {
 /// exact kernels measured fastest, and `fast` takes them (its error is then f32's). The f16-operand register
 /// kernels never won. `convt tune --precision fast` measures every candidate instead.
 pub fn select(ctx: &GpuContext, shape: &ConvShape, has_bias: bool, precision: Precision) -> Strategy {
-    if let Some(forced) = ctx.options().strategy.filter(|s| s.precision() == precision && s.computes(ctx, shape)) {
+    // A forced strategy applies at its precision, and on the shapes it computes: a Winograd tile gives way on
+    // shapes it does not take (strides, dilation, large kernels); any other forced strategy that cannot run on
+    // this adapter reaches the caller as an error.
+    if let Some(forced) = ctx.options().strategy.filter(|s| s.precision() == precision && s.takes_shape(ctx, shape)) {
         return forced;
     }
     let tuned = |precision| {

@@ -230,6 +230,7 @@ impl WinoTile {
         let p = t.points();
         if !self.is_consistent()
             || self.threads(p) > limits.max_compute_invocations_per_workgroup
+            || self.threads(p) > limits.max_compute_workgroup_size_x
             || self.workgroup_bytes(p) > limits.max_compute_workgroup_storage_size
         {
             return Err(format!(
