@@ -79,7 +79,7 @@ proptest! {
         let strategy = tile_for(&p);
         // The transformed weight (P / (kH*kW) times the weight) must stay in one binding.
         let GpuStrategy::Winograd(tile) = strategy else { unreachable!() };
-        let transformed = tile.transforms(&shape).unwrap().points() as usize * shape.in_channels * shape.out_per_group().div_ceil(4) * 4;
+        let transformed = tile.points(&shape).unwrap() as usize * shape.in_channels * shape.out_per_group().div_ceil(4) * 4;
         let limit = 4 * weight.max(plane).max(shape.out_channels).max(transformed);
         check(&common::ctx_with_binding_limit(limit as u64, Some(strategy)), strategy, &p)?;
     }

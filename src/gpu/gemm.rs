@@ -203,41 +203,24 @@ impl GemmKernel for Tile {
     /// The register micro-kernel: named vec4 accumulators, straight-line updates.
     fn source(&self) -> String {
         let (quads_m, quads_n) = (self.tm / 4, self.tn / 4);
-        let acc = |i: u32, j: u32| format!("acc_{i}_{j}");
-        let mut decl = String::new();
-        let mut store = String::new();
         // Run q of the invocation's pixels starts at pixel (q * WG_M + tm) * 4 of the tile, run j of its channels
-        // at channel (j * WG_N + tn) * 4 (see the shader's opening comment). `k` is the channel of the step, `s`
-        // a suffix for the fragments' names.
-        let fragments = |k: &str, s: &str| {
-            let mut f = String::new();
-            for q in 0..quads_m {
-                f += &format!("            let a{q}{s} = vec4<f32>(a_tile[({k}) * (BM / 4u) + tm + {q}u * WG_M]);\n");
-            }
-            for j in 0..quads_n {
-                f += &format!("            let b{j}{s} = vec4<f32>(b_tile[({k}) * (BN / 4u) + tn + {j}u * WG_N]);\n");
-            }
-            f
-        };
-        let updates = |s: &str| {
-            let mut f = String::new();
-            for i in 0..self.tm {
-                let a = format!("a{}{s}.{}", i / 4, ["x", "y", "z", "w"][(i % 4) as usize]);
-                for j in 0..quads_n {
-                    f += &format!("            {0} = fma(vec4<f32>({a}), b{j}{s}, {0});\n", acc(i, j));
-                }
-            }
-            f
-        };
+        // at channel (j * WG_N + tn) * 4 (see the shader's opening comment).
+        let (mut decl, math) = register_tile(
+            self.tm,
+            self.tn,
+            self.bk,
+            |k, q| format!("vec4<f32>(a_tile[({k}u) * (BM / 4u) + tm + {q}u * WG_M])"),
+            |k, j| format!("vec4<f32>(b_tile[({k}u) * (BN / 4u) + tn + {j}u * WG_N])"),
+        );
         let scaled = self.operand == Operand::F16;
+        let mut store = String::new();
         for i in 0..self.tm {
             for j in 0..quads_n {
-                decl += &format!("    var {} = vec4<f32>(0.0);\n", acc(i, j));
+                let a = format!("acc_{i}_{j}");
                 let v = if scaled {
-                    let a = acc(i, j);
                     format!("vec4<f32>(unscale({a}.x), unscale({a}.y), unscale({a}.z), unscale({a}.w))")
                 } else {
-                    acc(i, j)
+                    a
                 };
                 store += &format!("    store4(sc, m{} + {}u, oc{j}, {v});\n", i / 4, i % 4);
             }
@@ -247,18 +230,6 @@ impl GemmKernel for Tile {
     let tm = (warp % (WG_M / WARP_M)) * WARP_M + lane % WARP_M;
     let tn = (warp / (WG_M / WARP_M)) * (32u / WARP_M) + lane / WARP_M;
 ";
-        // Straight-line over the BK channels of the step, the next channel's fragments read before the current
-        // one's multiply-adds: the driver then keeps the reads ahead of the arithmetic (as a loop it did not, and
-        // was up to 25% slower on the H100: docs/PERFORMANCE.md, g4).
-        let mut math = String::from("        {\n");
-        math += &fragments("0u", "_0");
-        for k in 0..self.bk {
-            if k + 1 < self.bk {
-                math += &fragments(&format!("{}u", k + 1), &format!("_{}", k + 1));
-            }
-            math += &updates(&format!("_{k}"));
-        }
-        math += "        }\n";
         let mut epilogue = String::new();
         for q in 0..quads_m {
             epilogue += &format!("    let m{q} = m_tile * BM + ({q}u * WG_M + tm) * 4u;\n");
@@ -329,6 +300,53 @@ fn stage_b(k: u32, n: u32, v: f32) {{
             && (self.bk * self.bm).is_multiple_of(t)
             && (self.bk * self.bn).is_multiple_of(t)
     }
+}
+
+/// The register micro-kernel of the register-tile kernels (this GEMM's [`Tile`] and the Winograd kernel's GEMM
+/// per transform point): the declarations of TM x TN/4 named vec4 accumulators `acc_<i>_<j>` (no array, so
+/// nothing can be demoted to local memory), and one K step's math over `bk` channels, straight-line, the next
+/// channel's fragments read before the current one's multiply-adds (as a loop the driver did not keep the reads
+/// ahead, up to 25% slower on the H100: docs/PERFORMANCE.md, g4). `read_a(k, q)` and `read_b(k, j)` are the WGSL
+/// vec4 expressions of the invocation's pixel run q and channel run j at channel k of the step.
+pub(crate) fn register_tile(
+    tm: u32,
+    tn: u32,
+    bk: u32,
+    read_a: impl Fn(u32, u32) -> String,
+    read_b: impl Fn(u32, u32) -> String,
+) -> (String, String) {
+    let (quads_m, quads_n) = (tm / 4, tn / 4);
+    let mut decl = String::new();
+    for i in 0..tm {
+        for j in 0..quads_n {
+            decl += &format!("    var acc_{i}_{j} = vec4<f32>(0.0);\n");
+        }
+    }
+    let fragments = |k: u32| {
+        let mut f = String::new();
+        for q in 0..quads_m {
+            f += &format!("            let a{q}_{k} = {};\n", read_a(k, q));
+        }
+        for j in 0..quads_n {
+            f += &format!("            let b{j}_{k} = {};\n", read_b(k, j));
+        }
+        f
+    };
+    let mut math = String::from("        {\n");
+    math += &fragments(0);
+    for k in 0..bk {
+        if k + 1 < bk {
+            math += &fragments(k + 1);
+        }
+        for i in 0..tm {
+            let a = format!("a{}_{k}.{}", i / 4, ["x", "y", "z", "w"][(i % 4) as usize]);
+            for j in 0..quads_n {
+                math += &format!("            acc_{i}_{j} = fma(vec4<f32>({a}), b{j}_{k}, acc_{i}_{j});\n");
+            }
+        }
+    }
+    math += "        }\n";
+    (decl, math)
 }
 
 /// The default tile for a shape (before tuning), from the H100 measurements of docs/PERFORMANCE.md (g5): 8 x 8

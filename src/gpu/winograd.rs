@@ -11,6 +11,7 @@
 use crate::error::{ConvtError, Result};
 use crate::gpu::buffers::{GpuTensor, InFlight, PooledBuffer, STORAGE};
 use crate::gpu::context::GpuContext;
+use crate::gpu::gemm::register_tile;
 use crate::gpu::kernel::{check_index_range, dispatch_buffers, dispatch_weight_prep, grid, shape_constants, Operands};
 use crate::gpu::plan::{plan, SliceFields};
 use crate::params::ConvShape;
@@ -41,12 +42,14 @@ pub struct Transform1d {
 }
 
 impl Transform1d {
+    /// The points F(m, r) takes, m + r - 1, or None when that is more than [`MAX_ALPHA`] (or m or r is 0).
+    pub fn alpha(m: usize, r: usize) -> Option<usize> {
+        (m > 0 && r > 0).then(|| m + r - 1).filter(|&a| a <= MAX_ALPHA)
+    }
+
     /// F(m, r), or None when it needs more than [`MAX_ALPHA`] points.
     pub fn new(m: usize, r: usize) -> Option<Transform1d> {
-        let alpha = m + r - 1;
-        if m == 0 || r == 0 || alpha > MAX_ALPHA {
-            return None;
-        }
+        let alpha = Self::alpha(m, r)?;
         let eye = |n: usize| (0..n * n).map(|i| if i / n == i % n { 1.0 } else { 0.0 }).collect::<Vec<f64>>();
         if m == 1 || r == 1 {
             // No saving along this axis: the plain correlation, written as a transform (alpha = max(m, r)).
@@ -178,8 +181,9 @@ impl WinoTile {
         format!("wino_{}x{}_{}x{}x{}_{}x{}", self.mh, self.mw, self.tb, self.cb, self.bk, self.tm, self.tn)
     }
 
-    /// The transforms for `shape`, or why this tile cannot compute it.
-    pub fn transforms(&self, shape: &ConvShape) -> std::result::Result<Transforms, String> {
+    /// The transform points (AH x AW) the tile takes for `shape`, or why it cannot compute it: sizes only, the
+    /// transforms themselves are built by [`WinoTile::transforms`] when the kernel is encoded.
+    pub fn points(&self, shape: &ConvShape) -> std::result::Result<u32, String> {
         if shape.stride != [1, 1] || shape.dilation != [1, 1] {
             return Err(format!(
                 "{} computes stride 1 without dilation only (stride {:?}, dilation {:?})",
@@ -189,12 +193,21 @@ impl WinoTile {
             ));
         }
         let axis = |m: u32, r: usize| {
-            Transform1d::new(m as usize, r).ok_or_else(|| {
+            Transform1d::alpha(m as usize, r).ok_or_else(|| {
                 format!(
                     "{} cannot take a {r}-tap kernel axis: F({m}, {r}) needs more than {MAX_ALPHA} points",
                     self.name()
                 )
             })
+        };
+        Ok((axis(self.mh, shape.kernel[0])? * axis(self.mw, shape.kernel[1])?) as u32)
+    }
+
+    /// The transforms for `shape`, or why this tile cannot compute it.
+    pub fn transforms(&self, shape: &ConvShape) -> std::result::Result<Transforms, String> {
+        self.points(shape)?;
+        let axis = |m: u32, r: usize| {
+            Transform1d::new(m as usize, r).ok_or_else(|| format!("{}: F({m}, {r}) has no transform", self.name()))
         };
         Ok(Transforms { h: axis(self.mh, shape.kernel[0])?, w: axis(self.mw, shape.kernel[1])? })
     }
@@ -224,10 +237,9 @@ impl WinoTile {
     }
 
     /// Whether this tile computes `shape` within `limits`: stride 1, no dilation, transforms of at most
-    /// [`MAX_ALPHA`] points per axis, and a workgroup the adapter can run.
-    pub fn check(&self, shape: &ConvShape, limits: &wgpu::Limits) -> std::result::Result<Transforms, String> {
-        let t = self.transforms(shape)?;
-        let p = t.points();
+    /// [`MAX_ALPHA`] points per axis, and a workgroup the adapter can run. Returns the points (AH x AW).
+    pub fn check(&self, shape: &ConvShape, limits: &wgpu::Limits) -> std::result::Result<u32, String> {
+        let p = self.points(shape)?;
         if !self.is_consistent()
             || self.threads(p) > limits.max_compute_invocations_per_workgroup
             || self.threads(p) > limits.max_compute_workgroup_size_x
@@ -244,18 +256,18 @@ impl WinoTile {
                 limits.max_compute_workgroup_storage_size
             ));
         }
-        Ok(t)
+        Ok(p)
     }
 
     /// [`WinoTile::check`] on `ctx`'s adapter, and the transformed weight (P x Cin x Cog values, P / (kH*kW)
-    /// times the weight) within one binding.
-    pub fn check_on(&self, ctx: &GpuContext, shape: &ConvShape) -> std::result::Result<Transforms, String> {
-        let t = self.check(shape, &ctx.device.limits())?;
-        let values = t.points() as u64 * shape.in_channels as u64 * cog4(shape) as u64;
+    /// times the weight) within one binding. What the selector asks on every call: sizes only.
+    pub fn check_on(&self, ctx: &GpuContext, shape: &ConvShape) -> std::result::Result<(), String> {
+        let p = self.check(shape, &ctx.device.limits())?;
+        let values = p as u64 * shape.in_channels as u64 * cog4(shape) as u64;
         if values * 4 > ctx.binding_limit() || values >= 1 << 31 {
             return Err(format!("{}: the transformed weight ({values} values) exceeds one binding", self.name()));
         }
-        Ok(t)
+        Ok(())
     }
 
     /// The shader for a shape's transforms: `shaders/winograd.wgsl` with the tile constants and the generated
@@ -278,45 +290,16 @@ impl WinoTile {
             self.workgroup_bytes(p) / 16
         );
         let (quads_m, quads_n) = (self.tm / 4, self.tn / 4);
+        // The GEMM of the invocation's point: tile run q at V's quad v_at + q * WG_T, channel run j at U's quad
+        // u_at + j * WG_C, channel k of the step P * TB / 4 (V) or P * CB / 4 (U) quads further.
+        let (decl, math) = register_tile(
+            self.tm,
+            self.tn,
+            self.bk,
+            |k, q| format!("smem[v_at + {}u]", k * p * self.tb / 4 + q * (self.tb / self.tm)),
+            |k, j| format!("smem[u_at + {}u]", k * p * self.cb / 4 + j * (self.cb / self.tn)),
+        );
         let acc = |i: u32, j: u32| format!("acc_{i}_{j}");
-        let mut decl = String::new();
-        for i in 0..self.tm {
-            for j in 0..quads_n {
-                decl += &format!("    var {} = vec4<f32>(0.0);\n", acc(i, j));
-            }
-        }
-        // The K step's math, straight-line over its BK channels with the next channel's reads first (as in
-        // shaders/gemm.wgsl).
-        let fragments = |k: u32| {
-            let mut f = String::new();
-            for q in 0..quads_m {
-                f += &format!(
-                    "            let a{q}_{k} = smem[v_at + {}u];\n",
-                    k * p * self.tb / 4 + q * (self.tb / self.tm)
-                );
-            }
-            for j in 0..quads_n {
-                f += &format!(
-                    "            let b{j}_{k} = smem[u_at + {}u];\n",
-                    k * p * self.cb / 4 + j * (self.cb / self.tn)
-                );
-            }
-            f
-        };
-        let mut math = String::from("        {\n");
-        math += &fragments(0);
-        for k in 0..self.bk {
-            if k + 1 < self.bk {
-                math += &fragments(k + 1);
-            }
-            for i in 0..self.tm {
-                let a = format!("a{}_{k}.{}", i / 4, ["x", "y", "z", "w"][(i % 4) as usize]);
-                for j in 0..quads_n {
-                    math += &format!("            {0} = fma(vec4<f32>({a}), b{j}_{k}, {0});\n", acc(i, j));
-                }
-            }
-        }
-        math += "        }\n";
         // The epilogue: one exchange per (tile run q, channel run j) of the invocation's accumulators.
         let mut epilogue = String::new();
         for q in 0..quads_m {
@@ -522,8 +505,8 @@ fn weights_source(t: &Transforms) -> String {
 }
 
 /// Encodes the weight transform: `weight` [Cin, Cog, kH, kW] to U [point][Cin][Cog4] (rows padded with zeros to
-/// whole vec4s), the kernel flipped (the
-/// transposed convolution at stride 1 is a correlation with the flipped kernel).
+/// whole vec4s), the kernel flipped (the transposed convolution at stride 1 is a correlation with the flipped
+/// kernel).
 fn transform_weights(
     ctx: &GpuContext,
     shape: &ConvShape,
@@ -534,7 +517,7 @@ fn transform_weights(
     let src = weight.single_buffer("weight", ctx)?;
     let elems = t.points() as usize * shape.in_channels * cog4(shape);
     let transformed = ctx.pool.get(&ctx.device, (elems * 4).max(4) as u64, STORAGE);
-    let name = format!("{WEIGHTS_SHADER_NAME} r{}x{}", t.h.r, t.w.r) + &format!(" m{}x{}", t.h.m, t.w.m);
+    let name = format!("{WEIGHTS_SHADER_NAME} r{}x{} m{}x{}", t.h.r, t.w.r, t.h.m, t.w.m);
     let module = ctx.module_with(&name, || weights_source(t))?;
     let consts = [
         ("C_IN", shape.in_channels as f64),
@@ -596,12 +579,13 @@ pub(crate) fn encode(
     pass: &mut wgpu::ComputePass<'_>,
     in_flight: &mut InFlight,
 ) -> Result<()> {
-    let t = tile.check_on(ctx, shape).map_err(ConvtError::InvalidArgument)?;
+    tile.check_on(ctx, shape).map_err(ConvtError::InvalidArgument)?;
     check_index_range(shape)?;
     let slices = plan(shape, input, output);
     if slices.is_empty() {
         return Ok(());
     }
+    let t = tile.transforms(shape).map_err(ConvtError::InvalidArgument)?;
     let transformed = in_flight.keep(transform_weights(ctx, shape, &t, weight, pass)?);
     let ops = Operands::new(ctx, &transformed, bias)?;
     // Bound too: the kernel recomputes a non-finite output from it by the definition.
