@@ -10,6 +10,14 @@
 // The output tile is Y = AT_h M AT_w^T. That is P multiplications per tile and channel pair where the direct
 // form needs MH*MW*K_H*K_W (kb69, F(2x4, 3x5): 32 against 120).
 //
+// Two forms, one source. The 2-D form (PH_K = 1) transforms both axes as above. The form along W (PH_K = K_H,
+// the host passes MH = 1, AH = 1) transforms the rows only, F(MW, K_W), and puts the kernel's rows into K: K
+// index kap is input channel kap / K_H and kernel row kap % K_H, whose patch row lies kap % K_H rows further
+// down, and U holds one transformed kernel row per (row, point). The accumulators then hold AW points instead of
+// K_H * AW (kb69: 8 instead of 32), so the same registers cover 4x the tiles x channels and U is read from
+// memory for 64 tiles at a time instead of 16; the saving per product is smaller (F(4, 5): 8 products for 20).
+// The heuristic's tiles use this form (docs/PERFORMANCE.md, wr1: kb69 8.6 ms against 11.4 for the 2-D one).
+//
 // How the work is mapped: a workgroup computes TB tiles x CB output channels of one group, all P points, and
 // walks the group's input channels in K steps of BK. Each step stages in workgroup memory the transformed
 // input V (BK x P x TB: every invocation transforms one patch row, BT_h's row ph of the patch times BT_w^T,
@@ -118,8 +126,19 @@ struct StepCtx {
     lid: u32,
     t_block: u32,
     tiles_total: u32,
+    ic_lo: u32,
     ic_hi: u32,
     oc_block: u32,
+}
+
+// K index kap of the group's slice: input channel ic_lo + kap / PH_K and, where the kernel's rows are folded
+// into K (PH_K = K_H), kernel row kap % PH_K.
+fn k_channel(c_ic_lo: u32, kap: u32) -> u32 {
+    return c_ic_lo + kap / PH_K;
+}
+
+fn k_row(kap: u32) -> u32 {
+    return kap % PH_K;
 }
 
 // Job `job`'s (k, tile, ph): consecutive jobs take consecutive tiles, and a subgroup's jobs share ph.
@@ -135,18 +154,19 @@ fn job_ph(job: u32) -> u32 {
     return job / (TB * BK);
 }
 
-fn load_step(c: StepCtx, ic0: u32) -> Staged {
+fn load_step(c: StepCtx, k0: u32) -> Staged {
     var r: Staged;
-    // U, along the output channels.
+    // U, along the output channels (U's point: the kernel row folded into K, if any, then the point held).
     for (var i = 0u; i < U_PER; i++) {
         let q = c.lid + i * THREADS;
         let cq = q % (CB / 4u);
         let pt = (q / (CB / 4u)) % P;
-        let ic = ic0 + q / (CB / 4u * P);
+        let kap = k0 + q / (CB / 4u * P);
+        let ic = k_channel(c.ic_lo, kap);
         let oc4 = c.oc_block / 4u + cq;
         var v = vec4<f32>(0.0);
         if (q < U_STEP && ic < c.ic_hi && oc4 < COG4 / 4u) {
-            v = wu[(pt * C_IN + ic) * (COG4 / 4u) + oc4];
+            v = wu[((k_row(kap) * P + pt) * C_IN + ic) * (COG4 / 4u) + oc4];
         }
         r.u[i] = v;
     }
@@ -157,7 +177,7 @@ fn load_step(c: StepCtx, ic0: u32) -> Staged {
 }
 
 // Registers -> workgroup memory: U as it is, V through the input transform.
-fn stage(lid: u32, r: Staged) {
+fn stage(lid: u32, r: Staged, k0: u32) {
     for (var i = 0u; i < U_PER; i++) {
         let q = lid + i * THREADS;
         if (q < U_STEP) {
@@ -274,7 +294,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let oc_block = (c_lin % u.channel_blocks_per_group) * CB;
     let ic_lo = max(g * cig, u.ic_begin);
     let ic_hi = max(min(g * cig + cig, u.ic_end), ic_lo);
-    let steps = (ic_hi - ic_lo + BK - 1u) / BK;
+    let steps = ((ic_hi - ic_lo) * PH_K + BK - 1u) / BK;
     let tiles_total = u.n_count * TILES_H * TILES_W;
 
     // This invocation's point and register tile.
@@ -288,18 +308,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     // The accumulators as named variables acc_<i>_<j> (generated).
 //#ACC_DECL
 
-    let sc = StepCtx(lid, t_block, tiles_total, ic_hi, oc_block);
+    let sc = StepCtx(lid, t_block, tiles_total, ic_lo, ic_hi, oc_block);
     var regs: Staged;
     if (steps > 0u) {
-        regs = load_step(sc, ic_lo);
+        regs = load_step(sc, 0u);
     }
     for (var s = 0u; s < steps; s++) {
-        stage(lid, regs);
+        stage(lid, regs, s * BK);
         workgroupBarrier();
 
         // Prefetch step s + 1: its global loads are in flight during this step's math.
         if (s + 1u < steps) {
-            regs = load_step(sc, ic_lo + (s + 1u) * BK);
+            regs = load_step(sc, (s + 1u) * BK);
         }
 
         // The step's math on the staged tiles (generated).

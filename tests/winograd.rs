@@ -77,9 +77,10 @@ proptest! {
         let plane = (shape.in_hw[0] * shape.in_hw[1]).max(shape.out_hw[0] * shape.out_hw[1]);
         let weight: usize = p.weight.iter().product();
         let strategy = tile_for(&p);
-        // The transformed weight (P / (kH*kW) times the weight) must stay in one binding.
+        // The transformed weight (AH x AW / (kH*kW) times the weight) must stay in one binding.
         let GpuStrategy::Winograd(tile) = strategy else { unreachable!() };
-        let transformed = tile.points(&shape).unwrap() as usize * shape.in_channels * shape.out_per_group().div_ceil(4) * 4;
+        let (ah, aw) = tile.alphas(&shape).unwrap();
+        let transformed = (ah * aw) as usize * shape.in_channels * shape.out_per_group().div_ceil(4) * 4;
         let limit = 4 * weight.max(plane).max(shape.out_channels).max(transformed);
         check(&common::ctx_with_binding_limit(limit as u64, Some(strategy)), strategy, &p)?;
     }
@@ -148,10 +149,11 @@ fn strided_dilated_and_oversized_kernels_are_refused_with_the_reason() {
 }
 
 #[test]
-fn the_selector_takes_winograd_for_kb69_exactly_where_its_tile_fits() {
-    // No tuning cache: the heuristic decides. kb69 (stride 1, 64 -> 128 channels, 3x5) takes the Winograd
-    // kernel where its default tile fits the adapter (48 KiB of workgroup memory: the H100), the GEMM elsewhere
-    // (the software driver's 32 KiB); kb57 (64 output channels) keeps the GEMM everywhere.
+fn the_selector_takes_winograd_for_the_wide_stride_1_cases_where_its_tile_fits() {
+    // No tuning cache: the heuristic decides. kb57, kb65 and kb69 (stride 1, 64+ channels per group; 3x3, 3x7
+    // and 3x5 kernels) take the Winograd kernel along W where the tile for their kernel width fits the adapter
+    // (512 invocations, 32 KiB: the H100 and the software driver), the GEMM elsewhere; kb78 (32 channels)
+    // keeps the GEMM everywhere, up2x (stride 2) too.
     let mut opts = convt::GpuOptions::from_env().unwrap();
     opts.tune_cache = Some(std::env::temp_dir().join("convt-no-such-dir").join("tune.json"));
     opts.strategy = None;
@@ -160,10 +162,22 @@ fn the_selector_takes_winograd_for_kb69_exactly_where_its_tile_fits() {
         let case = convt::suite::find(name).unwrap();
         (case.params.resolve(&case.input_dims(), &case.weight_dims(), None).unwrap(), case.bias)
     };
-    let (kb69, bias) = shape_of("kb69");
-    let chosen = convt::gpu::select(&ctx, &kb69, bias, convt::Precision::F32);
-    let fits = GpuStrategy::Winograd(convt::gpu::winograd::WINO_DEFAULT).computes(&ctx, &kb69);
-    assert_eq!(matches!(chosen, GpuStrategy::Winograd(_)), fits, "{}", chosen.name());
-    let (kb57, bias) = shape_of("kb57");
-    assert!(matches!(convt::gpu::select(&ctx, &kb57, bias, convt::Precision::F32), GpuStrategy::Gemm(_)));
+    for (name, tile) in
+        [("kb57", "wino_w6_64x64x8_8x8"), ("kb65", "wino_w2_64x64x8_8x8"), ("kb69", "wino_w4_64x64x8_8x8")]
+    {
+        let (shape, bias) = shape_of(name);
+        let chosen = convt::gpu::select(&ctx, &shape, bias, convt::Precision::F32);
+        let expected = convt::gpu::winograd::pick(&shape).unwrap();
+        assert_eq!(expected.name(), tile);
+        let fits = GpuStrategy::Winograd(expected).computes(&ctx, &shape);
+        assert_eq!(chosen == GpuStrategy::Winograd(expected), fits, "{name}: {}", chosen.name());
+        if !fits {
+            assert!(matches!(chosen, GpuStrategy::Gemm(_)), "{name}: {}", chosen.name());
+        }
+    }
+    for name in ["kb78", "up2x"] {
+        let (shape, bias) = shape_of(name);
+        let chosen = convt::gpu::select(&ctx, &shape, bias, convt::Precision::F32);
+        assert!(matches!(chosen, GpuStrategy::Gemm(_)), "{name}: {}", chosen.name());
+    }
 }

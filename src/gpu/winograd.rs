@@ -5,7 +5,9 @@
 //!
 //! Why: at stride 1 every output pixel takes every tap, and F(m, r) computes m outputs of an r-tap correlation
 //! with m + r - 1 multiplications instead of m * r. F(2x4, 3x5) (kb69) does 32 where the GEMM does 120 per
-//! 8 outputs and input channel: 3.75x fewer. The transforms add rounding error (the larger the tile, the more:
+//! 8 outputs and input channel: 3.75x fewer. The tiles the heuristic takes transform along W only and put the
+//! kernel's rows into K ([`WinoTile::rows_in_k`]; F(4, 5) on kb69: 2.5x fewer): fewer points held in registers
+//! leave room for larger tiles, which measured faster (docs/PERFORMANCE.md, wr1). The transforms add rounding error (the larger the tile, the more:
 //! the tests hold every tile to the f32 tolerance, 1e-5 relative L2, on random data).
 
 use crate::error::{ConvtError, Result};
@@ -139,6 +141,10 @@ fn solve_input_transform(m: usize, r: usize, alpha: usize, at: &[f64], g: &[f64]
 
 /// A workgroup of the Winograd kernel: output tiles of MH x MW pixels, TB tiles x CB output channels per
 /// workgroup, TM tiles x TN channels per invocation and transform point, K steps of BK input channels.
+///
+/// With `rows_in_k`, only the W axis is transformed (MH = 1): the kernel's rows join the input channels in K
+/// (K = Cin x K_H, kernel row r reading the input r rows further down), so the accumulators hold AW points
+/// instead of K_H x AW, and a workgroup covers K_H times more tiles for the same registers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct WinoTile {
     pub mh: u32,
@@ -148,20 +154,41 @@ pub struct WinoTile {
     pub tm: u32,
     pub tn: u32,
     pub bk: u32,
+    pub rows_in_k: bool,
 }
 
 const fn wino(mh: u32, mw: u32, tb: u32, cb: u32, bk: u32) -> WinoTile {
-    WinoTile { mh, mw, tb, cb, tm: 8, tn: 8, bk }
+    WinoTile { mh, mw, tb, cb, tm: 8, tn: 8, bk, rows_in_k: false }
 }
 
-/// F(2x4, 3x5)-class tiles of 16 x 32 with K steps of 8 channels: the heuristic's choice where it takes the
-/// Winograd kernel (kb69 on the H100, docs/PERFORMANCE.md w1). Needs 48 KiB of workgroup memory for a 3x5 kernel.
-pub const WINO_DEFAULT: WinoTile = wino(2, 4, 16, 32, 8);
+/// A tile that transforms along W only, F(MW, K_W), the kernel's rows in K.
+const fn wino_w(mw: u32, tb: u32, cb: u32, bk: u32) -> WinoTile {
+    WinoTile { mh: 1, mw, tb, cb, tm: 8, tn: 8, bk, rows_in_k: true }
+}
+
+/// The heuristic's tiles: F(MW, K_W) along W with the kernel rows in K, 64 tiles x 64 channels, K steps of 8
+/// (512 invocations, 32 KiB of workgroup memory), MW such that the transform takes its 8 points. On the H100
+/// (docs/PERFORMANCE.md, wr1): kb57 (3x3) 12.4 ms against the GEMM's 15.8-18.4, kb65 (3x7) 8.1 against 9.2,
+/// kb69 (3x5) 8.6 against 11.4 for the 2-D tile F(2x4, 3x5) and 13.0 for the GEMM.
+pub const WINO_W6: WinoTile = wino_w(6, 64, 64, 8);
+pub const WINO_W4: WinoTile = wino_w(4, 64, 64, 8);
+pub const WINO_W2: WinoTile = wino_w(2, 64, 64, 8);
 
 /// Every Winograd tile the selector may choose (each tested on the software driver on every kernel size it
-/// applies to).
-pub const WINO_TILES: &[WinoTile] =
-    &[WINO_DEFAULT, wino(2, 4, 16, 32, 4), wino(2, 2, 16, 32, 8), wino(2, 2, 16, 32, 4)];
+/// applies to): the heuristic's three, a 128 x 32 one for groups of 32 output channels (kb71: 2.0 ms against
+/// the GEMM's 2.3), and one 2-D tile, F(2x2, K_HxK_W), whose transforms take both axes.
+pub const WINO_TILES: &[WinoTile] = &[WINO_W6, WINO_W4, WINO_W2, wino_w(4, 128, 32, 8), wino(2, 2, 16, 32, 8)];
+
+/// The heuristic's tile for a kernel width (2-3: F(6, K_W); 4-5: F(4, K_W); 6-7: F(2, K_W)), None for other
+/// widths. Whether it computes the shape on the adapter is the selector's question.
+pub fn pick(shape: &ConvShape) -> Option<WinoTile> {
+    match shape.kernel[1] {
+        2..=3 => Some(WINO_W6),
+        4..=5 => Some(WINO_W4),
+        6..=7 => Some(WINO_W2),
+        _ => None,
+    }
+}
 
 /// The transforms of both axes and their sizes for one shape.
 #[derive(Debug)]
@@ -178,12 +205,23 @@ impl Transforms {
 
 impl WinoTile {
     pub fn name(&self) -> String {
-        format!("wino_{}x{}_{}x{}x{}_{}x{}", self.mh, self.mw, self.tb, self.cb, self.bk, self.tm, self.tn)
+        let f = if self.rows_in_k { format!("w{}", self.mw) } else { format!("{}x{}", self.mh, self.mw) };
+        format!("wino_{f}_{}x{}x{}_{}x{}", self.tb, self.cb, self.bk, self.tm, self.tn)
     }
 
-    /// The transform points (AH x AW) the tile takes for `shape`, or why it cannot compute it: sizes only, the
-    /// transforms themselves are built by [`WinoTile::transforms`] when the kernel is encoded.
+    /// The transform points the accumulators hold for `shape` (AH x AW, or AW with the rows in K), or why the
+    /// tile cannot compute it.
     pub fn points(&self, shape: &ConvShape) -> std::result::Result<u32, String> {
+        let (ah, aw) = self.alphas(shape)?;
+        Ok(if self.rows_in_k { aw } else { ah * aw })
+    }
+
+    /// The transform sizes (AH, AW) for `shape` (AH = K_H with the rows in K), or why the tile cannot compute
+    /// it: sizes only, the transforms themselves are built by [`WinoTile::transforms`] when the kernel is encoded.
+    pub fn alphas(&self, shape: &ConvShape) -> std::result::Result<(u32, u32), String> {
+        if self.rows_in_k && self.mh != 1 {
+            return Err(format!("{}: a tile with the kernel rows in K has MH = 1", self.name()));
+        }
         if shape.stride != [1, 1] || shape.dilation != [1, 1] {
             return Err(format!(
                 "{} computes stride 1 without dilation only (stride {:?}, dilation {:?})",
@@ -200,7 +238,7 @@ impl WinoTile {
                 )
             })
         };
-        Ok((axis(self.mh, shape.kernel[0])? * axis(self.mw, shape.kernel[1])?) as u32)
+        Ok((axis(self.mh, shape.kernel[0])? as u32, axis(self.mw, shape.kernel[1])? as u32))
     }
 
     /// The transforms for `shape`, or why this tile cannot compute it.
@@ -259,11 +297,12 @@ impl WinoTile {
         Ok(p)
     }
 
-    /// [`WinoTile::check`] on `ctx`'s adapter, and the transformed weight (P x Cin x Cog values, P / (kH*kW)
-    /// times the weight) within one binding. What the selector asks on every call: sizes only.
+    /// [`WinoTile::check`] on `ctx`'s adapter, and the transformed weight (AH x AW x Cin x Cog values,
+    /// AH x AW / (kH*kW) times the weight) within one binding. What the selector asks on every call: sizes only.
     pub fn check_on(&self, ctx: &GpuContext, shape: &ConvShape) -> std::result::Result<(), String> {
-        let p = self.check(shape, &ctx.device.limits())?;
-        let values = p as u64 * shape.in_channels as u64 * cog4(shape) as u64;
+        self.check(shape, &ctx.device.limits())?;
+        let (ah, aw) = self.alphas(shape)?;
+        let values = (ah * aw) as u64 * shape.in_channels as u64 * cog4(shape) as u64;
         if values * 4 > ctx.binding_limit() || values >= 1 << 31 {
             return Err(format!("{}: the transformed weight ({values} values) exceeds one binding", self.name()));
         }
@@ -273,10 +312,17 @@ impl WinoTile {
     /// The shader for a shape's transforms: `shaders/winograd.wgsl` with the tile constants and the generated
     /// transforms and register code in place of its marker lines.
     pub fn source(&self, t: &Transforms) -> String {
-        let (ah, aw) = (t.h.alpha as u32, t.w.alpha as u32);
+        // AH: the points along H the accumulators hold; PH_K: the kernel rows in K (one of them: none).
+        // With the rows in K the output side sees the plain sum over them, F(1, 1).
+        let (out_h, ph_k) = match self.rows_in_k {
+            true => (Transform1d::new(1, 1).expect("F(1, 1) exists"), t.h.alpha as u32),
+            false => (t.h.clone(), 1),
+        };
+        let (ah, aw) = (out_h.alpha as u32, t.w.alpha as u32);
         let p = ah * aw;
         let header = format!(
             "const MH: u32 = {}u;\nconst MW: u32 = {}u;\nconst AH: u32 = {ah}u;\nconst AW: u32 = {aw}u;\nconst P: u32 = {p}u;\n\
+             const PH_K: u32 = {ph_k}u;\n\
              const TB: u32 = {}u;\nconst CB: u32 = {}u;\nconst TM: u32 = {}u;\nconst TN: u32 = {}u;\nconst BK: u32 = {}u;\n\
              const WG_T: u32 = TB / TM;\nconst WG_C: u32 = CB / TN;\nconst THREADS: u32 = P * WG_T * WG_C;\n\
              const SMEM_QUADS: u32 = {}u;\n",
@@ -318,8 +364,8 @@ impl WinoTile {
             .replace("//#INPUT_TRANSFORM\n", &input_transform(&t.h))
             .replace("//#LOAD_V\n", &load_v(&t.h, &t.w, v_per))
             .replace("//#STAGE_V\n", &stage_v(&t.h, &t.w, v_per))
-            .replace("//#OUTPUT_TRANSFORM\n", &output_transform(&t.h))
-            .replace("//#OUTPUT_ROW\n", &output_row(&t.h, &t.w))
+            .replace("//#OUTPUT_TRANSFORM\n", &output_transform(&out_h))
+            .replace("//#OUTPUT_ROW\n", &output_row(&out_h, &t.w))
             .replace("//#ACC_DECL\n", &decl)
             .replace("//#MATH\n", &math)
             .replace("//#EPILOGUE\n", &epilogue);
@@ -403,14 +449,15 @@ fn load_v(h: &Transform1d, w: &Transform1d, v_per: u32) -> String {
             "    {{
         let job = c.lid + {i}u * THREADS;
         let tile = c.t_block * TB + job_tile(job);
-        let ic = ic0 + job_k(job);
+        let kap = k0 + job_k(job);
+        let ic = k_channel(c.ic_lo, kap);
         let n = tile / (TILES_H * TILES_W);
         let tr = tile % (TILES_H * TILES_W);
         let ok = job < V_JOBS && tile < c.tiles_total && ic < c.ic_hi;
         let plane = u.in_offset + n * C_IN * in_plane + (ic - u.ic_begin) * in_plane;
         let top = i32((tr / TILES_W) * MH) + BASE_H;
         let left = i32((tr % TILES_W) * MW) + BASE_W;
-        let sel = row_sel(job_ph(job));
+        let sel = row_sel(job_ph(job) + k_row(kap));
 "
         );
         for c in 0..aw {
@@ -439,20 +486,59 @@ fn stage_v(h: &Transform1d, w: &Transform1d, v_per: u32) -> String {
     let mut s = String::new();
     for i in 0..v_per as usize {
         s += &format!(
-            "    {{\n        let job = lid + {i}u * THREADS;\n        if (job < V_JOBS) {{\n            let sel = row_sel(job_ph(job));\n"
+            "    {{\n        let job = lid + {i}u * THREADS;\n        if (job < V_JOBS) {{\n            let sel = row_sel(job_ph(job) + k_row(k0 + job_k(job)));\n"
         );
         for c in 0..aw {
-            let terms: Vec<String> = (0..n).map(|r| format!("sel.c{r} * r.v[{}u]", i * n * aw + r * aw + c)).collect();
+            // An identity BT_h (the kernel rows in K) selects one row with coefficient 1: no products.
+            let terms: Vec<String> = match is_identity(h) {
+                true => vec![format!("r.v[{}u]", i * aw + c)],
+                false => (0..n).map(|r| format!("sel.c{r} * r.v[{}u]", i * n * aw + r * aw + c)).collect(),
+            };
             s += &format!("            let h{c} = {};\n", terms.join(" + "));
         }
         s += "            let at = (job_k(job) * P + job_ph(job) * AW) * TB + job_tile(job);\n";
-        for q in 0..aw {
-            let e = combination((0..aw).map(|c| w.bt[q * aw + c]), |c| format!("h{c}"));
+        let (lets, rows) = paired_rows(&w.bt, aw, |c| format!("h{c}"));
+        s += &lets;
+        for (q, e) in rows.iter().enumerate() {
             s += &format!("            smem_store(at + {q}u * TB, {e});\n");
         }
         s += "        }\n    }\n";
     }
     s
+}
+
+/// Whether a transform's BT is the identity (F(1, r): the plain correlation).
+fn is_identity(t: &Transform1d) -> bool {
+    t.bt.iter().enumerate().all(|(i, &v)| v == if i / t.alpha == i % t.alpha { 1.0 } else { 0.0 })
+}
+
+/// The rows of the square matrix `m` (n x n) applied to `term(0..n)`: `let` statements and one expression per
+/// row. Rows of a pair of points +a and -a share their even columns and negate their odd ones, so such a pair is
+/// computed as e + o and e - o from its even part e and odd part o, one sum each (F(6, 3)'s BT: 32 terms
+/// instead of 44).
+fn paired_rows(m: &[f64], n: usize, term: impl Fn(usize) -> String) -> (String, Vec<String>) {
+    let row = |q: usize| &m[q * n..(q + 1) * n];
+    let mirrors = |a: &[f64], b: &[f64]| {
+        (0..n).all(|c| b[c] == if c % 2 == 0 { a[c] } else { -a[c] }) && (1..n).step_by(2).any(|c| a[c] != 0.0)
+    };
+    let mut lets = String::new();
+    let mut exprs: Vec<Option<String>> = vec![None; n];
+    for q in 0..n {
+        if exprs[q].is_some() {
+            continue;
+        }
+        match (q + 1..n).find(|&q2| exprs[q2].is_none() && mirrors(row(q), row(q2))) {
+            Some(q2) => {
+                let part =
+                    |odd: bool| combination((0..n).map(|c| if (c % 2 == 1) == odd { row(q)[c] } else { 0.0 }), &term);
+                lets += &format!("            let e{q} = {};\n            let o{q} = {};\n", part(false), part(true));
+                exprs[q] = Some(format!("e{q} + o{q}"));
+                exprs[q2] = Some(format!("e{q} - o{q}"));
+            }
+            None => exprs[q] = Some(combination(row(q).iter().copied(), &term)),
+        }
+    }
+    (lets, exprs.into_iter().flatten().collect())
 }
 
 /// `struct OutSel` and `fn out_sel(oy) -> OutSel`: row oy of AT_h (a0 .. a<AH-1>), selected by value at run time.
@@ -668,19 +754,26 @@ mod tests {
 
     #[test]
     fn every_tile_meets_the_layout_rules_and_runs_on_the_software_driver() {
-        // 32 KiB of workgroup memory: what the software driver (Vulkan and GL) offers, where CI runs every tile
+        // 32 KiB of workgroup memory and 1024 invocations: what the software driver (Vulkan) offers, where CI runs every tile
         // (tests/winograd.rs) on a 2x3 kernel at least; the suite's 3x5 kernel (kb69) needs up to 48 KiB, what
         // the H100 offers.
-        let software = wgpu::Limits { max_compute_workgroup_storage_size: 32768, ..wgpu::Limits::default() };
-        let h100 = wgpu::Limits { max_compute_workgroup_storage_size: 49152, ..wgpu::Limits::default() };
+        let adapter = |bytes: u32| wgpu::Limits {
+            max_compute_workgroup_storage_size: bytes,
+            max_compute_invocations_per_workgroup: 1024,
+            max_compute_workgroup_size_x: 1024,
+            ..wgpu::Limits::default()
+        };
+        let (software, h100) = (adapter(32768), adapter(49152));
         let shape = |k: [usize; 2]| {
             crate::ConvTranspose2dParams::default().resolve(&[1, 8, 9, 7], &[8, 8, k[0], k[1]], None).unwrap()
         };
         for tile in WINO_TILES {
             assert!(tile.is_consistent(), "{tile:?}");
             tile.check(&shape([2, 3]), &software).unwrap_or_else(|e| panic!("{e}"));
-            tile.check(&shape([3, 5]), &h100).unwrap_or_else(|e| panic!("{e}"));
-            let src = tile.source(&tile.transforms(&shape([3, 5])).unwrap());
+            // The suite's widest kernel the tile's transform takes (F(6, 3) takes 3 taps at most).
+            let kernel = if tile.mw > 4 { [3, 3] } else { [3, 5] };
+            tile.check(&shape(kernel), &h100).unwrap_or_else(|e| panic!("{e}"));
+            let src = tile.source(&tile.transforms(&shape(kernel)).unwrap());
             assert!(!src.contains("//#"), "{tile:?}");
         }
     }
