@@ -151,9 +151,9 @@ fn strided_dilated_and_oversized_kernels_are_refused_with_the_reason() {
 #[test]
 fn the_selector_takes_winograd_for_the_wide_stride_1_cases_where_its_tile_fits() {
     // No tuning cache: the heuristic decides. kb57, kb65 and kb69 (stride 1, 64+ channels per group; 3x3, 3x7
-    // and 3x5 kernels) take the Winograd kernel along W where the tile for their kernel width fits the adapter
-    // (512 invocations, 32 KiB: the H100 and the software driver), the GEMM elsewhere; kb78 (32 channels)
-    // keeps the GEMM everywhere, up2x (stride 2) too.
+    // and 3x5 kernels) and kb71 (32 channels, 3x3) take the Winograd kernel along W where the tile for their
+    // kernel width fits the adapter (the first three: 512 invocations, 32 KiB, which the H100 and the software
+    // driver have), the GEMM elsewhere; kb78 (32 channels, 3x7) keeps the GEMM everywhere, up2x (stride 2) too.
     let mut opts = convt::GpuOptions::from_env().unwrap();
     opts.tune_cache = Some(std::env::temp_dir().join("convt-no-such-dir").join("tune.json"));
     opts.strategy = None;
@@ -162,9 +162,13 @@ fn the_selector_takes_winograd_for_the_wide_stride_1_cases_where_its_tile_fits()
         let case = convt::suite::find(name).unwrap();
         (case.params.resolve(&case.input_dims(), &case.weight_dims(), None).unwrap(), case.bias)
     };
-    for (name, tile) in
-        [("kb57", "wino_w6_64x64x8_8x8"), ("kb65", "wino_w2_64x64x8_8x8"), ("kb69", "wino_w4_64x64x8_8x8")]
-    {
+    let cases = [
+        ("kb57", "wino_w6_64x64x8_8x8"),
+        ("kb65", "wino_w2_64x64x8_8x8"),
+        ("kb69", "wino_w4_64x64x8_8x8"),
+        ("kb71", "wino_w4_128x32x8_8x8"),
+    ];
+    for (name, tile) in cases {
         let (shape, bias) = shape_of(name);
         let chosen = convt::gpu::select(&ctx, &shape, bias, convt::Precision::F32);
         let expected = convt::gpu::winograd::pick(&shape).unwrap();

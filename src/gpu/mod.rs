@@ -230,13 +230,10 @@ pub fn select(ctx: &GpuContext, shape: &ConvShape, has_bias: bool, precision: Pr
     let products_per_output =
         shape.in_per_group() * shape.kernel[0] * shape.kernel[1] / (shape.stride[0] * shape.stride[1]);
     let gather = shape.out_per_group() < 16 || shape.in_per_group() < 8 || products_per_output < 64;
-    // At stride 1 with 64+ input and output channels per group, the Winograd kernel along W (kernel rows in K)
-    // does 1.75-2.5x fewer products and wins on the H100 (kb57, kb65, kb69: docs/PERFORMANCE.md, wr1) where its
-    // tile fits the adapter; with 32 channels it wins on a 3x3 kernel (kb71) and loses on a 3x7 one (kb78), so
-    // the GEMM stays the default below 64 and the tuner decides there.
-    let winograd = winograd::pick(shape)
-        .map(Strategy::Winograd)
-        .filter(|w| shape.in_per_group() >= 64 && shape.out_per_group() >= 64 && w.computes(ctx, shape));
+    // At stride 1 the Winograd kernel along W (kernel rows in K) does 1.75-2.5x fewer products and wins on the
+    // H100 where `winograd::pick` has a tile (kb57, kb65, kb69, kb71: docs/PERFORMANCE.md, wr1) and the tile fits
+    // the adapter.
+    let winograd = winograd::pick(shape).map(Strategy::Winograd).filter(|w| w.computes(ctx, shape));
     let heuristic = if gather {
         Strategy::Rows(rows::pick(shape))
     } else if let Some(winograd) = winograd {

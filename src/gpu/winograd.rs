@@ -175,17 +175,28 @@ pub const WINO_W4: WinoTile = wino_w(4, 64, 64, 8);
 pub const WINO_W2: WinoTile = wino_w(2, 64, 64, 8);
 
 /// Every Winograd tile the selector may choose (each tested on the software driver on every kernel size it
-/// applies to): the heuristic's three, a 128 x 32 one for groups of 32 output channels (kb71: 2.0 ms against
-/// the GEMM's 2.3), and one 2-D tile, F(2x2, K_HxK_W), whose transforms take both axes.
-pub const WINO_TILES: &[WinoTile] = &[WINO_W6, WINO_W4, WINO_W2, wino_w(4, 128, 32, 8), wino(2, 2, 16, 32, 8)];
+/// applies to): the heuristic's four, and one 2-D tile, F(2x2, K_HxK_W), whose transforms take both axes.
+pub const WINO_TILES: &[WinoTile] = &[WINO_W6, WINO_W4, WINO_W2, WINO_W4_NARROW, wino(2, 2, 16, 32, 8)];
 
-/// The heuristic's tile for a kernel width (2-3: F(6, K_W); 4-5: F(4, K_W); 6-7: F(2, K_W)), None for other
-/// widths. Whether it computes the shape on the adapter is the selector's question.
+/// Groups of 32 output channels: 128 tiles x 32 channels (kb71, 3x3: 2.0 ms against the GEMM's 2.3 on the H100).
+pub const WINO_W4_NARROW: WinoTile = wino_w(4, 128, 32, 8);
+
+/// The heuristic's tile for a stride-1 shape, by channels per group and kernel width, or None where the GEMM
+/// measured faster or nothing was measured:
+/// - 64+ input and output channels: F(6, K_W) for widths 2-3, F(4, K_W) for 4-5, F(2, K_W) for 6-7 (kb57,
+///   kb65, kb69);
+/// - 32-63 output channels (32+ input): F(4, K_W) on 128 x 32 tiles for widths 3-5 (kb71); at width 7 the GEMM
+///   was faster (kb78).
+///
+/// Whether it computes the shape on the adapter (stride, dilation, workgroup memory) is the selector's question.
 pub fn pick(shape: &ConvShape) -> Option<WinoTile> {
-    match shape.kernel[1] {
-        2..=3 => Some(WINO_W6),
-        4..=5 => Some(WINO_W4),
-        6..=7 => Some(WINO_W2),
+    let (cin, cout) = (shape.in_per_group(), shape.out_per_group());
+    let wide = cin >= 64 && cout >= 64;
+    match (shape.kernel[1], wide) {
+        (2..=3, true) => Some(WINO_W6),
+        (4..=5, true) => Some(WINO_W4),
+        (6..=7, true) => Some(WINO_W2),
+        (3..=5, false) if cin >= 32 && cout >= 32 => Some(WINO_W4_NARROW),
         _ => None,
     }
 }
