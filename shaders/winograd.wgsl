@@ -19,7 +19,7 @@
 // The heuristic's tiles use this form (docs/PERFORMANCE.md, wr1: kb69 8.6 ms against 11.4 for the 2-D one).
 //
 // How the work is mapped: a workgroup computes TB tiles x CB output channels of one group, all P points, and
-// walks the group's input channels in K steps of BK. Each step stages in workgroup memory the transformed
+// walks the group's K (input channels, or (channel, kernel row) pairs) in steps of BK. Each step stages in workgroup memory the transformed
 // input V (BK x P x TB: every invocation transforms one patch row, BT_h's row ph of the patch times BT_w^T,
 // loading only the patch rows with a nonzero coefficient) and the transformed weights U (BK x P x CB, loaded
 // along the output channels). Each invocation then owns one point and a TM x TN register tile of it (tiles in
@@ -109,7 +109,7 @@ fn smem_load(i: u32) -> f32 {
 //#INPUT_TRANSFORM
 
 // A K step's share of one invocation, loaded into registers a step ahead: U_PER vec4s of U, and the patch rows
-// of V_PER transform jobs (a job: one row of one tile's transformed patch for one input channel).
+// of V_PER transform jobs (a job: one row of one tile's transformed patch for one K index).
 const V_JOBS: u32 = BK * TB * AH;
 const V_PER: u32 = (V_JOBS + THREADS - 1u) / THREADS;
 const U_STEP: u32 = BK * P * CB / 4u;

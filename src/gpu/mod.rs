@@ -203,11 +203,12 @@ pub fn shader_sources() -> Vec<(&'static str, String, String)> {
 /// cache when there is one).
 ///
 /// The heuristic for `fast` follows the H100 measurements of docs/PERFORMANCE.md (f4, f5, g7): the
-/// cooperative-matrix kernel wins on problems with at least 64 input and output channels per group (kb57,
-/// kb65, kb69, and the strided decoders up2x and dcgan: 1.1-1.8x faster than the exact GEMM) unless the
-/// shape is one for the rows kernel (few products per output); with fewer channels (kb71, kb78, kb75, kb81) the
-/// exact kernels measured fastest, and `fast` takes them (its error is then f32's). The f16-operand register
-/// kernels never won. `convt tune --precision fast` measures every candidate instead.
+/// cooperative-matrix kernel wins on problems with at least 64 input and output channels per group (kb65, kb69,
+/// and the strided decoders up2x and dcgan: 1.1-1.8x faster than the exact GEMM) unless the shape is one for
+/// the rows kernel (few products per output); with fewer channels (kb71, kb78, kb75, kb81) the exact kernels
+/// measured fastest, and `fast` takes them (its error is then f32's). On kb57 the exact Winograd kernel (wr1:
+/// 12.4 ms) beats it (14.8), which only the tuner knows: the heuristic still takes the tensor cores there. The
+/// f16-operand register kernels never won. `convt tune --precision fast` measures every candidate instead.
 pub fn select(ctx: &GpuContext, shape: &ConvShape, has_bias: bool, precision: Precision) -> Strategy {
     // A forced strategy applies at its precision, and on the shapes it computes: a Winograd tile gives way on
     // shapes it does not take (strides, dilation, large kernels); any other forced strategy that cannot run on
@@ -230,7 +231,7 @@ pub fn select(ctx: &GpuContext, shape: &ConvShape, has_bias: bool, precision: Pr
     let products_per_output =
         shape.in_per_group() * shape.kernel[0] * shape.kernel[1] / (shape.stride[0] * shape.stride[1]);
     let gather = shape.out_per_group() < 16 || shape.in_per_group() < 8 || products_per_output < 64;
-    // At stride 1 the Winograd kernel along W (kernel rows in K) does 1.75-2.5x fewer products and wins on the
+    // At stride 1 the Winograd kernel along W (kernel rows in K) does 1.7-2.5x fewer products and wins on the
     // H100 where `winograd::pick` has a tile (kb57, kb65, kb69, kb71: docs/PERFORMANCE.md, wr1) and the tile fits
     // the adapter.
     let winograd = winograd::pick(shape).map(Strategy::Winograd).filter(|w| w.computes(ctx, shape));

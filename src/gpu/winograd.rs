@@ -140,7 +140,10 @@ fn solve_input_transform(m: usize, r: usize, alpha: usize, at: &[f64], g: &[f64]
 }
 
 /// A workgroup of the Winograd kernel: output tiles of MH x MW pixels, TB tiles x CB output channels per
-/// workgroup, TM tiles x TN channels per invocation and transform point, K steps of BK input channels.
+/// workgroup, TM tiles x TN channels per invocation and transform point, K steps of BK (input channels; with
+/// the rows in K, (input channel, kernel row) pairs).
+///
+/// Named `wino_<MH>x<MW>_<TB>x<CB>x<BK>_<TM>x<TN>`, or `wino_w<MW>_...` with the rows in K.
 ///
 /// With `rows_in_k`, only the W axis is transformed (MH = 1): the kernel's rows join the input channels in K
 /// (K = Cin x K_H, kernel row r reading the input r rows further down), so the accumulators hold AW points
@@ -168,7 +171,7 @@ const fn wino_w(mw: u32, tb: u32, cb: u32, bk: u32) -> WinoTile {
 
 /// The heuristic's tiles: F(MW, K_W) along W with the kernel rows in K, 64 tiles x 64 channels, K steps of 8
 /// (512 invocations, 32 KiB of workgroup memory), MW such that the transform takes its 8 points. On the H100
-/// (docs/PERFORMANCE.md, wr1): kb57 (3x3) 12.4 ms against the GEMM's 15.8-18.4, kb65 (3x7) 8.1 against 9.2,
+/// (docs/PERFORMANCE.md, wr1): kb57 (3x3) 12.4 ms against the GEMM's 15.8-18.4, kb65 (3x7) 8.1 against 9.3,
 /// kb69 (3x5) 8.6 against 11.4 for the 2-D tile F(2x4, 3x5) and 13.0 for the GEMM.
 pub const WINO_W6: WinoTile = wino_w(6, 64, 64, 8);
 pub const WINO_W4: WinoTile = wino_w(4, 64, 64, 8);
@@ -181,19 +184,24 @@ pub const WINO_TILES: &[WinoTile] = &[WINO_W6, WINO_W4, WINO_W2, WINO_W4_NARROW,
 /// Groups of 32 output channels: 128 tiles x 32 channels (kb71, 3x3: 2.0 ms against the GEMM's 2.3 on the H100).
 pub const WINO_W4_NARROW: WinoTile = wino_w(4, 128, 32, 8);
 
-/// The heuristic's tile for a stride-1 shape, by channels per group and kernel width, or None where the GEMM
-/// measured faster or nothing was measured:
-/// - 64+ input and output channels: F(6, K_W) for widths 2-3, F(4, K_W) for 4-5, F(2, K_W) for 6-7 (kb57,
-///   kb65, kb69);
+/// The heuristic's tile for a stride-1 shape, by channels per group and kernel size, or None (the GEMM) where
+/// the GEMM measured faster or the shape is far from what was measured (on the H100, docs/PERFORMANCE.md wr1:
+/// 3x3, 3x5 and 3x7 kernels):
+/// - 64+ input and output channels: F(6, K_W) for width 3, F(4, K_W) for 4-5, F(2, K_W) for 6-7 (kb57, kb65,
+///   kb69; widths 4 and 6 are the nearest unmeasured ones, with 2.3x and 1.7x fewer products);
 /// - 32-63 output channels (32+ input): F(4, K_W) on 128 x 32 tiles for widths 3-5 (kb71); at width 7 the GEMM
-///   was faster (kb78).
+///   was faster (kb78);
+/// - kernel heights 2-7 only: with one row K is just the input channels, and taller kernels were not tested.
 ///
 /// Whether it computes the shape on the adapter (stride, dilation, workgroup memory) is the selector's question.
 pub fn pick(shape: &ConvShape) -> Option<WinoTile> {
     let (cin, cout) = (shape.in_per_group(), shape.out_per_group());
     let wide = cin >= 64 && cout >= 64;
+    if !(2..=7).contains(&shape.kernel[0]) {
+        return None;
+    }
     match (shape.kernel[1], wide) {
-        (2..=3, true) => Some(WINO_W6),
+        (3, true) => Some(WINO_W6),
         (4..=5, true) => Some(WINO_W4),
         (6..=7, true) => Some(WINO_W2),
         (3..=5, false) if cin >= 32 && cout >= 32 => Some(WINO_W4_NARROW),
@@ -286,11 +294,14 @@ impl WinoTile {
     }
 
     /// Whether this tile computes `shape` within `limits`: stride 1, no dilation, transforms of at most
-    /// [`MAX_ALPHA`] points per axis, and a workgroup the adapter can run. Returns the points (AH x AW).
+    /// [`MAX_ALPHA`] points per axis, and a workgroup the adapter can run. Returns the points the accumulators
+    /// hold ([`WinoTile::points`]).
     pub fn check(&self, shape: &ConvShape, limits: &wgpu::Limits) -> std::result::Result<u32, String> {
         let p = self.points(shape)?;
-        if !self.is_consistent()
-            || self.threads(p) > limits.max_compute_invocations_per_workgroup
+        if !self.is_consistent() {
+            return Err(format!("{}: {self:?} breaks the shader's layout rules", self.name()));
+        }
+        if self.threads(p) > limits.max_compute_invocations_per_workgroup
             || self.threads(p) > limits.max_compute_workgroup_size_x
             || self.workgroup_bytes(p) > limits.max_compute_workgroup_storage_size
         {
@@ -496,9 +507,10 @@ fn stage_v(h: &Transform1d, w: &Transform1d, v_per: u32) -> String {
     let (n, aw) = (nrows(h), w.alpha);
     let mut s = String::new();
     for i in 0..v_per as usize {
-        s += &format!(
-            "    {{\n        let job = lid + {i}u * THREADS;\n        if (job < V_JOBS) {{\n            let sel = row_sel(job_ph(job) + k_row(k0 + job_k(job)));\n"
-        );
+        s += &format!("    {{\n        let job = lid + {i}u * THREADS;\n        if (job < V_JOBS) {{\n");
+        if !is_identity(h) {
+            s += "            let sel = row_sel(job_ph(job) + k_row(k0 + job_k(job)));\n";
+        }
         for c in 0..aw {
             // An identity BT_h (the kernel rows in K) selects one row with coefficient 1: no products.
             let terms: Vec<String> = match is_identity(h) {
@@ -719,12 +731,12 @@ pub(crate) fn encode(
     })
 }
 
-/// Every generated source for validation: each tile on each kernel size from 1x1 to 7x7 its transforms take,
+/// Every generated source for validation: each tile on each kernel size from 1x1 to 8x7 its transforms take,
 /// and the weight transforms.
 pub(crate) fn shader_variants() -> Vec<(&'static str, String, String)> {
     let mut v = Vec::new();
     for tile in WINO_TILES {
-        for kh in 1..=7 {
+        for kh in 1..=MAX_ALPHA {
             for kw in 1..=7 {
                 let t = match (Transform1d::new(tile.mh as usize, kh), Transform1d::new(tile.mw as usize, kw)) {
                     (Some(h), Some(w)) => Transforms { h, w },
@@ -765,9 +777,9 @@ mod tests {
 
     #[test]
     fn every_tile_meets_the_layout_rules_and_runs_on_the_software_driver() {
-        // 32 KiB of workgroup memory and 1024 invocations: what the software driver (Vulkan) offers, where CI runs every tile
-        // (tests/winograd.rs) on a 2x3 kernel at least; the suite's 3x5 kernel (kb69) needs up to 48 KiB, what
-        // the H100 offers.
+        // 32 KiB of workgroup memory and 1024 invocations: what the software driver (Vulkan) offers, where CI runs
+        // every tile (tests/winograd.rs) on a 2x3 kernel at least; the suite's 3x5 kernel (kb69) needs up to 40 KiB
+        // (the 128 x 32 tile), within the H100's 48.
         let adapter = |bytes: u32| wgpu::Limits {
             max_compute_workgroup_storage_size: bytes,
             max_compute_invocations_per_workgroup: 1024,
