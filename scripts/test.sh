@@ -13,7 +13,9 @@ cargo test --release "$@"
 cargo run --release --example train_hidden -- --steps 300 --out target/train_hidden.safetensors
 if [ "$SECOND_BACKEND" = "gl" ]; then
   # The second pass also runs the kernels with wgpu's runtime checks on (the first runs them trusted, the
-  # default), so both ways of creating shader modules are tested.
-  echo "test.sh: the suite again on wgpu's GL backend with shader runtime checks (CONVT_BACKEND=gl CONVT_SHADER_CHECKS=checked)" >&2
-  CONVT_BACKEND=gl CONVT_SHADER_CHECKS=checked cargo test --release "$@"
+  # default), so both ways of creating shader modules are tested. One test thread: wgpu's GL backend does all GPU
+  # work under one context lock and panics in a thread that waits more than 6 s for it, which a long shader
+  # compile on the software driver can cause (docs/RELIABILITY.md, "Second backend (GL)").
+  echo "test.sh: the suite again on wgpu's GL backend with shader runtime checks (CONVT_BACKEND=gl CONVT_SHADER_CHECKS=checked, one test thread)" >&2
+  CONVT_BACKEND=gl CONVT_SHADER_CHECKS=checked RUST_TEST_THREADS=1 cargo test --release "$@"
 fi
