@@ -10,7 +10,7 @@ use crate::gpu::buffers::{GpuTensor, InFlight};
 use crate::gpu::context::GpuContext;
 use crate::gpu::kernel::{channel_blocks, check_index_range, dispatch_buffers, grid, shape_constants};
 use crate::gpu::plan::{plan_between, Side};
-use crate::gpu::{gemm, select, winograd, Strategy};
+use crate::gpu::{select, Strategy};
 use crate::params::{ConvShape, ConvTranspose2dParams};
 use crate::precision::Precision;
 
@@ -93,11 +93,7 @@ pub(crate) fn encode(
         let strategy = select(ctx, &t, false, Precision::F32);
         if let Strategy::Gemm(_) | Strategy::Winograd(_) = strategy {
             let flipped = flip_weights(ctx, shape, weight, pass)?;
-            if let Strategy::Winograd(tile) = strategy {
-                winograd::encode(ctx, &t, &tile, grad_output, &flipped, None, grad_input, pass, in_flight)?;
-            } else if let Strategy::Gemm(tile) = strategy {
-                gemm::encode(ctx, &t, &tile, grad_output, &flipped, None, grad_input, pass, in_flight)?;
-            }
+            strategy.encode(ctx, &t, grad_output, &flipped, None, grad_input, pass, in_flight)?;
             in_flight.keep_tensor(flipped);
             return Ok(());
         }

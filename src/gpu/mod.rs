@@ -158,6 +158,31 @@ impl Strategy {
             _ => true,
         }
     }
+
+    /// Encodes this strategy's kernel for `shape` into `pass`: the one place that maps a strategy to its
+    /// kernel (the forward, and grad_input through the equivalent transposed convolution).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn encode(
+        &self,
+        ctx: &GpuContext,
+        shape: &ConvShape,
+        input: &GpuTensor,
+        weight: &GpuTensor,
+        bias: Option<&GpuTensor>,
+        output: &GpuTensor,
+        pass: &mut wgpu::ComputePass<'_>,
+        in_flight: &mut buffers::InFlight,
+    ) -> Result<()> {
+        match self {
+            Strategy::Direct => direct::encode(ctx, shape, input, weight, bias, output, pass),
+            Strategy::Rows(r) => rows::encode(ctx, shape, r, input, weight, bias, output, pass),
+            Strategy::Gemm(tile) => gemm::encode(ctx, shape, tile, input, weight, bias, output, pass, in_flight),
+            Strategy::Coop(tile) => gemm::encode(ctx, shape, tile, input, weight, bias, output, pass, in_flight),
+            Strategy::Winograd(tile) => {
+                winograd::encode(ctx, shape, tile, input, weight, bias, output, pass, in_flight)
+            }
+        }
+    }
 }
 
 /// Every shader source of the GPU backend as (file name, variant name, WGSL), each generated variant included
@@ -333,19 +358,7 @@ pub fn conv_transpose2d_with(
             label: Some("convt conv_transpose2d"),
             timestamp_writes: timer.map(|(t, slot)| t.pass_writes(slot)),
         });
-        match strategy {
-            Strategy::Direct => direct::encode(ctx, &shape, input, weight, bias, output, &mut pass)?,
-            Strategy::Rows(r) => rows::encode(ctx, &shape, &r, input, weight, bias, output, &mut pass)?,
-            Strategy::Gemm(tile) => {
-                gemm::encode(ctx, &shape, &tile, input, weight, bias, output, &mut pass, &mut in_flight)?
-            }
-            Strategy::Coop(tile) => {
-                gemm::encode(ctx, &shape, &tile, input, weight, bias, output, &mut pass, &mut in_flight)?
-            }
-            Strategy::Winograd(tile) => {
-                winograd::encode(ctx, &shape, &tile, input, weight, bias, output, &mut pass, &mut in_flight)?
-            }
-        }
+        strategy.encode(ctx, &shape, input, weight, bias, output, &mut pass, &mut in_flight)?;
     }
     in_flight.submit(ctx, encoder)
 }
