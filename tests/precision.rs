@@ -252,24 +252,31 @@ fn non_finite_values_propagate_as_in_the_exact_gemm() {
 #[test]
 fn fast_says_which_path_ran_and_falls_back() {
     let ctx = common::ctx();
-    // Without a tuning cache, `fast` takes what measured fastest on the H100 (docs/PERFORMANCE.md, f4, f5, g7):
-    // the exact GEMM kernel with fewer than 64 output channels per group, the exact rows (gather) kernel on a
-    // kb81-like problem, and the cooperative-matrix kernel where the adapter has it with 64+ input and output
-    // channels per group, at stride 1 and on a strided decoder alike.
+    // Without a tuning cache, `fast` takes what measured fastest on the H100 (docs/PERFORMANCE.md, f4, f5, g7,
+    // n3): the exact GEMM kernel with fewer than 64 output channels per group, the exact rows (gather) kernel on a
+    // kb81-like problem, the exact Winograd kernel at stride 1 with 64-127 output channels per group (kb57-like)
+    // where its tile fits, and the cooperative-matrix kernel where the adapter has it with 64+ input and output
+    // channels per group otherwise (kb69-like at stride 1, 128 channels; a strided decoder).
     let untuned = std::env::var_os("CONVT_STRATEGY").is_none() && ctx.tuned().entries.is_empty();
     let params = ConvTranspose2dParams::default().stride(2).padding(1);
     let gemm_shape = params.resolve(&[1, 64, 10, 12], &[64, 32, 3, 3], Some(&[32])).unwrap();
     let params = ConvTranspose2dParams::default().stride(5).padding(1).dilation(2);
     let kb81_like = params.resolve(&[1, 32, 6, 7], &[32, 64, 3, 3], None).unwrap();
     let kb57_like = ConvTranspose2dParams::default().resolve(&[1, 64, 9, 11], &[64, 64, 3, 3], None).unwrap();
+    let kb69_like = ConvTranspose2dParams::default().resolve(&[1, 64, 9, 11], &[64, 128, 3, 5], None).unwrap();
     let params = ConvTranspose2dParams::default().stride(2).padding(1).output_padding(1);
     let up2x_like = params.resolve(&[1, 64, 6, 7], &[64, 64, 3, 3], Some(&[64])).unwrap();
     if untuned {
         let exact = gpu::select(ctx, &gemm_shape, true, Precision::F32);
         assert!(matches!(exact, Strategy::Gemm(_)), "{}", exact.name());
         assert_eq!(gpu::select(ctx, &gemm_shape, true, Precision::Fast), exact);
-        // Without tensor cores, an f32 kernel (the GEMM, or the Winograd kernel on kb57_like).
-        for (shape, bias) in [(&kb57_like, false), (&up2x_like, true)] {
+        // The exact Winograd kernel on kb57_like wherever its tile fits, whatever the adapter.
+        let winograd = gpu::select(ctx, &kb57_like, false, Precision::F32);
+        if matches!(winograd, Strategy::Winograd(_)) {
+            assert_eq!(gpu::select(ctx, &kb57_like, false, Precision::Fast), winograd);
+        }
+        // Without tensor cores, an f32 kernel (the GEMM, or the Winograd kernel on kb69_like).
+        for (shape, bias) in [(&kb69_like, false), (&up2x_like, true)] {
             let chosen = gpu::select(ctx, shape, bias, Precision::Fast);
             let ok = match ctx.has_coop_f16() {
                 true => chosen.arithmetic().contains("tensor cores"),

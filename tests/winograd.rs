@@ -129,7 +129,7 @@ fn strided_dilated_and_oversized_kernels_are_refused_with_the_reason() {
     let cases = [
         (vec![4, 4, 3, 3], ConvTranspose2dParams::default().stride(2), "stride 1 without dilation only"),
         (vec![4, 4, 3, 3], ConvTranspose2dParams::default().dilation((1, 2)), "stride 1 without dilation only"),
-        (vec![4, 4, 3, 6], ConvTranspose2dParams::default(), "needs more than 8 points"),
+        (vec![4, 4, 3, 8], ConvTranspose2dParams::default(), "needs more than 10 points"),
     ];
     for (weight, params, message) in cases {
         let w = convt::Tensor::uniform(weight, -1.0, 1.0, common::fresh_seed()).unwrap();
@@ -153,11 +153,12 @@ fn strided_dilated_and_oversized_kernels_are_refused_with_the_reason() {
 }
 
 #[test]
-fn the_selector_takes_winograd_for_the_wide_stride_1_cases_where_its_tile_fits() {
+fn the_selector_takes_winograd_for_the_stride_1_cases_where_a_tile_fits() {
     // No tuning cache: the heuristic decides. kb57, kb65 and kb69 (stride 1, 64+ channels per group; 3x3, 3x7
-    // and 3x5 kernels) and kb71 (32 channels, 3x3) take the Winograd kernel along W where the tile for their
-    // kernel width fits the adapter (the first three: 512 invocations, 32 KiB, which the H100 and the software
-    // driver have), the GEMM elsewhere; kb78 (32 channels, 3x7) keeps the GEMM everywhere, up2x (stride 2) too.
+    // and 3x5 kernels), kb71 and kb78 (32 channels, 3x3 and 3x7) take the Winograd kernel along W: the first
+    // of the heuristic's tiles for their kernel width that fits the adapter (kb65's 48 x 64 tile needs 35 KiB
+    // of workgroup memory, which the H100 has and the software driver has not: there the 32 x 64 one), the
+    // GEMM where none fits; up2x (stride 2) takes the GEMM.
     let mut opts = convt::GpuOptions::from_env().unwrap();
     opts.tune_cache = Some(std::env::temp_dir().join("convt-no-such-dir").join("tune.json"));
     opts.strategy = None;
@@ -166,26 +167,24 @@ fn the_selector_takes_winograd_for_the_wide_stride_1_cases_where_its_tile_fits()
         let case = convt::suite::find(name).unwrap();
         (case.params.resolve(&case.input_dims(), &case.weight_dims(), None).unwrap(), case.bias)
     };
-    let cases = [
-        ("kb57", "wino_w6_64x64x8_8x8"),
-        ("kb65", "wino_w2_64x64x8_8x8"),
-        ("kb69", "wino_w4_64x64x8_8x8"),
-        ("kb71", "wino_w4_128x32x8_8x8"),
+    let cases: [(&str, &[&str]); 5] = [
+        ("kb57", &["wino_w6_64x64x8_8x8"]),
+        ("kb65", &["wino_w4_48x64x8_8x8", "wino_w4_32x64x8_8x8"]),
+        ("kb69", &["wino_w4_64x64x8_8x8"]),
+        ("kb71", &["wino_w4_128x32x8_8x8"]),
+        ("kb78", &["wino_w4_64x32x8_8x8"]),
     ];
-    for (name, tile) in cases {
+    for (name, tiles) in cases {
         let (shape, bias) = shape_of(name);
         let chosen = convt::gpu::select(&ctx, &shape, bias, convt::Precision::F32);
-        let expected = convt::gpu::winograd::pick(&shape).unwrap();
-        assert_eq!(expected.name(), tile);
-        let fits = GpuStrategy::Winograd(expected).computes(&ctx, &shape);
-        assert_eq!(chosen == GpuStrategy::Winograd(expected), fits, "{name}: {}", chosen.name());
-        if !fits {
-            assert!(matches!(chosen, GpuStrategy::Gemm(_)), "{name}: {}", chosen.name());
+        let picked = convt::gpu::winograd::pick(&shape);
+        assert_eq!(picked.iter().map(|t| t.name()).collect::<Vec<_>>(), tiles, "{name}");
+        match picked.iter().map(|t| GpuStrategy::Winograd(*t)).find(|s| s.computes(&ctx, &shape)) {
+            Some(first_that_fits) => assert_eq!(chosen, first_that_fits, "{name}: {}", chosen.name()),
+            None => assert!(matches!(chosen, GpuStrategy::Gemm(_)), "{name}: {}", chosen.name()),
         }
     }
-    for name in ["kb78", "up2x"] {
-        let (shape, bias) = shape_of(name);
-        let chosen = convt::gpu::select(&ctx, &shape, bias, convt::Precision::F32);
-        assert!(matches!(chosen, GpuStrategy::Gemm(_)), "{name}: {}", chosen.name());
-    }
+    let (shape, bias) = shape_of("up2x");
+    let chosen = convt::gpu::select(&ctx, &shape, bias, convt::Precision::F32);
+    assert!(matches!(chosen, GpuStrategy::Gemm(_)), "up2x: {}", chosen.name());
 }

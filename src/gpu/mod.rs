@@ -256,10 +256,10 @@ pub fn select(ctx: &GpuContext, shape: &ConvShape, has_bias: bool, precision: Pr
     let products_per_output =
         shape.in_per_group() * shape.kernel[0] * shape.kernel[1] / (shape.stride[0] * shape.stride[1]);
     let gather = shape.out_per_group() < 16 || shape.in_per_group() < 8 || products_per_output < 64;
-    // At stride 1 the Winograd kernel along W (kernel rows in K) does 1.7-2.5x fewer products and wins on the
-    // H100 where `winograd::pick` has a tile (kb57, kb65, kb69, kb71: docs/PERFORMANCE.md, wr1) and the tile fits
-    // the adapter.
-    let winograd = winograd::pick(shape).map(Strategy::Winograd).filter(|w| w.computes(ctx, shape));
+    // At stride 1 the Winograd kernel along W (kernel rows in K) does 2-2.8x fewer products and wins on the
+    // H100 where `winograd::pick` has a tile (kb57, kb65, kb69, kb71, kb78: docs/PERFORMANCE.md, wr1 and n1): the
+    // first of its tiles that fits the adapter.
+    let winograd = winograd::pick(shape).iter().map(|t| Strategy::Winograd(*t)).find(|w| w.computes(ctx, shape));
     let heuristic = if gather {
         Strategy::Rows(rows::pick(shape))
     } else if let Some(winograd) = winograd {
@@ -268,7 +268,11 @@ pub fn select(ctx: &GpuContext, shape: &ConvShape, has_bias: bool, precision: Pr
         Strategy::Gemm(gemm::pick_tile(shape))
     };
     let coop = Strategy::Coop(coop::pick_tile(shape));
-    let tensor_cores = !gather && shape.in_per_group() >= 64 && shape.out_per_group() >= 64;
+    // `fast` takes the tensor cores where a group has 64+ input and output channels, except where the exact
+    // Winograd kernel measured faster on the H100: below 128 output channels per group (kb57 12.4 ms against
+    // 14.8, kb65 5.9 against 7.7; at 128, kb69, the tensor cores won: 8.2 against 8.5; docs/PERFORMANCE.md, n3).
+    let winograd_beats_coop = matches!(heuristic, Strategy::Winograd(_)) && shape.out_per_group() < 128;
+    let tensor_cores = !gather && !winograd_beats_coop && shape.in_per_group() >= 64 && shape.out_per_group() >= 64;
     match precision {
         Precision::Fast if tensor_cores && coop.runs_on(ctx) => coop,
         // `fast` on the exact kernels: the exact winner where the shape is tuned for f32.

@@ -1,6 +1,6 @@
 //! The fused Winograd kernel for stride-1, undilated transposed convolutions, `shaders/winograd.wgsl` (its
 //! opening comment explains the tiling). The transforms F(m, r) per axis are built here (Toom-Cook on the
-//! points 0, 1, -1, 2, -2, 1/2, -1/2 and infinity) and generated into the shader as straight-line code with
+//! points 0, 1, -1, 2, -2, 1/2, -1/2, 3/4, -3/4 and infinity) and generated into the shader as straight-line code with
 //! their coefficients as literals; the weight transform runs first (`shaders/winograd_weights.wgsl`).
 //!
 //! Why: at stride 1 every output pixel takes every tap, and F(m, r) computes m outputs of an r-tap correlation
@@ -24,9 +24,11 @@ pub const WEIGHTS_SHADER_NAME: &str = "winograd_weights.wgsl";
 pub const WEIGHTS_SHADER: &str = include_str!("../../shaders/winograd_weights.wgsl");
 const WEIGHTS_WORKGROUP_SIZE: u32 = 256;
 
-/// The largest transform size per axis: the points 0, 1, -1, 2, -2, 1/2, -1/2 and infinity.
-pub const MAX_ALPHA: usize = 8;
-const POINTS: [f64; MAX_ALPHA - 1] = [0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5];
+/// The largest transform size per axis: the points 0, 1, -1, 2, -2, 1/2, -1/2, 3/4, -3/4 and infinity. The last
+/// pair measured the least rounding of the pairs tried (+-3, 4, 1/3, 1/4, 3/2, 2/3, 4/3; 1.9-2.3e-6 on F(6, 5) and
+/// F(4, 7) in the f32 simulation of the tests, 4-6e-6 with +-3 or +-4).
+pub const MAX_ALPHA: usize = 10;
+const POINTS: [f64; MAX_ALPHA - 1] = [0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5, 0.75, -0.75];
 
 /// One axis's Winograd transform F(m, r) for a correlation y[i] = sum_j d[i + j] g[j] (i < m, j < r):
 /// y = AT [(G g) * (BT d)], with alpha = m + r - 1 points. Row-major matrices.
@@ -51,14 +53,22 @@ impl Transform1d {
 
     /// F(m, r), or None when it needs more than [`MAX_ALPHA`] points.
     pub fn new(m: usize, r: usize) -> Option<Transform1d> {
+        Self::with_points(m, r, &POINTS)
+    }
+
+    /// F(m, r) on the first m + r - 2 of `points` and infinity.
+    fn with_points(m: usize, r: usize, points: &[f64]) -> Option<Transform1d> {
         let alpha = Self::alpha(m, r)?;
+        if alpha - 1 > points.len() {
+            return None;
+        }
         let eye = |n: usize| (0..n * n).map(|i| if i / n == i % n { 1.0 } else { 0.0 }).collect::<Vec<f64>>();
         if m == 1 || r == 1 {
             // No saving along this axis: the plain correlation, written as a transform (alpha = max(m, r)).
             let (at, g) = if r == 1 { (eye(m), vec![1.0; m]) } else { (vec![1.0; r], eye(r)) };
             return Some(Transform1d { m, r, alpha, at, g, bt: eye(alpha) });
         }
-        let pts = &POINTS[..alpha - 1];
+        let pts = &points[..alpha - 1];
         // AT: the Vandermonde rows of the points (and infinity's: the leading coefficient), transposed.
         let mut at = vec![0.0; m * alpha];
         for (p, &a) in pts.iter().enumerate() {
@@ -169,43 +179,51 @@ const fn wino_w(mw: u32, tb: u32, cb: u32, bk: u32) -> WinoTile {
     WinoTile { mh: 1, mw, tb, cb, tm: 8, tn: 8, bk, rows_in_k: true }
 }
 
-/// The heuristic's tiles: F(MW, K_W) along W with the kernel rows in K, 64 tiles x 64 channels, K steps of 8
-/// (512 invocations, 32 KiB of workgroup memory), MW such that the transform takes its 8 points. On the H100
-/// (docs/PERFORMANCE.md, wr1): kb57 (3x3) 12.4 ms against the GEMM's 15.8-18.4, kb65 (3x7) 8.1 against 9.3,
-/// kb69 (3x5) 8.6 against 11.4 for the 2-D tile F(2x4, 3x5) and 13.0 for the GEMM.
+/// The heuristic's tiles: F(MW, K_W) along W with the kernel rows in K, K steps of 8. On the H100
+/// (docs/PERFORMANCE.md, wr1 and n1):
+/// - 64 tiles x 64 channels (512 invocations with 8 points, 32 KiB): kb57 (3x3, F(6, 3)) 12.4 ms against the
+///   GEMM's 15.8-18.4, kb69 (3x5, F(4, 5)) 8.6 against 11.4 for the 2-D tile F(2x4, 3x5) and 13.0 for the GEMM;
+/// - 48 tiles x 64 channels for the 10-point F(4, 7) (480 invocations, 35 KiB): kb65 (3x7) 5.9 ms against 8.1
+///   for F(2, 7) on 64 x 64 and 9.1 for the GEMM; 32 x 64 (30 KiB, within 32 KiB) 6.3 ms;
+/// - for groups of 32 output channels, 128 tiles x 32 channels (F(4, 3): kb71 2.0 ms against the GEMM's 2.3)
+///   and 64 x 32 (F(4, 7), 10 points, 30 KiB: kb78 3.6 ms against the GEMM's 4.8).
 pub const WINO_W6: WinoTile = wino_w(6, 64, 64, 8);
 pub const WINO_W4: WinoTile = wino_w(4, 64, 64, 8);
-pub const WINO_W2: WinoTile = wino_w(2, 64, 64, 8);
+pub const WINO_W4_48: WinoTile = wino_w(4, 48, 64, 8);
+pub const WINO_W4_32: WinoTile = wino_w(4, 32, 64, 8);
+pub const WINO_W4_NARROW: WinoTile = wino_w(4, 128, 32, 8);
+pub const WINO_W4_NARROW_64: WinoTile = wino_w(4, 64, 32, 8);
 
 /// Every Winograd tile the selector may choose (each tested on the software driver on every kernel size it
-/// applies to): the heuristic's four, and one 2-D tile, F(2x2, K_HxK_W), whose transforms take both axes.
-pub const WINO_TILES: &[WinoTile] = &[WINO_W6, WINO_W4, WINO_W2, WINO_W4_NARROW, wino(2, 2, 16, 32, 8)];
+/// applies to): the heuristic's six, and one 2-D tile, F(2x2, K_HxK_W), whose transforms take both axes.
+pub const WINO_TILES: &[WinoTile] =
+    &[WINO_W6, WINO_W4, WINO_W4_48, WINO_W4_32, WINO_W4_NARROW, WINO_W4_NARROW_64, wino(2, 2, 16, 32, 8)];
 
-/// Groups of 32 output channels: 128 tiles x 32 channels (kb71, 3x3: 2.0 ms against the GEMM's 2.3 on the H100).
-pub const WINO_W4_NARROW: WinoTile = wino_w(4, 128, 32, 8);
-
-/// The heuristic's tile for a stride-1 shape, by channels per group and kernel size, or None (the GEMM) where
-/// the GEMM measured faster or the shape is far from what was measured (on the H100, docs/PERFORMANCE.md wr1:
-/// 3x3, 3x5 and 3x7 kernels):
-/// - 64+ input and output channels: F(6, K_W) for width 3, F(4, K_W) for 4-5, F(2, K_W) for 6-7 (kb57, kb65,
-///   kb69; widths 4 and 6 are the nearest unmeasured ones, with 2.3x and 1.7x fewer products);
-/// - 32-63 output channels (32+ input): F(4, K_W) on 128 x 32 tiles for widths 3-5 (kb71); at width 7 the GEMM
-///   was faster (kb78);
+/// The heuristic's tiles for a stride-1 shape, the preferred first (the selector takes the first that fits the
+/// adapter), by channels per group and kernel size; empty (the GEMM) where the GEMM measured faster or the shape
+/// is far from what was measured (on the H100, docs/PERFORMANCE.md wr1 and n1: 3x3, 3x5 and 3x7 kernels):
+/// - 64+ input and output channels: F(6, K_W) for width 3, F(4, K_W) for 4-7: on 64 x 64 tiles up to width 5
+///   (8 points), on 48 x 64, else 32 x 64, tiles for widths 6-7 (9-10 points; kb65. Widths 4 and 6 are the
+///   nearest unmeasured ones);
+/// - 32-63 output channels (32+ input): F(4, K_W) on 128 x 32 tiles for widths 3-5 (kb71), on 64 x 32 tiles for
+///   widths 6-7 (kb78);
 /// - kernel heights 2-7 only: with one row K is just the input channels, and taller kernels were not tested.
 ///
-/// Whether it computes the shape on the adapter (stride, dilation, workgroup memory) is the selector's question.
-pub fn pick(shape: &ConvShape) -> Option<WinoTile> {
+/// Whether a tile computes the shape on the adapter (stride, dilation, workgroup memory) is the selector's
+/// question.
+pub fn pick(shape: &ConvShape) -> &'static [WinoTile] {
     let (cin, cout) = (shape.in_per_group(), shape.out_per_group());
     let wide = cin >= 64 && cout >= 64;
     if !(2..=7).contains(&shape.kernel[0]) {
-        return None;
+        return &[];
     }
     match (shape.kernel[1], wide) {
-        (3, true) => Some(WINO_W6),
-        (4..=5, true) => Some(WINO_W4),
-        (6..=7, true) => Some(WINO_W2),
-        (3..=5, false) if cin >= 32 && cout >= 32 => Some(WINO_W4_NARROW),
-        _ => None,
+        (3, true) => &[WINO_W6],
+        (4..=5, true) => &[WINO_W4],
+        (6..=7, true) => &[WINO_W4_48, WINO_W4_32],
+        (3..=5, false) if cin >= 32 && cout >= 32 => &[WINO_W4_NARROW],
+        (6..=7, false) if cin >= 32 && cout >= 32 => &[WINO_W4_NARROW_64],
+        _ => &[],
     }
 }
 
@@ -764,7 +782,49 @@ mod tests {
                 }
             }
         }
-        assert!(Transform1d::new(4, 6).is_none());
+        assert!(Transform1d::new(4, 8).is_none());
+    }
+
+    #[test]
+    fn every_transform_rounds_like_the_f32_tolerance_allows() {
+        // Each transform simulated in f32 as the kernel computes it (U = G g and V = BT d rounded, products
+        // summed over 192 K indices as kb69's 64 channels x 3 kernel rows, then AT), torch.rand-like inputs and
+        // nn.ConvTranspose2d-like weights, against the f64 correlation. The 8-point transforms measure 6-8e-7,
+        // the 10-point ones (points +-3/4 added) 2-3e-6: a margin of 3x or more to the tests' 1e-5.
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+        for r in 2..=7 {
+            for m in 2..=MAX_ALPHA {
+                let Some(t) = Transform1d::new(m, r) else { continue };
+                let a = t.alpha;
+                let (mut num, mut den) = (0.0f64, 0.0f64);
+                let b = 1.0 / ((64 * 15) as f64).sqrt();
+                for _ in 0..100 {
+                    let mut acc = vec![0f32; a];
+                    let mut exact = vec![0f64; m];
+                    for _ in 0..192 {
+                        let d: Vec<f32> = (0..a).map(|_| rng.random::<f32>()).collect();
+                        let g: Vec<f32> = (0..r).map(|_| rng.random_range(-b..b) as f32).collect();
+                        for (i, e) in exact.iter_mut().enumerate() {
+                            *e += (0..r).map(|j| d[i + j] as f64 * g[j] as f64).sum::<f64>();
+                        }
+                        for (p, acc) in acc.iter_mut().enumerate() {
+                            let u: f32 = (0..r).map(|j| t.g[p * r + j] as f32 * g[j]).sum();
+                            let v: f32 = (0..a).map(|q| t.bt[p * a + q] as f32 * d[q]).sum();
+                            *acc += u * v;
+                        }
+                    }
+                    for (i, e) in exact.iter().enumerate() {
+                        let y: f32 = (0..a).map(|p| t.at[i * a + p] as f32 * acc[p]).sum();
+                        num += (y as f64 - e).powi(2);
+                        den += e.powi(2);
+                    }
+                }
+                let err = (num / den).sqrt();
+                let budget = if a <= 8 { 1.5e-6 } else { 4e-6 };
+                assert!(err < budget, "F({m}, {r}), {a} points: rel L2 {err:.2e}");
+            }
+        }
     }
 
     #[test]
