@@ -90,14 +90,17 @@ proptest! {
 fn every_tile_matches_the_reference_on_suite_like_shapes() {
     // The suite's stride-1 kernels (3x3, 3x5, 3x7, with and without padding) at 45-64 -> 72 channels: several K
     // steps (one partial), channel blocks (one short) and tile blocks, H != W, a partial last tile on both axes;
-    // and an 8x3 kernel.
+    // a 10x3 and a 3x6 kernel.
     let cases = [
         (vec![2, 64, 13, 22], vec![64, 72, 3, 5], ConvTranspose2dParams::default()),
         (vec![1, 64, 17, 9], vec![64, 72, 3, 7], ConvTranspose2dParams::default().padding((1, 3))),
         // 45 channels x 3 kernel rows: K = 135, a partial last K step for the tiles with the rows in K.
         (vec![2, 45, 11, 14], vec![45, 72, 3, 3], ConvTranspose2dParams::default()),
-        // 8 kernel rows: the most the tiles with the rows in K take (the 2-D tile's F(2, 8) needs 9 points).
-        (vec![1, 16, 12, 9], vec![16, 40, 8, 3], ConvTranspose2dParams::default().padding((2, 1))),
+        // 10 kernel rows: the most the tiles with the rows in K take (the 2-D tile's F(2, 10) would need 11 points).
+        (vec![1, 16, 12, 9], vec![16, 40, 10, 3], ConvTranspose2dParams::default().padding((2, 1))),
+        // A 3x6 kernel: F(4, 6), 9 points, on every tile with MW = 4 that fits (the 48 x 64 one: 31.5 KiB, within
+        // the software driver's 32).
+        (vec![1, 64, 11, 13], vec![64, 72, 3, 6], ConvTranspose2dParams::default()),
         // A 2x3 kernel: small enough transforms for every tile to fit the software driver's workgroup memory.
         (vec![2, 40, 9, 13], vec![40, 36, 2, 3], ConvTranspose2dParams::default().padding((1, 0))),
     ];

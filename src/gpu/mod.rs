@@ -227,12 +227,12 @@ pub fn shader_sources() -> Vec<(&'static str, String, String)> {
 /// precision), else a heuristic (for `fast` where it keeps to exact kernels: the exact winner of the tuning
 /// cache when there is one).
 ///
-/// The heuristic for `fast` follows the H100 measurements of docs/PERFORMANCE.md (f4, f5, g7): the
-/// cooperative-matrix kernel wins on problems with at least 64 input and output channels per group (kb65, kb69,
-/// and the strided decoders up2x and dcgan: 1.1-1.8x faster than the exact GEMM) unless the shape is one for
-/// the rows kernel (few products per output); with fewer channels (kb71, kb78, kb75, kb81) the exact kernels
-/// measured fastest, and `fast` takes them (its error is then f32's). On kb57 the exact Winograd kernel (wr1:
-/// 12.4 ms) beats it (14.8), which only the tuner knows: the heuristic still takes the tensor cores there. The
+/// The heuristic for `fast` follows the H100 measurements of docs/PERFORMANCE.md (f4, f5, g7, n3): the
+/// cooperative-matrix kernel wins on problems with at least 64 input and output channels per group (kb69, and
+/// the strided decoders up2x and dcgan: 1.04-1.8x faster than the best exact kernel) unless the shape is one for
+/// the rows kernel (few products per output) or one for the exact Winograd kernel with fewer than 128 output
+/// channels per group (kb57: 12.5 ms against 14.9, kb65: 5.9 against 7.8); with fewer channels (kb71, kb78,
+/// kb75, kb81) the exact kernels measured fastest, and `fast` takes them (its error is then f32's). The
 /// f16-operand register kernels never won. `convt tune --precision fast` measures every candidate instead.
 pub fn select(ctx: &GpuContext, shape: &ConvShape, has_bias: bool, precision: Precision) -> Strategy {
     // A forced strategy applies at its precision, and on the shapes it computes: a Winograd tile gives way on
@@ -269,8 +269,8 @@ pub fn select(ctx: &GpuContext, shape: &ConvShape, has_bias: bool, precision: Pr
     };
     let coop = Strategy::Coop(coop::pick_tile(shape));
     // `fast` takes the tensor cores where a group has 64+ input and output channels, except where the exact
-    // Winograd kernel measured faster on the H100: below 128 output channels per group (kb57 12.4 ms against
-    // 14.8, kb65 5.9 against 7.7; at 128, kb69, the tensor cores won: 8.2 against 8.5; docs/PERFORMANCE.md, n3).
+    // Winograd kernel measured faster on the H100: below 128 output channels per group (n3's tuning: kb57 12.5 ms
+    // against 14.9, kb65 5.9 against 7.8; at 128, kb69, the tensor cores won: 8.2 against 8.6).
     let winograd_beats_coop = matches!(heuristic, Strategy::Winograd(_)) && shape.out_per_group() < 128;
     let tensor_cores = !gather && !winograd_beats_coop && shape.in_per_group() >= 64 && shape.out_per_group() >= 64;
     match precision {
