@@ -1,5 +1,6 @@
 //! The autotuner's cache drives the selector: a cached winner for (adapter, driver, shape) is chosen; an
-//! unreadable cache is ignored (the heuristic decides), never an error.
+//! unreadable cache, or an entry naming a kernel this version lacks, is ignored (the heuristic decides), never an
+//! error.
 
 use convt::gpu::tune::{key, TuneCache, TuneEntry};
 use convt::gpu::{select, GpuContext, GpuOptions, Strategy};
@@ -72,5 +73,27 @@ fn fast_takes_the_tuned_exact_winner_where_it_keeps_to_exact_kernels() {
     cache.save(&path).unwrap();
     let tuned = ctx_with_cache(&path);
     assert_eq!(select(&tuned, &shape, false, Precision::Fast), winner);
+    std::fs::remove_file(&path).ok();
+}
+
+#[test]
+fn a_cached_kernel_this_version_lacks_gives_way_to_the_heuristic() {
+    // A cache written by an older convt may name a tile since removed (wino_w2_64x64x8_8x8 went in n1-n4): the
+    // entry is skipped, the heuristic decides, and the call still runs.
+    let shape = ConvTranspose2dParams::default().resolve(&[1, 64, 9, 11], &[64, 64, 3, 7], None).unwrap();
+    let path = temp_path("stale.json");
+    let plain = ctx_with_cache(&path);
+    let heuristic = select(&plain, &shape, false, Precision::F32);
+    let mut cache = TuneCache::default();
+    for precision in [Precision::F32, Precision::Fast] {
+        cache.entries.insert(
+            key(plain.adapter_info(), &shape, false, precision),
+            TuneEntry { strategy: "wino_w2_64x64x8_8x8".into(), ms: 1.0 },
+        );
+    }
+    cache.save(&path).unwrap();
+    let tuned = ctx_with_cache(&path);
+    assert_eq!(select(&tuned, &shape, false, Precision::F32), heuristic);
+    assert_eq!(select(&tuned, &shape, false, Precision::Fast), select(&plain, &shape, false, Precision::Fast));
     std::fs::remove_file(&path).ok();
 }
