@@ -13,8 +13,9 @@ use crate::params::ConvShape;
 
 pub const SHADER_NAME: &str = "rows.wgsl";
 const TEMPLATE: &str = include_str!("../../shaders/rows.wgsl");
-/// Invocations per workgroup: that many consecutive pixels of a row at a time.
-pub const WORKGROUP_SIZE: u32 = 128;
+/// Invocations per workgroup: that many consecutive pixels of a row at a time. 256 measured 25% faster than
+/// 128 on kb75 and kb81 (docs/PERFORMANCE.md, x1-x2), and faster than 192 or 320-1024.
+pub const WORKGROUP_SIZE: u32 = 256;
 /// Weight values one staged slab holds: 16 KiB of f32, the workgroup memory every WebGPU adapter offers.
 pub const SLAB: u32 = 4096;
 
@@ -28,10 +29,10 @@ pub struct Rows {
 
 /// Every variant the selector may choose (each is validated by naga and tested on the software driver).
 pub const VARIANTS: &[Rows] =
-    &[Rows { channels: 8, rows: 4 }, Rows { channels: 16, rows: 4 }, Rows { channels: 16, rows: 2 }];
+    &[Rows { channels: 8, rows: 4 }, Rows { channels: 16, rows: 2 }, Rows { channels: 32, rows: 2 }];
 
-/// The default variant for a shape (the H100's winners, docs/PERFORMANCE.md r3-r4: kb81 16x2, kb75 16x4 within 3%
-/// of 16x2): 16 output channels of 2 rows per invocation, 8 channels of 4 rows when a group has fewer than 16.
+/// The default variant for a shape (the H100's winner on kb75 and kb81 at 256 invocations, docs/PERFORMANCE.md
+/// x1-x2): 16 output channels of 2 rows per invocation, 8 channels of 4 rows when a group has fewer than 16.
 pub fn pick(shape: &ConvShape) -> Rows {
     if shape.out_per_group() >= 16 {
         Rows { channels: 16, rows: 2 }
