@@ -109,11 +109,7 @@ fn store(wk: Work, oh: u32, ow: u32, oc: u32, v: f32) {
         return;
     }
     let pixels = OUT_H * OUT_W;
-    var idx = slice.out_offset + wk.n * C_OUT * pixels + (co - slice.out_first_channel) * pixels + oh * OUT_W + ow;
-    if (X_PITCH != 0u) {
-        let pitch = (OUT_W + 31u) / 32u * 32u;
-        idx = min(slice.out_offset + wk.n * C_OUT * pixels + (co - slice.out_first_channel) * pixels + oh * pitch + ow, arrayLength(&out) - 1u);
-    }
+    let idx = slice.out_offset + wk.n * C_OUT * pixels + (co - slice.out_first_channel) * pixels + oh * OUT_W + ow;
     var y = v;
     if (slice.accumulate != 0u) {
         y += out[idx];
@@ -131,15 +127,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let phases = min(S_H, OUT_H);
     let rows_max = (OUT_H + S_H - 1u) / S_H; // rows of the largest phase
     let row_groups = (rows_max + RB - 1u) / RB;
-    let steps_total = (OUT_W + WG - 1u) / WG;
-    let span = select(steps_total, SPAN_STEPS, SPAN_STEPS > 0u);
-    let spans = (steps_total + span - 1u) / span;
-    let wg_all = wid.y * slice.dispatch_width + wid.x;
-    if (wg_all >= slice.n_count * slice.block_count * phases * row_groups * spans) {
+    let wg = wid.y * slice.dispatch_width + wid.x;
+    if (wg >= slice.n_count * slice.block_count * phases * row_groups) {
         return;
     }
-    let sp = wg_all % spans;
-    let wg = wg_all / spans;
     let rho = wg % phases;
     let rg = (wg / phases) % row_groups;
     let t = wg / (phases * row_groups);
@@ -177,8 +168,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let iw_step = D_W / G_W;
     let plane = IN_H * IN_W;
     let x_sample = slice.in_offset + wk.n * C_IN * plane;
-    let ow_end = min(OUT_W, (sp + 1u) * span * WG);
-    for (var ow0 = sp * span * WG; ow0 < ow_end; ow0 += WG) {
+    for (var ow0 = 0u; ow0 < OUT_W; ow0 += WG) {
         let ow = ow0 + lid;
         var tw = Taps(0u, 0u, 0u);
         if (ow < OUT_W) {
