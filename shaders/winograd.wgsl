@@ -30,6 +30,13 @@
 // neighbouring invocations, along the output row. Bias, or the partial sum an earlier slice wrote, is added
 // there.
 //
+// Bands (the tiles along W that name them, `wino_w<MW>b<BAND>_...`): a workgroup's TB tiles are BAND tile rows x
+// TC = TB / BAND columns (see tile_pos), and a K step is BK / K_H input channels with all their kernel rows. The
+// tile rows of a band read their K_H kernel rows from BAND + K_H - 1 input rows, so V is staged as those rows'
+// transforms, [channel][band row][point][column] (rows RS floats apart, skewed so that a subgroup's reads fall on
+// distinct banks), and K index (channel c, kernel row r) of tile row y reads band row y + r: BAND + K_H - 1
+// transforms instead of BAND * K_H (kb71 in bands of 4: 6 instead of 12; docs/PERFORMANCE.md, b1-b4).
+//
 // Why this shape: the transforms cost about as much per (tile, input channel) as a few output channels' worth
 // of products, so they are done once per workgroup for CB channels at a time; the P GEMMs are small (K = the
 // group's input channels), and their register tiles keep 64 accumulators per invocation like the GEMM
@@ -63,10 +70,43 @@ override BASE_W: i32 = i32(PAD_W) - i32(K_W) + 1;
 // The transformed weight's output channels per (point, input channel), padded to whole vec4s.
 override COG4: u32 = (C_OUT / GROUPS + 3u) / 4u * 4u;
 
-// Workgroup memory in vec4s: V of a K step ([k][point][tile]), then U ([k][point][channel]); in the epilogue
-// the exchanged accumulators ([point][channel][tile]).
-const V_QUADS: u32 = BK * P * TB / 4u;
+// Workgroup memory in vec4s: V of a K step (V_QUADS, generated: [k][point][tile], or in bands the transformed
+// input rows [channel][row][point][column], see "Bands" below), then U ([k][point][channel]); in the epilogue the
+// exchanged accumulators ([point][channel][tile]).
 var<workgroup> smem: array<vec4<f32>, SMEM_QUADS>;
+
+// Where tile t of tile block t_block lies: sample n, tile row y, tile column x; ok is false past the end.
+// Without bands (BAND = 1) a block is TB consecutive tiles in (sample, row, column) order. Bands: a block is BAND
+// tile rows x TC columns (TC = TB / BAND), the columns taken in (sample, band, column) order and so running on
+// into the next band (or sample) at a band's end, so that no block is cut short at the right edge. With the
+// kernel rows in K the tile rows of a band then share their input rows: BAND + K_H - 1 transformed rows serve
+// BAND x K_H (tile row, kernel row) pairs.
+struct TilePos {
+    n: u32,
+    y: u32,
+    x: u32,
+    ok: bool,
+}
+
+override BANDS: u32 = (TILES_H + BAND - 1u) / BAND;
+
+fn band_column(t_block: u32, c: u32) -> TilePos {
+    let q = t_block * TC + c;
+    let b = q / TILES_W;
+    return TilePos(b / BANDS, (b % BANDS) * BAND, q % TILES_W, b / BANDS < u.n_count);
+}
+
+fn tile_pos(t_block: u32, t: u32) -> TilePos {
+    if (BAND == 1u) {
+        let tile = t_block * TB + t;
+        let tr = tile % (TILES_H * TILES_W);
+        return TilePos(tile / (TILES_H * TILES_W), tr / TILES_W, tr % TILES_W, tile < u.n_count * TILES_H * TILES_W);
+    }
+    var p = band_column(t_block, t % TC);
+    p.y += t / TC;
+    p.ok = p.ok && p.y < TILES_H;
+    return p;
+}
 
 struct Dispatch {
     n_count: u32,
@@ -110,7 +150,6 @@ fn smem_load(i: u32) -> f32 {
 
 // A K step's share of one invocation, loaded into registers a step ahead: U_PER vec4s of U, and the patch rows
 // of V_PER transform jobs (a job: one row of one tile's transformed patch for one K index).
-const V_JOBS: u32 = BK * TB * AH;
 const V_PER: u32 = (V_JOBS + THREADS - 1u) / THREADS;
 const U_STEP: u32 = BK * P * CB / 4u;
 const U_PER: u32 = (U_STEP + THREADS - 1u) / THREADS;
@@ -242,7 +281,6 @@ fn store_px(at: u32, v: f32, b: f32) {
 struct OutCtx {
     lid: u32,
     t_block: u32,
-    tiles_total: u32,
     oc_block: u32,
     g: u32,
     cog: u32,
@@ -258,14 +296,13 @@ fn output_pass(c: OutCtx, q: u32, j: u32) {
         let tl = job % (WG_T * 4u);
         let cl = (job / (WG_T * 4u)) % (WG_C * 4u);
         let oy = job / (WG_T * 4u * WG_C * 4u);
-        let tile = c.t_block * TB + q * WG_T * 4u + tl;
+        let pos = tile_pos(c.t_block, q * WG_T * 4u + tl);
         let oc = c.oc_block + j * WG_C * 4u + cl;
         let co = c.g * c.cog + oc;
-        let n = tile / (TILES_H * TILES_W);
-        let tr = tile % (TILES_H * TILES_W);
-        let oh = (tr / TILES_W) * MH + oy;
-        let ow0 = (tr % TILES_W) * MW;
-        if (tile >= c.tiles_total || oc >= c.cog || co < u.oc_begin || co >= u.oc_end || oh >= OUT_H) {
+        let n = pos.n;
+        let oh = pos.y * MH + oy;
+        let ow0 = pos.x * MW;
+        if (!pos.ok || oc >= c.cog || co < u.oc_begin || co >= u.oc_end || oh >= OUT_H) {
             continue;
         }
         let m_base = cl * (WG_T * 4u) + tl;
@@ -302,7 +339,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let sub = lid % (WG_T * WG_C);
     let ti = sub % WG_T;
     let cj = sub / WG_T;
-    let v_at = point * (TB / 4u) + ti;
+//#V_AT
     let u_at = V_QUADS + point * (CB / 4u) + cj;
 
     // The accumulators as named variables acc_<i>_<j> (generated).
@@ -330,6 +367,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 
     // Epilogue (generated): each run pair of accumulators through workgroup memory, then output_pass.
     let x_at = (point * WG_C * 4u + cj * 4u) * WG_T + ti;
-    let oc_ctx = OutCtx(lid, t_block, tiles_total, oc_block, g, cog, ic_lo, ic_hi);
+    let oc_ctx = OutCtx(lid, t_block, oc_block, g, cog, ic_lo, ic_hi);
 //#EPILOGUE
 }

@@ -160,15 +160,24 @@ pub struct WinoTile {
     pub tn: u32,
     pub bk: u32,
     pub rows_in_k: bool,
+    /// Tile rows per band (1: none). In bands (with the rows in K only) a block is `band` tile rows x tb / band
+    /// columns, whose rows share their transformed input rows, and a K step is `bk` input channels with all
+    /// their kernel rows (bk x K_H K indices); see the shader's `tile_pos`.
+    pub band: u32,
 }
 
 const fn wino(mh: u32, mw: u32, tb: u32, cb: u32, bk: u32) -> WinoTile {
-    WinoTile { mh, mw, tb, cb, tm: 8, tn: 8, bk, rows_in_k: false }
+    WinoTile { mh, mw, tb, cb, tm: 8, tn: 8, bk, rows_in_k: false, band: 1 }
 }
 
 /// A tile that transforms along W only, F(MW, K_W), the kernel's rows in K.
 const fn wino_w(mw: u32, tb: u32, cb: u32, bk: u32) -> WinoTile {
-    WinoTile { mh: 1, mw, tb, cb, tm: 8, tn: 8, bk, rows_in_k: true }
+    WinoTile { mh: 1, mw, tb, cb, tm: 8, tn: 8, bk, rows_in_k: true, band: 1 }
+}
+
+/// A tile along W in bands of `band` tile rows, K steps of `channels` input channels (all their kernel rows).
+const fn wino_wb(mw: u32, band: u32, tb: u32, cb: u32, channels: u32) -> WinoTile {
+    WinoTile { mh: 1, mw, tb, cb, tm: 8, tn: 8, bk: channels, rows_in_k: true, band }
 }
 
 /// The heuristic's tiles: F(MW, K_W) along W with the kernel rows in K, K steps of 8. On the H100
@@ -186,19 +195,40 @@ pub const WINO_W4_32: WinoTile = wino_w(4, 32, 64, 8);
 pub const WINO_W4_NARROW: WinoTile = wino_w(4, 128, 32, 8);
 pub const WINO_W4_NARROW_64: WinoTile = wino_w(4, 64, 32, 8);
 
+/// The same tiles in bands, K steps of 4 input channels with all their kernel rows (docs/PERFORMANCE.md, b1-b4: kb57
+/// 12.47 -> 11.41 ms, kb69 8.58 -> 7.91, kb71 2.01 -> 1.66, kb78 3.58 -> 3.14 on the H100). The first two and the
+/// last need 37-40 KiB of workgroup memory at their kernels (3x3, 3x5, 3x7): where the adapter has less, the
+/// selector takes the tile without bands.
+pub const WINO_W6_BANDS: WinoTile = wino_wb(6, 2, 64, 64, 4);
+pub const WINO_W4_BANDS: WinoTile = wino_wb(4, 2, 64, 64, 4);
+pub const WINO_W4_NARROW_BANDS: WinoTile = wino_wb(4, 4, 128, 32, 4);
+pub const WINO_W4_NARROW_64_BANDS: WinoTile = wino_wb(4, 8, 64, 32, 4);
+
 /// Every Winograd tile the selector may choose (each tested on the software driver on every kernel size it
-/// applies to): the heuristic's six, and one 2-D tile, F(2x2, K_HxK_W), whose transforms take both axes.
-pub const WINO_TILES: &[WinoTile] =
-    &[WINO_W6, WINO_W4, WINO_W4_48, WINO_W4_32, WINO_W4_NARROW, WINO_W4_NARROW_64, wino(2, 2, 16, 32, 8)];
+/// applies to): the heuristic's ten, and one 2-D tile, F(2x2, K_HxK_W), whose transforms take both axes.
+pub const WINO_TILES: &[WinoTile] = &[
+    WINO_W6_BANDS,
+    WINO_W6,
+    WINO_W4_BANDS,
+    WINO_W4,
+    WINO_W4_48,
+    WINO_W4_32,
+    WINO_W4_NARROW_BANDS,
+    WINO_W4_NARROW,
+    WINO_W4_NARROW_64_BANDS,
+    WINO_W4_NARROW_64,
+    wino(2, 2, 16, 32, 8),
+];
 
 /// The heuristic's tiles for a stride-1 shape, the preferred first (the selector takes the first that fits the
 /// adapter), by channels per group and kernel size; empty (the GEMM) where the GEMM measured faster or the shape
 /// is far from what was measured (on the H100, docs/PERFORMANCE.md wr1 and n1: 3x3, 3x5 and 3x7 kernels):
-/// - 64+ input and output channels: F(6, K_W) for width 3, F(4, K_W) for 4-7: on 64 x 64 tiles up to width 5
-///   (8 points), on 48 x 64, else 32 x 64, tiles for widths 6-7 (9-10 points; kb65. Widths 4 and 6 are the
-///   nearest unmeasured ones);
-/// - 32-63 output channels (32+ input): F(4, K_W) on 128 x 32 tiles for widths 3-5 (kb71), on 64 x 32 tiles for
-///   widths 6-7 (kb78);
+/// - 64+ input and output channels: F(6, K_W) for width 3, F(4, K_W) for 4-7: on 64 x 64 tiles in bands of 2
+///   rows up to width 5 (8 points), on 48 x 64, else 32 x 64, tiles for widths 6-7 (9-10 points; kb65, where
+///   bands did not pay. Widths 4 and 6 are the nearest unmeasured ones);
+/// - 32-63 output channels (32+ input): F(4, K_W) on 128 x 32 tiles in bands of 4 rows for widths 3-5 (kb71), on
+///   64 x 32 tiles in bands of 8 rows for widths 6-7 (kb78);
+/// - each banded tile followed by its tile without bands, for adapters with less workgroup memory;
 /// - kernel heights 2-7 only: with one row K is just the input channels, and taller kernels were not tested.
 ///
 /// Whether a tile computes the shape on the adapter (stride, dilation, workgroup memory) is the selector's
@@ -210,11 +240,11 @@ pub fn pick(shape: &ConvShape) -> &'static [WinoTile] {
         return &[];
     }
     match (shape.kernel[1], wide) {
-        (3, true) => &[WINO_W6],
-        (4..=5, true) => &[WINO_W4],
+        (3, true) => &[WINO_W6_BANDS, WINO_W6],
+        (4..=5, true) => &[WINO_W4_BANDS, WINO_W4],
         (6..=7, true) => &[WINO_W4_48, WINO_W4_32],
-        (3..=5, false) if cin >= 32 && cout >= 32 => &[WINO_W4_NARROW],
-        (6..=7, false) if cin >= 32 && cout >= 32 => &[WINO_W4_NARROW_64],
+        (3..=5, false) if cin >= 32 && cout >= 32 => &[WINO_W4_NARROW_BANDS, WINO_W4_NARROW],
+        (6..=7, false) if cin >= 32 && cout >= 32 => &[WINO_W4_NARROW_64_BANDS, WINO_W4_NARROW_64],
         _ => &[],
     }
 }
@@ -234,8 +264,13 @@ impl Transforms {
 
 impl WinoTile {
     pub fn name(&self) -> String {
-        let f = if self.rows_in_k { format!("w{}", self.mw) } else { format!("{}x{}", self.mh, self.mw) };
-        format!("wino_{f}_{}x{}x{}_{}x{}", self.tb, self.cb, self.bk, self.tm, self.tn)
+        let f = match (self.rows_in_k, self.band) {
+            (false, _) => format!("{}x{}", self.mh, self.mw),
+            (true, 1) => format!("w{}", self.mw),
+            (true, b) => format!("w{}b{b}", self.mw),
+        };
+        let step = if self.band > 1 { "c" } else { "" };
+        format!("wino_{f}_{}x{}x{}{step}_{}x{}", self.tb, self.cb, self.bk, self.tm, self.tn)
     }
 
     /// The transform points the accumulators hold for `shape` (AH x AW, or AW with the rows in K), or why the
@@ -284,12 +319,49 @@ impl WinoTile {
         points * (self.tb / self.tm) * (self.cb / self.tn)
     }
 
-    /// The staged K step (transformed input and weights of BK channels), or the accumulator exchange of the
-    /// epilogue if larger, in bytes.
-    pub fn workgroup_bytes(&self, points: u32) -> u32 {
-        let staged = self.bk * points * (self.tb + self.cb);
+    /// K indices per step: BK channels, or in bands `bk` channels x `k_rows` kernel rows.
+    pub fn k_step(&self, k_rows: u32) -> u32 {
+        if self.band > 1 {
+            self.bk * k_rows
+        } else {
+            self.bk
+        }
+    }
+
+    /// The transformed input values of one K step in workgroup memory: BK x points x TB, or in bands the bk
+    /// channels' band + k_rows - 1 transformed rows of tb / band columns.
+    fn v_values(&self, points: u32, k_rows: u32) -> u32 {
+        if self.band > 1 {
+            self.bk * (self.band + k_rows - 1) * self.band_row_stride(points)
+        } else {
+            self.bk * points * self.tb
+        }
+    }
+
+    /// The staged K step (transformed input and weights), or the accumulator exchange of the epilogue if larger,
+    /// in bytes, for `points` points and `k_rows` kernel rows in K (1 without the rows in K).
+    pub fn workgroup_bytes(&self, points: u32, k_rows: u32) -> u32 {
+        let staged = self.v_values(points, k_rows) + self.k_step(k_rows) * points * self.cb;
         let exchange = 16 * self.threads(points);
         4 * staged.max(exchange)
+    }
+
+    /// In bands, the floats from one transformed row to the next in workgroup memory: AW x TC, plus a skew
+    /// where a subgroup's tile runs span several band rows, so that their reads fall on distinct banks (row
+    /// strides of TC/4 quads modulo the 32 banks' 32 quads; a subgroup reads 8 runs of 4 tiles).
+    fn band_row_stride(&self, aw: u32) -> u32 {
+        let tc_quads = self.tb / self.band / 4;
+        let skew = if tc_quads >= 8 { 0 } else { (tc_quads * (32 * aw - aw + 1)) % 32 };
+        4 * (aw * tc_quads + skew)
+    }
+
+    /// The kernel rows the K index takes for `shape`: K_H with the rows in K, else 1.
+    fn k_rows(&self, shape: &ConvShape) -> u32 {
+        if self.rows_in_k {
+            shape.kernel[0] as u32
+        } else {
+            1
+        }
     }
 
     /// The layout rules of the shader (independent of the shape).
@@ -301,6 +373,9 @@ impl WinoTile {
             && self.tb.is_multiple_of(self.tm)
             && self.cb.is_multiple_of(self.tn)
             && self.bk > 0
+            && self.band > 0
+            && (self.band == 1
+                || (self.rows_in_k && self.tb.is_multiple_of(self.band) && (self.tb / self.band).is_multiple_of(4)))
     }
 
     /// Whether this tile computes `shape` within `limits`: stride 1, no dilation, transforms of at most
@@ -308,12 +383,13 @@ impl WinoTile {
     /// hold ([`WinoTile::points`]).
     pub fn check(&self, shape: &ConvShape, limits: &wgpu::Limits) -> std::result::Result<u32, String> {
         let p = self.points(shape)?;
+        let bytes = self.workgroup_bytes(p, self.k_rows(shape));
         if !self.is_consistent() {
             return Err(format!("{}: {self:?} breaks the shader's layout rules", self.name()));
         }
         if self.threads(p) > limits.max_compute_invocations_per_workgroup
             || self.threads(p) > limits.max_compute_workgroup_size_x
-            || self.workgroup_bytes(p) > limits.max_compute_workgroup_storage_size
+            || bytes > limits.max_compute_workgroup_storage_size
         {
             return Err(format!(
                 "{} with a {}x{} kernel needs {} invocations and {} bytes of workgroup memory; this adapter has {} and {}",
@@ -321,7 +397,7 @@ impl WinoTile {
                 shape.kernel[0],
                 shape.kernel[1],
                 self.threads(p),
-                self.workgroup_bytes(p),
+                bytes,
                 limits.max_compute_invocations_per_workgroup,
                 limits.max_compute_workgroup_storage_size
             ));
@@ -352,29 +428,55 @@ impl WinoTile {
         };
         let (ah, aw) = (out_h.alpha as u32, t.w.alpha as u32);
         let p = ah * aw;
+        let bk = self.k_step(ph_k);
+        let tc = self.tb / self.band;
+        // Bands: the transformed rows of a step, band + K_H - 1 per channel.
+        let rr = self.band + ph_k - 1;
+        let v_jobs = if self.band > 1 { self.bk * rr * tc } else { bk * self.tb * ah };
         let header = format!(
             "const MH: u32 = {}u;\nconst MW: u32 = {}u;\nconst AH: u32 = {ah}u;\nconst AW: u32 = {aw}u;\nconst P: u32 = {p}u;\n\
              const PH_K: u32 = {ph_k}u;\n\
-             const TB: u32 = {}u;\nconst CB: u32 = {}u;\nconst TM: u32 = {}u;\nconst TN: u32 = {}u;\nconst BK: u32 = {}u;\n\
+             const TB: u32 = {}u;\nconst CB: u32 = {}u;\nconst TM: u32 = {}u;\nconst TN: u32 = {}u;\nconst BK: u32 = {bk}u;\n\
+             const BAND: u32 = {}u;\nconst TC: u32 = TB / BAND;\nconst RR: u32 = BAND + PH_K - 1u;\nconst RS: u32 = {}u;\n\
              const WG_T: u32 = TB / TM;\nconst WG_C: u32 = CB / TN;\nconst THREADS: u32 = P * WG_T * WG_C;\n\
-             const SMEM_QUADS: u32 = {}u;\n",
+             const V_JOBS: u32 = {v_jobs}u;\nconst V_QUADS: u32 = {}u;\nconst SMEM_QUADS: u32 = {}u;\n",
             self.mh,
             self.mw,
             self.tb,
             self.cb,
             self.tm,
             self.tn,
-            self.bk,
-            self.workgroup_bytes(p) / 16
+            self.band,
+            self.band_row_stride(aw),
+            self.v_values(p, ph_k) / 4,
+            self.workgroup_bytes(p, ph_k) / 16
         );
         let (quads_m, quads_n) = (self.tm / 4, self.tn / 4);
         // The GEMM of the invocation's point: tile run q at V's quad v_at + q * WG_T, channel run j at U's quad
         // u_at + j * WG_C, channel k of the step P * TB / 4 (V) or P * CB / 4 (U) quads further.
+        // In bands, tile run q of the invocation starts at V's quad vb<q> (its band row and column at the
+        // invocation's point), and K index k (channel k / K_H, kernel row k % K_H) reads the transformed row
+        // k % K_H further down, in channel k / K_H's rows.
+        let banded = self.band > 1;
+        let mut v_at = String::new();
+        for q in 0..quads_m {
+            if banded {
+                v_at += &format!(
+                    "    let vt{q} = ti * 4u + {q}u * WG_T * 4u;\n    let vb{q} = (vt{q} / TC * RS + point * TC + vt{q} % TC) / 4u;\n"
+                );
+            }
+        }
+        if !banded {
+            v_at += "    let v_at = point * (TB / 4u) + ti;\n";
+        }
         let (decl, math) = register_tile(
             self.tm,
             self.tn,
-            self.bk,
-            |k, q| format!("smem[v_at + {}u]", k * p * self.tb / 4 + q * (self.tb / self.tm)),
+            bk,
+            |k, q| match banded {
+                true => format!("smem[vb{q} + {}u]", ((k / ph_k) * rr + k % ph_k) * self.band_row_stride(aw) / 4),
+                false => format!("smem[v_at + {}u]", k * p * self.tb / 4 + q * (self.tb / self.tm)),
+            },
             |k, j| format!("smem[u_at + {}u]", k * p * self.cb / 4 + j * (self.cb / self.tn)),
         );
         let acc = |i: u32, j: u32| format!("acc_{i}_{j}");
@@ -391,11 +493,16 @@ impl WinoTile {
                 epilogue += &format!("    workgroupBarrier();\n    output_pass(oc_ctx, {q}u, {j}u);\n");
             }
         }
-        let v_per = (self.bk * self.tb * ah).div_ceil(self.threads(p));
+        let v_per = v_jobs.div_ceil(self.threads(p));
+        let (loads, stages) = match banded {
+            true => (load_v_band(&t.w, v_per), stage_v_band(&t.w, v_per)),
+            false => (load_v(&t.h, &t.w, v_per), stage_v(&t.h, &t.w, v_per)),
+        };
         let body = SHADER
             .replace("//#INPUT_TRANSFORM\n", &input_transform(&t.h))
-            .replace("//#LOAD_V\n", &load_v(&t.h, &t.w, v_per))
-            .replace("//#STAGE_V\n", &stage_v(&t.h, &t.w, v_per))
+            .replace("//#LOAD_V\n", &loads)
+            .replace("//#STAGE_V\n", &stages)
+            .replace("//#V_AT\n", &v_at)
             .replace("//#OUTPUT_TRANSFORM\n", &output_transform(&out_h))
             .replace("//#OUTPUT_ROW\n", &output_row(&out_h, &t.w))
             .replace("//#ACC_DECL\n", &decl)
@@ -534,6 +641,58 @@ fn stage_v(h: &Transform1d, w: &Transform1d, v_per: u32) -> String {
         s += &lets;
         for (q, e) in rows.iter().enumerate() {
             s += &format!("            smem_store(at + {q}u * TB, {e});\n");
+        }
+        s += "        }\n    }\n";
+    }
+    s
+}
+
+/// The V loads of `load_step` in bands: per job slot i, one input row of one band column for one channel of the
+/// step (AW values, zero outside the input) into r.v[i * AW ..]. Job = (channel, band row, column), column
+/// fastest.
+fn load_v_band(w: &Transform1d, v_per: u32) -> String {
+    let aw = w.alpha;
+    let mut s = String::new();
+    for i in 0..v_per as usize {
+        s += &format!(
+            "    {{
+        let job = c.lid + {i}u * THREADS;
+        let row = (job / TC) % RR;
+        let ic = c.ic_lo + k0 / PH_K + job / (TC * RR);
+        let pos = band_column(c.t_block, job % TC);
+        let plane = u.in_offset + pos.n * C_IN * in_plane + (ic - u.ic_begin) * in_plane;
+        let ih = i32(pos.y + row) + BASE_H;
+        let ok = job < V_JOBS && pos.ok && ic < c.ic_hi && ih >= 0 && ih < i32(IN_H);
+        let row_at = plane + u32(ih) * IN_W; // wraps where not ok
+        let left = i32(pos.x * MW) + BASE_W;
+"
+        );
+        for c in 0..aw {
+            s += &format!(
+                "        if (ok && left + {c} >= 0 && left + {c} < i32(IN_W)) {{ r.v[{}u] = x[row_at + u32(left + {c})]; }}\n",
+                i * aw + c
+            );
+        }
+        s += "    }\n";
+    }
+    s
+}
+
+/// The V part of `stage` in bands: per job slot i, BT_w (constants) of the row, stored at
+/// [channel][band row][pw][column] (band rows RS floats apart).
+fn stage_v_band(w: &Transform1d, v_per: u32) -> String {
+    let aw = w.alpha;
+    let mut s = String::new();
+    for i in 0..v_per as usize {
+        s += &format!("    {{\n        let job = lid + {i}u * THREADS;\n        if (job < V_JOBS) {{\n");
+        for c in 0..aw {
+            s += &format!("            let h{c} = r.v[{}u];\n", i * aw + c);
+        }
+        s += "            let at = (job / TC) * RS + job % TC;\n";
+        let (lets, rows) = paired_rows(&w.bt, aw, |c| format!("h{c}"));
+        s += &lets;
+        for (q, e) in rows.iter().enumerate() {
+            s += &format!("            smem_store(at + {q}u * TC, {e});\n");
         }
         s += "        }\n    }\n";
     }
@@ -716,11 +875,14 @@ pub(crate) fn encode(
     let pipeline = ctx.pipeline(key, &module, &consts)?;
     let cog = shape.out_per_group();
     let channel_blocks_per_group = cog.div_ceil(tile.cb as usize);
-    let tiles_per_sample = shape.out_hw[0].div_ceil(tile.mh as usize) * shape.out_hw[1].div_ceil(tile.mw as usize);
+    let (tiles_h, tiles_w) = (shape.out_hw[0].div_ceil(tile.mh as usize), shape.out_hw[1].div_ceil(tile.mw as usize));
+    // Blocks of TB consecutive tiles, or in bands of tb / band columns of (sample, band, column).
+    let (band, block) = (tile.band as usize, (tile.tb / tile.band) as usize);
+    let positions_per_sample = tiles_h.div_ceil(band) * tiles_w;
     ctx.scoped(|| {
         for s in &slices {
             let (g0, g1) = (s.oc.start / cog, (s.oc.end - 1) / cog + 1);
-            let tile_blocks = (s.samples.len() * tiles_per_sample).div_ceil(tile.tb as usize);
+            let tile_blocks = (s.samples.len() * positions_per_sample).div_ceil(block);
             let grid = grid(ctx, tile_blocks * channel_blocks_per_group * (g1 - g0));
             let u = DispatchUniform {
                 slice: SliceFields::from(s),
