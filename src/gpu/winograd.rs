@@ -223,9 +223,10 @@ pub const WINO_TILES: &[WinoTile] = &[
 /// The heuristic's tiles for a stride-1 shape, the preferred first (the selector takes the first that fits the
 /// adapter), by channels per group and kernel size; empty (the GEMM) where the GEMM measured faster or the shape
 /// is far from what was measured (on the H100, docs/PERFORMANCE.md wr1 and n1: 3x3, 3x5 and 3x7 kernels):
-/// - 64+ input and output channels: F(6, K_W) for width 3, F(4, K_W) for 4-7: on 64 x 64 tiles in bands of 2
-///   rows up to width 5 (8 points), on 48 x 64, else 32 x 64, tiles for widths 6-7 (9-10 points; kb65, where
-///   bands did not pay. Widths 4 and 6 are the nearest unmeasured ones);
+/// - 64+ input and output channels: for width 3 F(4, 3) on 128 x 32 tiles in bands of 4 rows (kb57: 10.8 ms
+///   against 11.4 for F(6, 3) on 64 x 64 tiles in bands, b5; 27 KiB, so it fits every adapter); F(4, K_W) for
+///   widths 4-7: on 64 x 64 tiles in bands of 2 rows up to width 5 (8 points), on 48 x 64, else 32 x 64, tiles
+///   for widths 6-7 (9-10 points; kb65, where bands did not pay. Widths 4 and 6 are the nearest unmeasured ones);
 /// - 32-63 output channels (32+ input): F(4, K_W) on 128 x 32 tiles in bands of 4 rows for widths 3-5 (kb71), on
 ///   64 x 32 tiles in bands of 8 rows for widths 6-7 (kb78);
 /// - each banded tile followed by its tile without bands, for adapters with less workgroup memory;
@@ -240,7 +241,7 @@ pub fn pick(shape: &ConvShape) -> &'static [WinoTile] {
         return &[];
     }
     match (shape.kernel[1], wide) {
-        (3, true) => &[WINO_W6_BANDS, WINO_W6],
+        (3, true) => &[WINO_W4_NARROW_BANDS],
         (4..=5, true) => &[WINO_W4_BANDS, WINO_W4],
         (6..=7, true) => &[WINO_W4_48, WINO_W4_32],
         (3..=5, false) if cin >= 32 && cout >= 32 => &[WINO_W4_NARROW_BANDS, WINO_W4_NARROW],
