@@ -638,11 +638,7 @@ fn stage_v(h: &Transform1d, w: &Transform1d, v_per: u32) -> String {
             s += &format!("            let h{c} = {};\n", terms.join(" + "));
         }
         s += "            let at = (job_k(job) * P + job_ph(job) * AW) * TB + job_tile(job);\n";
-        let (lets, rows) = paired_rows(&w.bt, aw, |c| format!("h{c}"));
-        s += &lets;
-        for (q, e) in rows.iter().enumerate() {
-            s += &format!("            smem_store(at + {q}u * TB, {e});\n");
-        }
+        s += &store_transformed_row(w, "TB");
         s += "        }\n    }\n";
     }
     s
@@ -690,12 +686,17 @@ fn stage_v_band(w: &Transform1d, v_per: u32) -> String {
             s += &format!("            let h{c} = r.v[{}u];\n", i * aw + c);
         }
         s += "            let at = (job / TC) * RS + job % TC;\n";
-        let (lets, rows) = paired_rows(&w.bt, aw, |c| format!("h{c}"));
-        s += &lets;
-        for (q, e) in rows.iter().enumerate() {
-            s += &format!("            smem_store(at + {q}u * TC, {e});\n");
-        }
+        s += &store_transformed_row(w, "TC");
         s += "        }\n    }\n";
+    }
+    s
+}
+
+/// BT_w applied to the row h0 .. h<AW-1> and each point stored at `at + point * stride` in workgroup memory.
+fn store_transformed_row(w: &Transform1d, stride: &str) -> String {
+    let (mut s, rows) = paired_rows(&w.bt, w.alpha, |c| format!("h{c}"));
+    for (q, e) in rows.iter().enumerate() {
+        s += &format!("            smem_store(at + {q}u * {stride}, {e});\n");
     }
     s
 }
