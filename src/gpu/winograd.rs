@@ -197,7 +197,7 @@ pub const WINO_W4_NARROW_64: WinoTile = wino_w(4, 64, 32, 8);
 
 /// The same tiles in bands, K steps of 4 input channels with all their kernel rows (docs/PERFORMANCE.md, b1-b4: kb57
 /// 12.47 -> 11.41 ms, kb69 8.58 -> 7.91, kb71 2.01 -> 1.66, kb78 3.58 -> 3.14 on the H100). The first two and the
-/// last need 37-40 KiB of workgroup memory at their kernels (3x3, 3x5, 3x7): where the adapter has less, the
+/// last need 36-40 KiB of workgroup memory at their kernels (3x3, 3x5, 3x7): where the adapter has less, the
 /// selector takes the tile without bands.
 pub const WINO_W6_BANDS: WinoTile = wino_wb(6, 2, 64, 64, 4);
 pub const WINO_W4_BANDS: WinoTile = wino_wb(4, 2, 64, 64, 4);
