@@ -165,7 +165,6 @@ struct Staged {
 struct StepCtx {
     lid: u32,
     t_block: u32,
-    tiles_total: u32,
     ic_lo: u32,
     ic_hi: u32,
     oc_block: u32,
@@ -333,7 +332,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let ic_lo = max(g * cig, u.ic_begin);
     let ic_hi = max(min(g * cig + cig, u.ic_end), ic_lo);
     let steps = ((ic_hi - ic_lo) * PH_K + BK - 1u) / BK;
-    let tiles_total = u.n_count * TILES_H * TILES_W;
 
     // This invocation's point and register tile.
     let point = lid / (WG_T * WG_C);
@@ -346,7 +344,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     // The accumulators as named variables acc_<i>_<j> (generated).
 //#ACC_DECL
 
-    let sc = StepCtx(lid, t_block, tiles_total, ic_lo, ic_hi, oc_block);
+    let sc = StepCtx(lid, t_block, ic_lo, ic_hi, oc_block);
     var regs: Staged;
     if (steps > 0u) {
         regs = load_step(sc, 0u);

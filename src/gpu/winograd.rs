@@ -384,10 +384,11 @@ impl WinoTile {
     /// hold ([`WinoTile::points`]).
     pub fn check(&self, shape: &ConvShape, limits: &wgpu::Limits) -> std::result::Result<u32, String> {
         let p = self.points(shape)?;
-        let bytes = self.workgroup_bytes(p, self.k_rows(shape));
         if !self.is_consistent() {
             return Err(format!("{}: {self:?} breaks the shader's layout rules", self.name()));
         }
+        // After the layout rules: a band of 0 would divide by zero here.
+        let bytes = self.workgroup_bytes(p, self.k_rows(shape));
         if self.threads(p) > limits.max_compute_invocations_per_workgroup
             || self.threads(p) > limits.max_compute_workgroup_size_x
             || bytes > limits.max_compute_workgroup_storage_size
@@ -433,6 +434,7 @@ impl WinoTile {
         let tc = self.tb / self.band;
         // Bands: the transformed rows of a step, band + K_H - 1 per channel.
         let rr = self.band + ph_k - 1;
+        let rs = self.band_row_stride(aw);
         let v_jobs = if self.band > 1 { self.bk * rr * tc } else { bk * self.tb * ah };
         let header = format!(
             "const MH: u32 = {}u;\nconst MW: u32 = {}u;\nconst AH: u32 = {ah}u;\nconst AW: u32 = {aw}u;\nconst P: u32 = {p}u;\n\
@@ -448,7 +450,7 @@ impl WinoTile {
             self.tm,
             self.tn,
             self.band,
-            self.band_row_stride(aw),
+            rs,
             self.v_values(p, ph_k) / 4,
             self.workgroup_bytes(p, ph_k) / 16
         );
@@ -459,23 +461,20 @@ impl WinoTile {
         // invocation's point), and K index k (channel k / K_H, kernel row k % K_H) reads the transformed row
         // k % K_H further down, in channel k / K_H's rows.
         let banded = self.band > 1;
-        let mut v_at = String::new();
-        for q in 0..quads_m {
-            if banded {
-                v_at += &format!(
-                    "    let vt{q} = ti * 4u + {q}u * WG_T * 4u;\n    let vb{q} = (vt{q} / TC * RS + point * TC + vt{q} % TC) / 4u;\n"
-                );
-            }
-        }
-        if !banded {
-            v_at += "    let v_at = point * (TB / 4u) + ti;\n";
-        }
+        let v_at: String = match banded {
+            true => (0..quads_m)
+                .map(|q| {
+                    format!("    let vt{q} = ti * 4u + {q}u * WG_T * 4u;\n    let vb{q} = (vt{q} / TC * RS + point * TC + vt{q} % TC) / 4u;\n")
+                })
+                .collect(),
+            false => "    let v_at = point * (TB / 4u) + ti;\n".into(),
+        };
         let (decl, math) = register_tile(
             self.tm,
             self.tn,
             bk,
             |k, q| match banded {
-                true => format!("smem[vb{q} + {}u]", ((k / ph_k) * rr + k % ph_k) * self.band_row_stride(aw) / 4),
+                true => format!("smem[vb{q} + {}u]", ((k / ph_k) * rr + k % ph_k) * rs / 4),
                 false => format!("smem[v_at + {}u]", k * p * self.tb / 4 + q * (self.tb / self.tm)),
             },
             |k, j| format!("smem[u_at + {}u]", k * p * self.cb / 4 + j * (self.cb / self.tn)),
@@ -588,15 +587,13 @@ fn load_v(h: &Transform1d, w: &Transform1d, v_per: u32) -> String {
         s += &format!(
             "    {{
         let job = c.lid + {i}u * THREADS;
-        let tile = c.t_block * TB + job_tile(job);
+        let pos = tile_pos(c.t_block, job_tile(job));
         let kap = k0 + job_k(job);
         let ic = k_channel(c.ic_lo, kap);
-        let n = tile / (TILES_H * TILES_W);
-        let tr = tile % (TILES_H * TILES_W);
-        let ok = job < V_JOBS && tile < c.tiles_total && ic < c.ic_hi;
-        let plane = u.in_offset + n * C_IN * in_plane + (ic - u.ic_begin) * in_plane;
-        let top = i32((tr / TILES_W) * MH) + BASE_H;
-        let left = i32((tr % TILES_W) * MW) + BASE_W;
+        let ok = job < V_JOBS && pos.ok && ic < c.ic_hi;
+        let plane = u.in_offset + pos.n * C_IN * in_plane + (ic - u.ic_begin) * in_plane;
+        let top = i32(pos.y * MH) + BASE_H;
+        let left = i32(pos.x * MW) + BASE_W;
         let sel = row_sel(job_ph(job) + k_row(kap));
 "
         );
