@@ -6,6 +6,10 @@
 // and likewise for the width (host-computed per phase, see src/gpu/gemm.rs). No tap is wasted and nothing is
 // divided or tested for divisibility in the loops.
 //
+// The same kernel computes grad_input at any stride (src/gpu/grad_input.rs): a strided convolution of
+// grad_output, i.e. a stride-1 correlation sampled every S input pixels. That is one phase whose output pixel a
+// reads ih = a*IN_STEP_H + off_h - jh*istep_h (IN_STEP = the convolution's stride; 1 for every phase above).
+//
 // GEMM per phase and group: M = output pixels of the phase (samples x rows x columns), N = output channels of
 // the group, K = taps x input channels of the group. A workgroup computes a BM x BN tile of the output; K is
 // walked in steps of BK input channels of one tap: the A step (BK x BM im2col values, gathered from the input
@@ -51,6 +55,9 @@ override K_W: u32;
 override S_H: u32;
 override S_W: u32;
 override HAS_BIAS: bool;
+// Input rows (columns) between neighbouring output pixels of a phase: 1, or grad_input's stride (see above).
+override IN_STEP_H: i32 = 1;
+override IN_STEP_W: i32 = 1;
 
 const A_LOADS: u32 = BM * BK / THREADS;
 const B_LOADS: u32 = BN * BK / THREADS;
@@ -159,8 +166,8 @@ fn next_step(c: LoadCtx, p: Step) -> Step {
 // outside the input, the slice's channels or the group's output channels is zero and never read.
 fn load_step(c: LoadCtx, p: Step) -> Staged {
     var r: Staged;
-    let ih = c.aa + ph.off_h - i32(p.jh * u.istep_h);
-    let iw = c.ab + ph.off_w - i32(p.jw * u.istep_w);
+    let ih = c.aa * IN_STEP_H + ph.off_h - i32(p.jh * u.istep_h);
+    let iw = c.ab * IN_STEP_W + ph.off_w - i32(p.jw * u.istep_w);
     let in_ok = c.am_ok && ih >= 0 && ih < i32(IN_H) && iw >= 0 && iw < i32(IN_W);
     // The first input channel this invocation loads, and how many channels from it lie below ic_hi.
     let ic_a = p.ic0 + c.ak0;

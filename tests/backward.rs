@@ -55,8 +55,9 @@ proptest! {
 
     #[test]
     fn gpu_gradients_match_reference_with_every_forward_strategy(p in problems(), pick in 0usize..64) {
-        // At stride 1 grad_input runs as a transposed convolution through the forward's selector: every
-        // algorithm and tile it may choose, forced, also on problems it would not pick them for.
+        // At stride 1 grad_input runs as a transposed convolution through the forward's selector, and at any
+        // stride a forced GEMM tile runs it as a sampled correlation: every algorithm and tile, forced, also on
+        // problems the selector would not pick them for.
         let all = convt::gpu::Strategy::candidates();
         check(common::ctx_with_strategy(all[pick % all.len()]), &p)?;
     }
@@ -234,6 +235,51 @@ fn stride_one_grad_input_runs_through_every_forward_strategy() {
                 seed: common::fresh_seed(),
             };
             check(common::ctx_with_strategy(strategy), &prob).unwrap_or_else(|e| panic!("{}: {e}", strategy.name()));
+        }
+    }
+}
+
+#[test]
+fn strided_grad_input_runs_on_every_gemm_tile() {
+    // Strides, output_padding, padding beyond dilation*(k-1), dilation and groups: grad_input is then a strided
+    // convolution, which the GEMM kernel runs as one sampled phase. Each exact GEMM tile forced, and the heuristic
+    // (which takes the GEMM on these channel counts), against the float64 reference; H != W and channel counts
+    // that leave partial tiles.
+    let p = |s: [i64; 2], pad: [i64; 2], op: [i64; 2], d: [i64; 2], g: i64| convt::ConvTranspose2dParams {
+        stride: s,
+        padding: pad,
+        output_padding: op,
+        dilation: d,
+        groups: g,
+    };
+    let cases = [
+        // up2x-like: 3x3, stride 2, padding 1, output_padding 1.
+        (vec![2, 40, 6, 9], vec![40, 24, 3, 3], p([2, 2], [1, 1], [1, 1], [1, 1], 1)),
+        // dcgan-like: 4x4, stride 2, padding 1.
+        (vec![3, 36, 5, 4], vec![36, 20, 4, 4], p([2, 2], [1, 1], [0, 0], [1, 1], 1)),
+        // kb81-like: stride 5, dilation 2; and a stride larger than the kernel on one axis.
+        (vec![1, 32, 4, 7], vec![32, 18, 3, 3], p([5, 3], [1, 1], [0, 2], [2, 2], 1)),
+        // Groups, asymmetric stride and dilation, padding beyond dilation*(k-1) on one axis.
+        (vec![2, 48, 5, 6], vec![48, 12, 3, 2], p([2, 1], [1, 2], [1, 0], [1, 2], 2)),
+    ];
+    let mut strategies = vec![None];
+    strategies.extend(convt::gpu::gemm::TILES.iter().map(|t| Some(convt::gpu::Strategy::Gemm(*t))));
+    for (input, weight, params) in cases {
+        let shape = params.resolve(&input, &weight, None).unwrap();
+        assert!(convt::gpu::grad_input::as_transposed_convolution(&shape).is_none(), "{shape:?}");
+        for strategy in &strategies {
+            let prob = Problem {
+                input: input.clone(),
+                weight: weight.clone(),
+                bias: true,
+                params,
+                seed: common::fresh_seed(),
+            };
+            let ctx = match strategy {
+                Some(s) => common::ctx_with_strategy(*s),
+                None => common::ctx(),
+            };
+            check(ctx, &prob).unwrap_or_else(|e| panic!("{strategy:?}: {e}"));
         }
     }
 }

@@ -391,6 +391,17 @@ fn axis_phase(r: usize, out: usize, k: usize, s: usize, p: usize, d: usize) -> A
     }
 }
 
+/// How the GEMM's output pixels reach its input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Geometry {
+    /// The stride phases of the transposed convolution `shape` (the forward).
+    Phases,
+    /// One phase: a stride-1 correlation whose output pixel (a, b) reads input (a * step + off - j * dilation)
+    /// for its flipped taps j, every tap of the kernel; `shape` is stride 1 with the sampled output's size. This
+    /// is grad_input at any stride, a strided convolution of grad_output (src/gpu/grad_input.rs).
+    Sampled { step: [usize; 2], off: [i64; 2] },
+}
+
 /// The shader's `Phase`, field for field.
 #[repr(C)]
 #[derive(Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
@@ -429,12 +440,13 @@ struct DispatchUniform {
     phases: [PhaseUniform; MAX_PHASES],
 }
 
-/// Encodes the GEMM kernel `kernel` over every slice of the plan and every stride phase into `pass`; its scratch
-/// buffers (the packed weight) go into `in_flight`, to be kept until the call has submitted.
+/// Encodes the GEMM kernel `kernel` over every slice of the plan and every phase of `geometry` into `pass`; its
+/// scratch buffers (the packed weight) go into `in_flight`, to be kept until the call has submitted.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn encode(
     ctx: &GpuContext,
     shape: &ConvShape,
+    geometry: Geometry,
     kernel: &impl GemmKernel,
     input: &GpuTensor,
     weight: &GpuTensor,
@@ -456,7 +468,10 @@ pub(crate) fn encode(
     let packed = in_flight.keep(pack_weights(ctx, shape, weight, pass)?);
     let ops = Operands::new(ctx, &packed, bias)?;
     let module = ctx.module_with(&name, || kernel.source())?;
-    let consts = shape_constants(shape, bias.is_some());
+    let mut consts = shape_constants(shape, bias.is_some());
+    if let Geometry::Sampled { step, .. } = geometry {
+        consts.extend([("IN_STEP_H", step[0] as f64), ("IN_STEP_W", step[1] as f64)]);
+    }
     let key = format!("{name} {:?} {:?}", ctx.options().shader_checks, consts);
     let pipeline = ctx.pipeline(key, &module, &consts)?;
     let (bm, bn) = kernel.tile_mn();
@@ -464,15 +479,23 @@ pub(crate) fn encode(
     let n_tiles_per_group = cog.div_ceil(bn as usize);
     ctx.scoped(|| {
         let axes = |r: [usize; 2]| {
-            let a = |ax: usize| {
-                axis_phase(
+            let a = |ax: usize| match geometry {
+                Geometry::Phases => axis_phase(
                     r[ax],
                     shape.out_hw[ax],
                     shape.kernel[ax],
                     shape.stride[ax],
                     shape.padding[ax],
                     shape.dilation[ax],
-                )
+                ),
+                Geometry::Sampled { off, .. } => AxisPhase {
+                    count: shape.out_hw[ax],
+                    k0: 0,
+                    taps: shape.kernel[ax],
+                    kstep: 1,
+                    istep: shape.dilation[ax],
+                    off: off[ax],
+                },
             };
             (a(0), a(1))
         };
@@ -583,7 +606,8 @@ mod tests {
         let before = idle(&ctx);
         {
             let mut pass = encoder.begin_compute_pass(&Default::default());
-            encode(&ctx, &shape, &TILE_64X64_4X8, &x, &w, None, &y, &mut pass, &mut in_flight).unwrap();
+            encode(&ctx, &shape, Geometry::Phases, &TILE_64X64_4X8, &x, &w, None, &y, &mut pass, &mut in_flight)
+                .unwrap();
         }
         assert_eq!(idle(&ctx), before, "a scratch buffer went back to the pool before the submission");
         ctx.queue.submit([encoder.finish()]);

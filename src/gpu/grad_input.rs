@@ -1,16 +1,20 @@
-//! grad_input, two ways, chosen in [`encode`]:
+//! grad_input, three ways, chosen in [`encode`]:
 //! - at stride 1 (without output_padding, padding at most dilation*(kernel-1)), grad_input is itself a
 //!   transposed convolution of grad_output with the flipped, channel-swapped weight (`shaders/flip_weights.wgsl`)
-//!   and padding dilation*(kernel-1) - padding, so the forward's selector and its GEMM kernel run it;
-//! - otherwise (and wherever the selector picks the gather kernel), `shaders/grad_input.wgsl`: a gather over
-//!   grad_output, one invocation per input pixel and block of input channels, for every option.
+//!   and padding dilation*(kernel-1) - padding, so the forward's selector and its GEMM or Winograd kernel run it;
+//! - at any stride, grad_input is a strided convolution of grad_output with that weight: the same stride-1
+//!   correlation sampled every `stride` pixels, which the GEMM kernel computes as one phase
+//!   ([`gemm::Geometry::Sampled`]) wherever the forward's heuristic would take a GEMM for it;
+//! - otherwise, `shaders/grad_input.wgsl`: a gather over grad_output, one invocation per input pixel and block of
+//!   input channels, for every option.
 
 use crate::error::Result;
 use crate::gpu::buffers::{GpuTensor, InFlight};
 use crate::gpu::context::GpuContext;
+use crate::gpu::gemm::{self, Geometry};
 use crate::gpu::kernel::{channel_blocks, check_index_range, dispatch_buffers, grid, shape_constants};
 use crate::gpu::plan::{plan_between, Side};
-use crate::gpu::{select, Strategy};
+use crate::gpu::{prefers_gather, select, Strategy};
 use crate::params::{ConvShape, ConvTranspose2dParams};
 use crate::precision::Precision;
 
@@ -75,9 +79,44 @@ pub fn as_transposed_convolution(shape: &ConvShape) -> Option<ConvShape> {
     (t.out_hw == shape.in_hw).then_some(t)
 }
 
+/// The sampled correlation that computes grad_input from grad_output at any stride: a stride-1 problem reading
+/// grad_output ([N, Cout, OH, OW]) with the flipped, channel-swapped weight and writing the input's size, and
+/// its geometry: output pixel (ih, iw) reads grad_output at (ih * stride - padding + kh * dilation) for every
+/// tap kh, i.e. at ih * stride + off - j * dilation for the flipped tap j = kH - 1 - kh.
+pub(crate) fn as_sampled_correlation(shape: &ConvShape) -> (ConvShape, Geometry) {
+    let t = ConvShape {
+        batch: shape.batch,
+        in_channels: shape.out_channels,
+        out_channels: shape.in_channels,
+        groups: shape.groups,
+        in_hw: shape.out_hw,
+        out_hw: shape.in_hw,
+        kernel: shape.kernel,
+        stride: [1, 1],
+        padding: [0, 0],
+        output_padding: [0, 0],
+        dilation: shape.dilation,
+        unbatched: shape.unbatched,
+    };
+    let off = [0, 1].map(|a| (shape.dilation[a] * (shape.kernel[a] - 1)) as i64 - shape.padding[a] as i64);
+    (t, Geometry::Sampled { step: shape.stride, off })
+}
+
+/// The GEMM tile for the sampled correlation `t`, if a GEMM should run it: a forced exact GEMM tile, else the
+/// forward's heuristic for a stride-1 problem of its sizes (none where it would take a gather kernel).
+fn sampled_tile(ctx: &GpuContext, t: &ConvShape) -> Option<gemm::Tile> {
+    let tile = match ctx.options().strategy {
+        Some(Strategy::Gemm(tile)) if tile.operand == gemm::Operand::F32 => tile,
+        Some(Strategy::Direct | Strategy::Rows(_)) => return None,
+        _ if prefers_gather(t) => return None,
+        _ => gemm::pick_tile(t),
+    };
+    Strategy::Gemm(tile).runs_on(ctx).then_some(tile)
+}
+
 /// Encodes grad_input = the gradient of the input given `grad_output`, into `grad_input` (the input's size),
 /// with the forward's GEMM or Winograd kernel where the selector picks one for the equivalent transposed
-/// convolution.
+/// convolution, else with the GEMM kernel on the sampled correlation, else with the gather kernel.
 pub(crate) fn encode(
     ctx: &GpuContext,
     shape: &ConvShape,
@@ -98,10 +137,18 @@ pub(crate) fn encode(
             return Ok(());
         }
     }
+    let (t, geometry) = as_sampled_correlation(shape);
+    if let Some(tile) = sampled_tile(ctx, &t) {
+        let flipped = flip_weights(ctx, shape, weight, pass)?;
+        gemm::encode(ctx, &t, geometry, &tile, grad_output, &flipped, None, grad_input, pass, in_flight)?;
+        in_flight.keep_tensor(flipped);
+        return Ok(());
+    }
     encode_gather(ctx, shape, weight, grad_output, grad_input, pass)
 }
 
-/// The weight [Cout, Cin/groups, kH, kW] of [`as_transposed_convolution`] (`shaders/flip_weights.wgsl`).
+/// The weight [Cout, Cin/groups, kH, kW] of [`as_transposed_convolution`] and [`as_sampled_correlation`]
+/// (`shaders/flip_weights.wgsl`): flipped, input and output channels swapped.
 fn flip_weights(
     ctx: &GpuContext,
     shape: &ConvShape,

@@ -176,8 +176,12 @@ impl Strategy {
         match self {
             Strategy::Direct => direct::encode(ctx, shape, input, weight, bias, output, pass),
             Strategy::Rows(r) => rows::encode(ctx, shape, r, input, weight, bias, output, pass),
-            Strategy::Gemm(tile) => gemm::encode(ctx, shape, tile, input, weight, bias, output, pass, in_flight),
-            Strategy::Coop(tile) => gemm::encode(ctx, shape, tile, input, weight, bias, output, pass, in_flight),
+            Strategy::Gemm(tile) => {
+                gemm::encode(ctx, shape, gemm::Geometry::Phases, tile, input, weight, bias, output, pass, in_flight)
+            }
+            Strategy::Coop(tile) => {
+                gemm::encode(ctx, shape, gemm::Geometry::Phases, tile, input, weight, bias, output, pass, in_flight)
+            }
             Strategy::Winograd(tile) => {
                 winograd::encode(ctx, shape, tile, input, weight, bias, output, pass, in_flight)
             }
@@ -253,9 +257,7 @@ pub fn select(ctx: &GpuContext, shape: &ConvShape, has_bias: bool, precision: Pr
     // strided stores do not pay off when each output sums few products (few input channels per tap, large
     // stride): the rows kernel serves those, a gather kernel whose stores run along the output rows (measured on
     // the H100: kb75, kb81; docs/PERFORMANCE.md, r1-r4).
-    let products_per_output =
-        shape.in_per_group() * shape.kernel[0] * shape.kernel[1] / (shape.stride[0] * shape.stride[1]);
-    let gather = shape.out_per_group() < 16 || shape.in_per_group() < 8 || products_per_output < 64;
+    let gather = prefers_gather(shape);
     // At stride 1 the Winograd kernel along W (kernel rows in K) does 2-2.8x fewer products and wins on the
     // H100 where `winograd::pick` has a tile (kb57, kb65, kb69, kb71, kb78: docs/PERFORMANCE.md, wr1 and n1): the
     // first of its tiles that fits the adapter.
@@ -279,6 +281,15 @@ pub fn select(ctx: &GpuContext, shape: &ConvShape, has_bias: bool, precision: Pr
         Precision::Fast => tuned(Precision::F32).unwrap_or(heuristic),
         Precision::F32 => heuristic,
     }
+}
+
+/// Whether the heuristic gives `shape` to a gather kernel rather than a GEMM: few output channels per group
+/// (the GEMM's channel tile would be mostly waste), few input channels per group, or few products per output
+/// (large strides), as on kb75 and kb81 (docs/PERFORMANCE.md, r1-r4).
+pub(crate) fn prefers_gather(shape: &ConvShape) -> bool {
+    let products_per_output =
+        shape.in_per_group() * shape.kernel[0] * shape.kernel[1] / (shape.stride[0] * shape.stride[1]);
+    shape.out_per_group() < 16 || shape.in_per_group() < 8 || products_per_output < 64
 }
 
 /// `conv_transpose2d` on GPU-resident tensors; the output stays on the GPU.
