@@ -6,6 +6,7 @@
 use crate::error::Result;
 use crate::gpu::buffers::{GpuTensor, InFlight, STORAGE};
 use crate::gpu::context::GpuContext;
+use crate::gpu::gemm;
 use crate::gpu::kernel::{dispatch_buffers, grid};
 use crate::gpu::plan::plan;
 use crate::params::ConvShape;
@@ -64,14 +65,40 @@ pub fn tile_for(shape: &ConvShape) -> usize {
     TILES.into_iter().find(|&t| t >= channels).unwrap_or(TILES[TILES.len() - 1])
 }
 
-/// Invocations per workgroup of a tile size.
-fn invocations(tile: usize) -> usize {
-    (tile / 4) * (tile / 4)
+/// Output channels per invocation for a tile size: 8 on the 64-wide tile (4 x 8 register tiles, as the forward
+/// GEMM's best tiles), else 4.
+fn per_invocation(tile: usize) -> usize {
+    if tile >= 64 {
+        8
+    } else {
+        4
+    }
 }
 
-/// The shader for a tile size: `shaders/grad_weight.wgsl` with its `TILE` constant in front.
+/// Invocations per workgroup of a tile size.
+fn invocations(tile: usize) -> usize {
+    (tile / 4) * (tile / per_invocation(tile))
+}
+
+/// The shader for a tile size: `shaders/grad_weight.wgsl` with its `TILE` and `TN` constants in front and the
+/// register tile's code (the GEMM kernel's micro-kernel, [`gemm::register_tile`]) at its marker lines.
 pub fn source(tile: usize) -> String {
-    format!("const TILE: u32 = {tile}u;\n{SHADER}")
+    let tn = per_invocation(tile) as u32;
+    let (decl, math) = gemm::register_tile(
+        4,
+        tn,
+        BK as u32,
+        |k, _| format!("xs[{k}u * (TILE / 4u) + ty]"),
+        |k, j| format!("gs[{k}u * (TILE / 4u) + tx + {j}u * WG_N]"),
+    );
+    let mut epilogue = String::new();
+    for i in 0..4 {
+        for j in 0..tn / 4 {
+            epilogue += &format!("    store4(sc, {i}u, sc.oc_lo + ({j}u * WG_N + tx) * 4u, acc_{i}_{j});\n");
+        }
+    }
+    let body = SHADER.replace("//#ACC_DECL\n", &decl).replace("//#MATH\n", &math).replace("//#EPILOGUE\n", &epilogue);
+    format!("const TILE: u32 = {tile}u;\nconst TN: u32 = {tn}u;\n{body}")
 }
 
 /// (splits, pixels per split) for `pixels` pixels of reduction per tap over `tiles` workgroup tiles, with at
