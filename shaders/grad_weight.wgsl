@@ -70,8 +70,13 @@ struct Slice {
 @group(0) @binding(2) var<storage, read> grad_out: array<f32>;
 @group(0) @binding(3) var<storage, read_write> partial: array<f32>;
 
-var<workgroup> xs: array<vec4<f32>, BK * TILE / 4u>;   // [k][ic / 4]
-var<workgroup> gs: array<vec4<f32>, BK * TILE / 4u>;   // [k][oc / 4]
+// The staged steps, [k][channel / 4] with rows ROW vec4s apart. The staging writes run down a column (the lanes
+// of a subgroup hold consecutive pixels k of one channel, for coalesced global loads); the skew of one vec4 per
+// row spreads those writes over the banks (rows TILE / 4 vec4s apart put all 16 pixels of a step in one bank:
+// 16-way conflicts that made the staging cost more than the math).
+const ROW: u32 = TILE / 4u + 1u;
+var<workgroup> xs: array<vec4<f32>, BK * ROW>;   // [k][ic / 4]
+var<workgroup> gs: array<vec4<f32>, BK * ROW>;   // [k][oc / 4]
 
 // Input indices [lo, hi) along one axis whose output index i*s - pad + k*d lies in [0, out_size), for tap k.
 fn axis_range(k: u32, s: u32, pad: u32, d: u32, in_size: u32, out_size: u32) -> vec2<u32> {
@@ -222,7 +227,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         // Rows row0 + (WG/BK)*j: one vec4 lane each, stored element by element.
         for (var j = 0u; j < LOADS; j++) {
             let row = row0 + j * (WG / BK);
-            let slot = k_local * (TILE / 4u) + row / 4u;
+            let slot = k_local * ROW + row / 4u;
             xs[slot][row % 4u] = regs.x[j];
             gs[slot][row % 4u] = regs.g[j];
         }

@@ -88,8 +88,8 @@ pub fn source(tile: usize) -> String {
         4,
         tn,
         BK as u32,
-        |k, _| format!("xs[{k}u * (TILE / 4u) + ty]"),
-        |k, j| format!("gs[{k}u * (TILE / 4u) + tx + {j}u * WG_N]"),
+        |k, _| format!("xs[{k}u * ROW + ty]"),
+        |k, j| format!("gs[{k}u * ROW + tx + {j}u * WG_N]"),
     );
     let mut epilogue = String::new();
     for i in 0..4 {
