@@ -207,6 +207,11 @@ fn mse_gradient_on_the_gpu_is_two_over_n_times_the_difference() {
     assert!(s.non_finite == 0 && s.rel_l2 <= common::F32_TOLERANCE, "{s:?}");
 }
 
+/// A problem with a bias and fresh random tensors.
+fn with_bias(input: &[usize], weight: &[usize], params: convt::ConvTranspose2dParams) -> Problem {
+    Problem { input: input.to_vec(), weight: weight.to_vec(), bias: true, params, seed: common::fresh_seed() }
+}
+
 #[test]
 fn stride_one_grad_input_runs_through_every_forward_strategy() {
     // The configurations whose grad_input is a transposed convolution (stride 1, no output_padding, padding
@@ -227,13 +232,7 @@ fn stride_one_grad_input_runs_through_every_forward_strategy() {
         let shape = params.resolve(&input, &weight, None).unwrap();
         assert!(convt::gpu::grad_input::as_transposed_convolution(&shape).is_some(), "{shape:?}");
         for strategy in convt::gpu::Strategy::candidates() {
-            let prob = Problem {
-                input: input.clone(),
-                weight: weight.clone(),
-                bias: true,
-                params,
-                seed: common::fresh_seed(),
-            };
+            let prob = with_bias(&input, &weight, params);
             check(common::ctx_with_strategy(strategy), &prob).unwrap_or_else(|e| panic!("{}: {e}", strategy.name()));
         }
     }
@@ -268,13 +267,7 @@ fn strided_grad_input_runs_on_every_gemm_tile() {
         let shape = params.resolve(&input, &weight, None).unwrap();
         assert!(convt::gpu::grad_input::as_transposed_convolution(&shape).is_none(), "{shape:?}");
         for strategy in &strategies {
-            let prob = Problem {
-                input: input.clone(),
-                weight: weight.clone(),
-                bias: true,
-                params,
-                seed: common::fresh_seed(),
-            };
+            let prob = with_bias(&input, &weight, params);
             let ctx = match strategy {
                 Some(s) => common::ctx_with_strategy(*s),
                 None => common::ctx(),
