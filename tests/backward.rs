@@ -258,8 +258,8 @@ fn strided_grad_input_runs_on_every_gemm_tile() {
         (vec![3, 36, 5, 4], vec![36, 20, 4, 4], p([2, 2], [1, 1], [0, 0], [1, 1], 1)),
         // kb81-like: stride 5, dilation 2; and a stride larger than the kernel on one axis.
         (vec![1, 32, 4, 7], vec![32, 18, 3, 3], p([5, 3], [1, 1], [0, 2], [2, 2], 1)),
-        // Groups, asymmetric stride and dilation, padding beyond dilation*(k-1) on one axis.
-        (vec![2, 48, 5, 6], vec![48, 12, 3, 2], p([2, 1], [1, 2], [1, 0], [1, 2], 2)),
+        // Groups, asymmetric stride and dilation, padding beyond dilation*(k-1) (2 > 1) along W.
+        (vec![2, 48, 5, 6], vec![48, 12, 3, 2], p([2, 1], [1, 2], [1, 0], [2, 1], 2)),
     ];
     let mut strategies = vec![None];
     strategies.extend(convt::gpu::gemm::TILES.iter().map(|t| Some(convt::gpu::Strategy::Gemm(*t))));
