@@ -46,7 +46,7 @@ const WG_M: u32 = TILE / 4u;  // invocations along the input channels
 const WG_N: u32 = TILE / TN;  // invocations along the output channels
 const WG: u32 = WG_M * WG_N;
 const BK: u32 = 16u;     // pixels per K step
-const LOADS: u32 = TILE * BK / WG; // values of each operand one invocation stages per step (4 to 16)
+const LOADS: u32 = TILE * BK / WG; // values of each operand one invocation stages per step (8 or 16)
 // The staging covers each of the TILE rows of a step exactly once (rows row0 + (WG/BK)*j).
 const_assert WG % BK == 0u && (TILE * BK) % WG == 0u;
 

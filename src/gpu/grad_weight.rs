@@ -18,8 +18,8 @@ pub const REDUCE_SHADER: &str = include_str!("../../shaders/reduce_splits.wgsl")
 /// The tile sizes (channels per workgroup tile on each side, `TILE` in the shader), and pixels per K step (`BK`).
 pub const TILES: [usize; 3] = [16, 32, 64];
 const BK: usize = 16;
-/// Invocations a dispatch should have to fill a large GPU (the split count is chosen to reach it): 2048
-/// workgroups of the 64-wide tile.
+/// Invocations a dispatch should have to fill a large GPU (the split count is chosen to reach it): 4096
+/// workgroups of the 64-wide tile (128 invocations each since bwd7; 2048 of 256 before).
 const TARGET_INVOCATIONS: usize = 2048 * 256;
 /// Most bytes of partial sums kept at once.
 const MAX_PARTIAL_BYTES: u64 = 256 << 20;

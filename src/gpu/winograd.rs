@@ -180,7 +180,8 @@ const fn wino_wb(mw: u32, band: u32, tb: u32, cb: u32, channels: u32) -> WinoTil
     WinoTile { mh: 1, mw, tb, cb, tm: 8, tn: 8, bk: channels, rows_in_k: true, band }
 }
 
-/// The heuristic's tiles: F(MW, K_W) along W with the kernel rows in K, K steps of 8. On the H100
+/// The tiles along W without bands: F(MW, K_W) with the kernel rows in K, K steps of 8 (the heuristic's before
+/// the bands of b1-b5, and its choice where an adapter's workgroup memory is too small for them). On the H100
 /// (docs/PERFORMANCE.md, wr1 and n1):
 /// - 64 tiles x 64 channels (512 invocations with 8 points, 32 KiB): kb57 (3x3, F(6, 3)) 12.4 ms against the
 ///   GEMM's 15.8-18.4, kb69 (3x5, F(4, 5)) 8.6 against 11.4 for the 2-D tile F(2x4, 3x5) and 13.0 for the GEMM;
@@ -205,7 +206,8 @@ pub const WINO_W4_NARROW_BANDS: WinoTile = wino_wb(4, 4, 128, 32, 4);
 pub const WINO_W4_NARROW_64_BANDS: WinoTile = wino_wb(4, 8, 64, 32, 4);
 
 /// Every Winograd tile the selector may choose (each tested on the software driver on every kernel size it
-/// applies to): the heuristic's ten, and one 2-D tile, F(2x2, K_HxK_W), whose transforms take both axes.
+/// applies to): ten along W, eight of them in the heuristic (`pick`) and F(6, K_W) with and without bands for the
+/// tuner, and one 2-D tile, F(2x2, K_HxK_W), whose transforms take both axes.
 pub const WINO_TILES: &[WinoTile] = &[
     WINO_W6_BANDS,
     WINO_W6,
