@@ -15,7 +15,8 @@ use crate::gpu::context::{lock, GpuContext};
 use crate::params::checked_numel;
 use crate::tensor::Tensor;
 
-/// Idle buffers kept for reuse, by (size, usage). Bounded: at most `MAX_IDLE_BYTES` wait in the pool.
+/// Idle buffers kept for reuse, by (size, usage). Bounded: at most `MAX_IDLE_BYTES` wait in the pool, and a
+/// buffer coming back displaces older idle ones (the call that just ran is the likeliest to run again).
 #[derive(Default)]
 pub(crate) struct BufferPool {
     inner: Arc<Mutex<PoolInner>>,
@@ -30,7 +31,12 @@ struct PoolInner {
     tensor_bytes: u64,
 }
 
-const MAX_IDLE_BYTES: u64 = 1 << 30;
+/// At most this many bytes of idle buffers wait in the pool: room for a call's largest scratch buffer (up to one
+/// binding; the padded f16 input of kb57 in precision `fast` is 1.08 GB). A scratch buffer that cannot wait here
+/// is freed after each call and allocated again by the next, and on the H100 that mapping churn made the kernels
+/// running meanwhile up to 3x slower (docs/PERFORMANCE.md, c5). The memory budget still drops idle buffers
+/// whenever a tensor needs their room.
+pub const MAX_IDLE_BYTES: u64 = 2 << 30;
 
 /// A buffer that goes back to its pool when dropped.
 pub struct PooledBuffer {
@@ -53,10 +59,25 @@ impl Drop for PooledBuffer {
             return;
         };
         let mut p = lock(&pool);
-        if self.reusable && p.idle_bytes + buffer.size() <= MAX_IDLE_BYTES {
-            p.idle_bytes += buffer.size();
-            p.idle.entry((buffer.size(), buffer.usage())).or_default().push(buffer);
+        let key = (buffer.size(), buffer.usage());
+        if !self.reusable || key.0 > MAX_IDLE_BYTES {
+            return;
         }
+        // Make room by dropping idle buffers of other sizes first, then of this one.
+        while p.idle_bytes + key.0 > MAX_IDLE_BYTES {
+            let victim = p.idle.keys().copied().find(|k| *k != key).unwrap_or(key);
+            let Some(list) = p.idle.get_mut(&victim) else { break };
+            let dropped = list.pop();
+            if list.is_empty() {
+                p.idle.remove(&victim);
+            }
+            match dropped {
+                Some(b) => p.idle_bytes -= b.size(),
+                None => break,
+            }
+        }
+        p.idle_bytes += key.0;
+        p.idle.entry(key).or_default().push(buffer);
     }
 }
 
