@@ -39,7 +39,7 @@
 // The weight arrives packed as [tap][ic][oc] (shaders/pack_weights.wgsl).
 //
 // Operand types. f16 operands are scaled by powers of two (exact) chosen from each tensor's largest finite
-// magnitude (shaders/absmax.wgsl, see scale_exponent below) so that no finite value overflows f16 or loses
+// magnitude (shaders/absmax.wgsl, see scale_exponent in shaders/scale.wgsl) so that no finite value overflows f16 or loses
 // its precision to f16's small range; the f32 sums are scaled back before the bias is added. Non-finite
 // values pass through as themselves.
 
@@ -244,23 +244,6 @@ fn store4(c: StoreCtx, m: u32, oc0: u32, v: vec4<f32>) {
     for (var j = 0u; j < 4u; j++) {
         store1(c, px, oc0 + j, v[j]);
     }
-}
-
-// The largest finite |value| of an operand, as f32 bits (shaders/absmax.wgsl), to the exponent k that brings
-// it into [2^14, 2^15): scaled by 2^k, every finite value of the tensor fits f16 (largest 65504) with room
-// for rounding; values down to 2^-28 of the largest keep f16's relative precision, smaller ones (f16
-// subnormals) err by at most 2^-39 of the largest. (The kernel caps k at 127, see SCALED_MODULE in
-// src/gpu/gemm.rs: only tensors whose largest magnitude is below 2^-113 reach the cap.)
-fn scale_exponent(max_bits: u32) -> i32 {
-    let e = i32(max_bits >> 23u);
-    if (max_bits == 0u) {
-        return 0;
-    }
-    if (e == 0) {
-        // Subnormal: the value is mantissa * 2^-149.
-        return 132 + i32(countLeadingZeros(max_bits));
-    }
-    return 141 - e;
 }
 
 @compute @workgroup_size(THREADS)

@@ -24,6 +24,17 @@ fn fast_kernels(ctx: &GpuContext) -> Vec<Strategy> {
     Strategy::fast_candidates().into_iter().filter(|s| s.runs_on(ctx)).collect()
 }
 
+/// The problem a forced kernel is tested on: `mixed_problem` (stride, groups), or for a kernel that does not take
+/// it (the padded-NHWC kernel: stride 1, one group) `stride_1_problem`.
+fn problem_for(ctx: &GpuContext, k: Strategy, seed: u64) -> Problem {
+    let mixed = mixed_problem(seed);
+    if k.computes(ctx, &mixed.shape()) {
+        mixed
+    } else {
+        stride_1_problem(seed)
+    }
+}
+
 /// Checks a fast result element by element against what rounding both operands to f16 can cost. An operand
 /// scaled so that its largest magnitude M lies in [2^14, 2^15) keeps f16's relative rounding u = 2^-11 for
 /// values down to f16's normal range, i.e. 2^-28 of M; below that f16's subnormal spacing gives an absolute
@@ -84,7 +95,9 @@ proptest! {
 
     #[test]
     fn every_fast_kernel_is_within_f16_rounding_of_the_reference(p in problems(), pick in 0usize..64) {
-        let kernels = fast_kernels(common::ctx());
+        // The f16 kernels that take this problem (the padded-NHWC kernel takes stride 1 and one group only).
+        let kernels: Vec<Strategy> =
+            fast_kernels(common::ctx()).into_iter().filter(|k| k.computes(common::ctx(), &p.shape())).collect();
         if kernels.is_empty() {
             return Ok(()); // no f16 kernel on this adapter: `fast` is exact here (see the fallback test)
         }
@@ -98,7 +111,8 @@ proptest! {
     #[test]
     fn fast_kernels_scale_tensors_split_across_bindings(p in problems(), pick in 0usize..64) {
         // Bindings of one plane: the operand maxima are gathered over every chunk of the input.
-        let kernels = fast_kernels(common::ctx());
+        let kernels: Vec<Strategy> =
+            fast_kernels(common::ctx()).into_iter().filter(|k| k.computes(common::ctx(), &p.shape())).collect();
         if kernels.is_empty() {
             return Ok(()); // no f16 kernel on this adapter: `fast` is exact here (see the fallback test)
         }
@@ -127,6 +141,24 @@ fn mixed_problem(seed: u64) -> Problem {
             output_padding: [1, 0],
             dilation: [1, 2],
             groups: 2,
+        },
+        seed,
+    }
+}
+
+/// A stride-1 problem with the other options (H != W, asymmetric kernel, dilation, padding, output padding,
+/// bias) and channels every padded-NHWC tile takes (a multiple of 16 in, of 128 out).
+fn stride_1_problem(seed: u64) -> Problem {
+    Problem {
+        input: vec![2, 16, 9, 13],
+        weight: vec![16, 128, 3, 2],
+        bias: true,
+        params: ConvTranspose2dParams {
+            stride: [1, 1],
+            padding: [1, 1],
+            output_padding: [1, 0],
+            dilation: [2, 1],
+            groups: 1,
         },
         seed,
     }
@@ -166,7 +198,10 @@ fn values_outside_f16_range_keep_their_accuracy() {
             None => common::ctx(),
         };
         for (fx, fw) in factors {
-            let p = mixed_problem(common::fresh_seed());
+            let p = match strategy {
+                Some(k) => problem_for(ctx, k, common::fresh_seed()),
+                None => mixed_problem(common::fresh_seed()),
+            };
             let (x, w, b) = p.tensors();
             let (x, w) = (scaled(&x, fx), scaled(&w, fw));
             let b = b.map(|b| scaled(&b, fx * fw));
@@ -215,25 +250,26 @@ fn suite_cases_scaled_down_stay_within_1e_3() {
 fn non_finite_values_propagate_as_in_the_exact_gemm() {
     // An inf and a NaN in the input: the outputs they reach are non-finite exactly where the exact GEMM kernel's
     // are, and the finite ones keep f16 accuracy (the scale is taken from the finite values only).
-    let kernels = fast_kernels(common::ctx());
-    let p = mixed_problem(common::fresh_seed());
-    let (x, w, b) = p.tensors();
-    let mut xd = x.data().to_vec();
-    xd[5] = f32::INFINITY;
-    xd[1000] = f32::NAN;
-    xd[7] = 2.0e5; // a large finite value too: it, not the inf, sets the scale
-    let x = Tensor::new(x.shape().to_vec(), xd).unwrap();
-    let exact = gpu::conv_transpose2d_host(
-        common::ctx_with_strategy(Strategy::Gemm(gpu::gemm::TILE_64X64_4X8)),
-        &x,
-        &w,
-        b.as_ref(),
-        &p.params,
-    )
-    .unwrap();
-    let reference = cpu::conv_transpose2d_f64(&p.shape(), x.data(), w.data(), b.as_ref().map(|b| b.data()));
-    for k in kernels {
-        let (out, _) = run_fast(common::ctx_with_strategy(k), &p, &x, &w, b.as_ref());
+    let seed = common::fresh_seed();
+    for k in fast_kernels(common::ctx()) {
+        let p = problem_for(common::ctx(), k, seed);
+        let (x, w, b) = p.tensors();
+        let mut xd = x.data().to_vec();
+        xd[5] = f32::INFINITY;
+        xd[1000] = f32::NAN;
+        xd[7] = 2.0e5; // a large finite value too: it, not the inf, sets the scale
+        let x = Tensor::new(x.shape().to_vec(), xd).unwrap();
+        let exact = gpu::conv_transpose2d_host(
+            common::ctx_with_strategy(Strategy::Gemm(gpu::gemm::TILE_64X64_4X8)),
+            &x,
+            &w,
+            b.as_ref(),
+            &p.params,
+        )
+        .unwrap();
+        let reference = cpu::conv_transpose2d_f64(&p.shape(), x.data(), w.data(), b.as_ref().map(|b| b.data()));
+        let (out, ran) = run_fast(common::ctx_with_strategy(k), &p, &x, &w, b.as_ref());
+        assert_eq!(ran, k);
         let mut finite = (Vec::new(), Vec::new());
         for (i, (&o, &e)) in out.data().iter().zip(exact.data()).enumerate() {
             assert_eq!(o.is_finite(), e.is_finite(), "{}: element {i}: {o} vs exact {e}", k.name());
@@ -253,10 +289,10 @@ fn non_finite_values_propagate_as_in_the_exact_gemm() {
 fn fast_says_which_path_ran_and_falls_back() {
     let ctx = common::ctx();
     // Without a tuning cache, `fast` takes what measured fastest on the H100 (docs/PERFORMANCE.md, f4, f5, g7,
-    // n3): the exact GEMM kernel with fewer than 64 output channels per group, the exact rows (gather) kernel on a
-    // kb81-like problem, the exact Winograd kernel at stride 1 with 64-127 output channels per group (kb57-like)
-    // where its tile fits, and the cooperative-matrix kernel where the adapter has it with 64+ input and output
-    // channels per group otherwise (kb69-like at stride 1, 128 channels; a strided decoder).
+    // n3, c1-c6): at stride 1 the padded-NHWC tensor-core kernel where the adapter has cooperative matrices
+    // (kb57-like, kb69-like; without them the exact Winograd kernel where its tile fits), the exact GEMM kernel
+    // with fewer than 64 output channels per group at stride 2, the exact rows (gather) kernel on a kb81-like
+    // problem, and the staged cooperative-matrix kernel on a strided decoder with 64+ channels.
     let untuned = std::env::var_os("CONVT_STRATEGY").is_none() && ctx.tuned().entries.is_empty();
     let params = ConvTranspose2dParams::default().stride(2).padding(1);
     let gemm_shape = params.resolve(&[1, 64, 10, 12], &[64, 32, 3, 3], Some(&[32])).unwrap();
@@ -270,10 +306,16 @@ fn fast_says_which_path_ran_and_falls_back() {
         let exact = gpu::select(ctx, &gemm_shape, true, Precision::F32);
         assert!(matches!(exact, Strategy::Gemm(_)), "{}", exact.name());
         assert_eq!(gpu::select(ctx, &gemm_shape, true, Precision::Fast), exact);
-        // The exact Winograd kernel on kb57_like wherever its tile fits, whatever the adapter.
+        // At stride 1 (kb57_like, kb69_like) the padded-NHWC tensor-core kernel where the adapter has cooperative
+        // matrices; without them on kb57_like the exact Winograd kernel wherever its tile fits.
         let winograd = gpu::select(ctx, &kb57_like, false, Precision::F32);
-        if matches!(winograd, Strategy::Winograd(_)) {
-            assert_eq!(gpu::select(ctx, &kb57_like, false, Precision::Fast), winograd);
+        for shape in [&kb57_like, &kb69_like] {
+            let chosen = gpu::select(ctx, shape, false, Precision::Fast);
+            if ctx.has_coop_f16() {
+                assert!(matches!(chosen, Strategy::CoopNhwc(_)), "{}", chosen.name());
+            } else if shape == &kb57_like && matches!(winograd, Strategy::Winograd(_)) {
+                assert_eq!(chosen, winograd);
+            }
         }
         // Without tensor cores, an f32 kernel (the GEMM, or the Winograd kernel on kb69_like).
         for (shape, bias) in [(&kb69_like, false), (&up2x_like, true)] {
@@ -291,8 +333,9 @@ fn fast_says_which_path_ran_and_falls_back() {
     }
     // What ran is reported: a forced f16 kernel says so.
     for k in fast_kernels(ctx) {
-        let (x, w, b) = mixed_problem(2).tensors();
-        let (_, ran) = run_fast(common::ctx_with_strategy(k), &mixed_problem(2), &x, &w, b.as_ref());
+        let p = problem_for(ctx, k, 2);
+        let (x, w, b) = p.tensors();
+        let (_, ran) = run_fast(common::ctx_with_strategy(k), &p, &x, &w, b.as_ref());
         assert_eq!(ran, k);
         assert!(ran.arithmetic().contains("f16"), "{}", ran.arithmetic());
     }
@@ -349,6 +392,60 @@ fn the_layer_runs_at_its_precision() {
     if forced.is_some() {
         // The fast path really rounded to f16: its error is that of f16, far above the exact one's.
         assert!(fast > 10.0 * exact && resident > 10.0 * exact, "fast {fast:e}, {resident:e} vs exact {exact:e}");
+    }
+}
+
+#[test]
+fn padded_nhwc_kernel_takes_stride_1_shapes_with_every_option() {
+    // The padded-NHWC tensor-core kernel (stride 1, one group) on shapes that move its padding: H != W, kernels
+    // wider than tall and taller than wide, dilation, padding from none to dilation*(kernel - 1), output padding,
+    // bias, a batch. Each of its tiles, against the f16 rounding bound; then with output bindings of one sample
+    // (a dispatch per output chunk). Where the adapter has no cooperative matrices the kernel cannot run and
+    // the selector never picks it (fast_says_which_path_ran_and_falls_back checks the refusal).
+    let problem = |input: [usize; 4], weight: [usize; 4], padding, output_padding, dilation, bias| Problem {
+        input: input.to_vec(),
+        weight: weight.to_vec(),
+        bias,
+        params: ConvTranspose2dParams { stride: [1, 1], padding, output_padding, dilation, groups: 1 },
+        seed: common::fresh_seed(),
+    };
+    let problems = [
+        problem([3, 32, 11, 17], [32, 64, 3, 5], [0, 0], [0, 0], [1, 1], true),
+        problem([2, 16, 20, 7], [16, 32, 4, 2], [3, 1], [0, 0], [1, 1], false),
+        problem([1, 48, 9, 30], [48, 64, 2, 3], [1, 2], [1, 1], [2, 2], true),
+        problem([4, 16, 5, 6], [16, 128, 1, 1], [0, 0], [0, 0], [1, 1], true),
+    ];
+    let ctx = common::ctx();
+    let tiles: Vec<gpu::coop_nhwc::NhwcTile> = fast_kernels(ctx)
+        .into_iter()
+        .filter_map(|k| match k {
+            Strategy::CoopNhwc(t) => Some(t),
+            _ => None,
+        })
+        .collect();
+    for p in problems {
+        let shape = p.shape();
+        let (x, w, b) = p.tensors();
+        // Bindings of one output sample (or of the weight or an input sample, where larger: those must fit).
+        let sample_bytes = (4 * shape.out_channels * shape.out_hw[0] * shape.out_hw[1])
+            .max(4 * w.numel())
+            .max(4 * x.numel() / shape.batch);
+        for &t in tiles.iter().filter(|t| t.check(ctx, &shape).is_ok()) {
+            let k = Strategy::CoopNhwc(t);
+            for limited in [false, true] {
+                let one_sample = common::ctx_with_binding_limit(sample_bytes as u64, Some(k));
+                let run_ctx = if limited { &one_sample } else { common::ctx_with_strategy(k) };
+                let (out, ran) = run_fast(run_ctx, &p, &x, &w, b.as_ref());
+                let what = format!("{} on {p:?} (bindings of one sample: {limited})", k.name());
+                if limited && ran != k {
+                    // The padded input no longer fits one binding of this size: the kernel declines the shape.
+                    assert!(t.check(&one_sample, &shape).is_err(), "{what}: {} ran instead", ran.name());
+                } else {
+                    assert_eq!(ran, k, "{what}");
+                }
+                check_within_f16_rounding(&shape, &x, &w, b.as_ref(), &out).unwrap_or_else(|e| panic!("{what}: {e}"));
+            }
+        }
     }
 }
 

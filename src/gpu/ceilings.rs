@@ -1,6 +1,8 @@
-//! The adapter's two ceilings, measured through wgpu with GPU timestamps: the fp32 FMA rate
-//! (`shaders/ceiling_fma.wgsl`) and the copy bandwidth (`shaders/ceiling_copy.wgsl`). The benchmark reports
-//! each kernel's time against them.
+//! The adapter's ceilings, measured through wgpu with GPU timestamps: the fp32 FMA rate
+//! (`shaders/ceiling_fma.wgsl`), the copy bandwidth (`shaders/ceiling_copy.wgsl`) and, where the adapter has
+//! f16 cooperative matrices, the tensor cores' rate with and without loads from workgroup memory
+//! (`shaders/ceiling_coop.wgsl`). The benchmark reports each kernel's time against the first two; the last two
+//! say how far precision `fast` could go through wgpu on this adapter.
 
 use crate::error::Result;
 use crate::gpu::buffers::STORAGE;
@@ -9,6 +11,7 @@ use crate::gpu::timing::GpuTimer;
 
 pub const FMA_SHADER: (&str, &str) = ("ceiling_fma.wgsl", include_str!("../../shaders/ceiling_fma.wgsl"));
 pub const COPY_SHADER: (&str, &str) = ("ceiling_copy.wgsl", include_str!("../../shaders/ceiling_copy.wgsl"));
+pub const COOP_SHADER: (&str, &str) = ("ceiling_coop.wgsl", include_str!("../../shaders/ceiling_coop.wgsl"));
 
 #[derive(Debug, Clone, Copy, serde::Serialize)]
 pub struct Ceilings {
@@ -16,10 +19,19 @@ pub struct Ceilings {
     pub fma_tflops: f64,
     /// Bytes read plus bytes written per second, in GB/s.
     pub copy_gbs: f64,
+    /// Useful f16 FLOP per second of 16x16x16 cooperative-matrix products with f32 accumulators, operands
+    /// held in registers, in TFLOP/s (None: the adapter has no f16 cooperative matrices).
+    pub coop_tflops: Option<f64>,
+    /// The same products with every step's operands loaded from workgroup memory first, as a GEMM's K step
+    /// does: what a kernel staging its tiles there can reach at best.
+    pub coop_with_loads_tflops: Option<f64>,
 }
 
 const WORKGROUP_SIZE: u32 = 256;
 const FMA_ITERATIONS: u32 = 2048;
+/// Rounds of 16 products per subgroup in `ceiling_coop.wgsl`, and its workgroups (of four subgroups).
+const COOP_ITERATIONS: u32 = 1024;
+const COOP_WORKGROUPS: u32 = 4096;
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -98,5 +110,32 @@ pub fn measure(ctx: &GpuContext, copy_bytes: u64, warmup: u32, runs: u32) -> Res
     })?;
     let ms = time_passes(ctx, &pipeline, &bg, grid((bytes / 16).div_ceil(WORKGROUP_SIZE as u64)), warmup, runs)?;
     let copy_gbs = 2.0 * bytes as f64 / (ms * 1e-3) / 1e9;
-    Ok(Ceilings { fma_tflops, copy_gbs })
+
+    let (coop_tflops, coop_with_loads_tflops) = if ctx.has_coop_f16() {
+        (Some(coop_rate(ctx, false, warmup, runs)?), Some(coop_rate(ctx, true, warmup, runs)?))
+    } else {
+        (None, None)
+    };
+    Ok(Ceilings { fma_tflops, copy_gbs, coop_tflops, coop_with_loads_tflops })
+}
+
+/// The cooperative-matrix product rate in TFLOP/s (`loads_in_loop`: operands reloaded from workgroup memory
+/// every step).
+fn coop_rate(ctx: &GpuContext, loads_in_loop: bool, warmup: u32, runs: u32) -> Result<f64> {
+    // Each subgroup stores its 16 accumulators (16 x 16 f32 each) into one of 64 slots.
+    let sink = ctx.pool.get(ctx.device(), 64 * 16 * 256 * 4, STORAGE);
+    let module = ctx.module(COOP_SHADER.0, COOP_SHADER.1)?;
+    let consts = [("ITERATIONS", COOP_ITERATIONS as f64), ("LOADS_IN_LOOP", if loads_in_loop { 1.0 } else { 0.0 })];
+    let pipeline = ctx.pipeline(format!("coop {consts:?}"), &module, &consts)?;
+    let bg = ctx.scoped(|| {
+        Ok(ctx.device().create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &[wgpu::BindGroupEntry { binding: 0, resource: sink.as_entire_binding() }],
+        }))
+    })?;
+    let ms = time_passes(ctx, &pipeline, &bg, (COOP_WORKGROUPS, 1), warmup, runs)?;
+    // Four subgroups per workgroup, 16 products of 16 x 16 x 16 multiply-adds per round.
+    let flop = COOP_WORKGROUPS as f64 * 4.0 * COOP_ITERATIONS as f64 * 16.0 * 2.0 * 4096.0;
+    Ok(flop / (ms * 1e-3) / 1e12)
 }

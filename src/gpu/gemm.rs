@@ -16,6 +16,7 @@ pub const SHADER_NAME: &str = "gemm.wgsl";
 pub const SHADER: &str = include_str!("../../shaders/gemm.wgsl");
 pub const PACK_SHADER_NAME: &str = "pack_weights.wgsl";
 pub const PACK_SHADER: &str = include_str!("../../shaders/pack_weights.wgsl");
+pub const SCALE_SHADER_NAME: &str = "scale.wgsl";
 const PACK_WORKGROUP_SIZE: u32 = 256;
 
 /// Encodes the repacking of `weight` [Cin, Cog, kH, kW] into [kH*kW, Cin, Cog] (the GEMM kernel's B layout).
@@ -123,7 +124,9 @@ impl Parts {
 /// value cost more than the tensor-core products on the H100; a branch between the two ways per staged value
 /// cost 15-35%; a product of two factors per value could be reassociated by the driver into one factor that
 /// overflows: docs/PERFORMANCE.md f4, f5.)
-pub(crate) const SCALED_MODULE: &str = "@group(0) @binding(5) var<storage, read> op_max: array<u32>;
+pub(crate) const SCALED_MODULE: &str = concat!(
+    include_str!("../../shaders/scale.wgsl"),
+    "@group(0) @binding(5) var<storage, read> op_max: array<u32>;
 
 // The input's and the weight's scale factors, and the exponent of the products' inverse scale.
 var<private> scale_x: f32;
@@ -140,7 +143,8 @@ fn unscale(v: f32) -> f32 {
     let h = exp_out / 2;
     return ldexp(ldexp(v, clamp(h, -126, 127)), clamp(exp_out - h, -126, 127));
 }
-";
+"
+);
 
 /// The prologue of the f16-operand variants: the scales from the operand maxima.
 pub(crate) const SCALED_PROLOGUE: &str = "    let exp_x = min(scale_exponent(op_max[0]), 127);

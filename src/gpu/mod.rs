@@ -9,6 +9,7 @@ pub mod buffers;
 pub mod ceilings;
 pub mod context;
 pub mod coop;
+pub mod coop_nhwc;
 pub mod direct;
 pub mod elementwise;
 pub(crate) mod gather;
@@ -49,6 +50,9 @@ pub enum Strategy {
     Gemm(gemm::Tile),
     /// Implicit GEMM on cooperative matrices (tensor cores): f16 operands, f32 accumulation. Precision `fast`.
     Coop(coop::CoopTile),
+    /// Stride 1 on cooperative matrices, operands prepared as padded f16 NHWC and loaded straight from storage
+    /// (`shaders/coop_nhwc.wgsl`). Precision `fast`.
+    CoopNhwc(coop_nhwc::NhwcTile),
     /// Fused Winograd transform with this tile (`shaders/winograd.wgsl`): stride 1 without dilation only, f32,
     /// fewer products than the GEMM (its transforms round a little more: held to the f32 tolerance).
     Winograd(winograd::WinoTile),
@@ -70,6 +74,7 @@ impl Strategy {
             .iter()
             .map(|t| Strategy::Gemm(*t))
             .chain(coop::COOP_TILES.iter().map(|t| Strategy::Coop(*t)))
+            .chain(coop_nhwc::TILES.iter().map(|t| Strategy::CoopNhwc(*t)))
             .collect()
     }
 
@@ -95,6 +100,7 @@ impl Strategy {
             Strategy::Rows(r) => r.name(),
             Strategy::Gemm(t) => t.name(),
             Strategy::Coop(t) => t.name(),
+            Strategy::CoopNhwc(t) => t.name(),
             Strategy::Winograd(t) => t.name(),
         }
     }
@@ -102,7 +108,9 @@ impl Strategy {
     /// The precision this strategy computes at.
     pub fn precision(&self) -> Precision {
         match self {
-            Strategy::Gemm(gemm::Tile { operand: gemm::Operand::F16, .. }) | Strategy::Coop(_) => Precision::Fast,
+            Strategy::Gemm(gemm::Tile { operand: gemm::Operand::F16, .. })
+            | Strategy::Coop(_)
+            | Strategy::CoopNhwc(_) => Precision::Fast,
             _ => Precision::F32,
         }
     }
@@ -110,7 +118,9 @@ impl Strategy {
     /// How it computes, in words (what `convt` prints about the path that ran).
     pub fn arithmetic(&self) -> &'static str {
         match self {
-            Strategy::Coop(_) => "f16 operands on tensor cores (cooperative matrices), f32 accumulation",
+            Strategy::Coop(_) | Strategy::CoopNhwc(_) => {
+                "f16 operands on tensor cores (cooperative matrices), f32 accumulation"
+            }
             Strategy::Gemm(gemm::Tile { operand: gemm::Operand::F16, .. }) => {
                 "f16 operands on the FMA units (no cooperative matrices here), f32 accumulation"
             }
@@ -127,6 +137,7 @@ impl Strategy {
             Strategy::Rows(r) => (r.source(), r.constants(shape, has_bias)?),
             Strategy::Gemm(t) => (t.source(), kernel::shape_constants(shape, has_bias)),
             Strategy::Coop(t) => (t.source(), kernel::shape_constants(shape, has_bias)),
+            Strategy::CoopNhwc(t) => (t.source(), coop_nhwc::constants(shape, has_bias)),
             Strategy::Winograd(t) => winograd::shader(t, shape, has_bias)?,
         })
     }
@@ -140,6 +151,7 @@ impl Strategy {
             Strategy::Rows(r) => r.fits(&limits),
             Strategy::Gemm(t) => (t.operand == gemm::Operand::F32 || ctx.has_f16()) && t.fits(&limits),
             Strategy::Coop(t) => ctx.has_coop_f16() && t.fits(&limits),
+            Strategy::CoopNhwc(t) => ctx.has_coop_f16() && t.fits(&limits),
             Strategy::Winograd(t) => t.is_consistent(),
         }
     }
@@ -151,10 +163,12 @@ impl Strategy {
         self.runs_on(ctx) && self.takes_shape(ctx, shape)
     }
 
-    /// The shape part of [`Strategy::computes`]: false only for a Winograd tile that cannot take `shape` here.
+    /// The shape part of [`Strategy::computes`]: false only for a Winograd or padded-NHWC tile that cannot take
+    /// `shape` here.
     fn takes_shape(&self, ctx: &GpuContext, shape: &ConvShape) -> bool {
         match self {
             Strategy::Winograd(t) => t.check_on(ctx, shape).is_ok(),
+            Strategy::CoopNhwc(t) => t.check(ctx, shape).is_ok(),
             _ => true,
         }
     }
@@ -182,6 +196,9 @@ impl Strategy {
             Strategy::Coop(tile) => {
                 gemm::encode(ctx, shape, gemm::Geometry::Phases, tile, input, weight, bias, output, pass, in_flight)
             }
+            Strategy::CoopNhwc(tile) => {
+                coop_nhwc::encode(ctx, shape, tile, input, weight, bias, output, pass, in_flight)
+            }
             Strategy::Winograd(tile) => {
                 winograd::encode(ctx, shape, tile, input, weight, bias, output, pass, in_flight)
             }
@@ -196,6 +213,7 @@ pub fn shader_sources() -> Vec<(&'static str, String, String)> {
         (direct::SHADER_NAME, direct::SHADER_NAME.to_string(), direct::SHADER.to_string()),
         (ceilings::FMA_SHADER.0, ceilings::FMA_SHADER.0.to_string(), ceilings::FMA_SHADER.1.to_string()),
         (ceilings::COPY_SHADER.0, ceilings::COPY_SHADER.0.to_string(), ceilings::COPY_SHADER.1.to_string()),
+        (ceilings::COOP_SHADER.0, ceilings::COOP_SHADER.0.to_string(), ceilings::COOP_SHADER.1.to_string()),
     ];
     for (file, source) in [
         (grad_input::SHADER_NAME, grad_input::SHADER),
@@ -222,6 +240,15 @@ pub fn shader_sources() -> Vec<(&'static str, String, String)> {
     v.push((absmax::SHADER_NAME, absmax::SHADER_NAME.to_string(), absmax::SHADER.to_string()));
     v.extend(gemm::TILES.iter().chain(gemm::F16_TILES).map(|t| (gemm::SHADER_NAME, t.name(), t.source())));
     v.extend(coop::COOP_TILES.iter().map(|t| (gemm::SHADER_NAME, t.name(), t.source())));
+    v.extend(coop_nhwc::TILES.iter().map(|t| (coop_nhwc::SHADER_NAME, t.name(), t.source())));
+    v.push((coop_nhwc::INPUT_SHADER_NAME, coop_nhwc::INPUT_SHADER_NAME.to_string(), coop_nhwc::input_shader()));
+    v.push((coop_nhwc::WEIGHT_SHADER_NAME, coop_nhwc::WEIGHT_SHADER_NAME.to_string(), coop_nhwc::weight_shader()));
+    // The scale functions have no entry point of their own: validated inside the shaders that use them.
+    v.push((
+        gemm::SCALE_SHADER_NAME,
+        format!("{} + {}", gemm::SCALE_SHADER_NAME, coop_nhwc::INPUT_SHADER_NAME),
+        coop_nhwc::input_shader(),
+    ));
     v.extend(winograd::shader_variants());
     v
 }
@@ -231,13 +258,15 @@ pub fn shader_sources() -> Vec<(&'static str, String, String)> {
 /// precision), else a heuristic (for `fast` where it keeps to exact kernels: the exact winner of the tuning
 /// cache when there is one).
 ///
-/// The heuristic for `fast` follows the H100 measurements of docs/PERFORMANCE.md (f4, f5, g7, n3): the
-/// cooperative-matrix kernel wins on problems with at least 64 input and output channels per group (kb69, and
-/// the strided decoders up2x and dcgan: 1.04-1.8x faster than the best exact kernel) unless the shape is one for
-/// the rows kernel (few products per output) or one for the exact Winograd kernel with fewer than 128 output
-/// channels per group (kb57: 12.5 ms against 14.9, kb65: 5.9 against 7.8); with fewer channels (kb71, kb78,
-/// kb75, kb81) the exact kernels measured fastest, and `fast` takes them (its error is then f32's). The
-/// f16-operand register kernels never won. `convt tune --precision fast` measures every candidate instead.
+/// The heuristic for `fast` follows the H100 measurements of docs/PERFORMANCE.md (f4, f5, g7, n3, c1-c6): at
+/// stride 1 the padded-NHWC cooperative-matrix kernel wherever it takes the shape (one group, input channels a
+/// multiple of 16, output channels of 32; kb57, kb65, kb69, kb71, kb78: 1.1-1.4x faster than the best exact
+/// kernel). Elsewhere the staged cooperative-matrix kernel on problems with at least 64 input and output channels
+/// per group (the strided decoders up2x and dcgan: about 1.8x faster than the best exact kernel) unless the shape
+/// is one for the rows kernel (few products per output) or one for the exact Winograd kernel with fewer than 128
+/// output channels per group; with fewer channels (kb75, kb81) the exact kernels measured fastest, and `fast`
+/// takes them (its error is then f32's). The f16-operand register kernels never won. `convt tune --precision
+/// fast` measures every candidate instead.
 pub fn select(ctx: &GpuContext, shape: &ConvShape, has_bias: bool, precision: Precision) -> Strategy {
     // A forced strategy applies at its precision, and on the shapes it computes: a Winograd tile gives way on
     // shapes it does not take (strides, dilation, large kernels); any other forced strategy that cannot run on
@@ -275,11 +304,18 @@ pub fn select(ctx: &GpuContext, shape: &ConvShape, has_bias: bool, precision: Pr
     // against 14.9, kb65 5.9 against 7.8; at 128, kb69, the tensor cores won: 8.2 against 8.6).
     let winograd_beats_coop = matches!(heuristic, Strategy::Winograd(_)) && shape.out_per_group() < 128;
     let tensor_cores = !gather && !winograd_beats_coop && shape.in_per_group() >= 64 && shape.out_per_group() >= 64;
-    match precision {
-        Precision::Fast if tensor_cores && coop.runs_on(ctx) => coop,
+    // At stride 1 `fast` takes the padded-NHWC kernel wherever it computes the shape (not the gather kernel's
+    // shapes): its operands load straight from storage, and it measured faster than every other kernel on the five
+    // stride-1 cases (kb57 9.3 ms against 10.7 for the exact Winograd kernel, kb65 4.1 against 5.9, kb69 5.8
+    // against 8.2 for the staged cooperative-matrix kernel, kb71 1.5 against 1.6, kb78 2.3 against 3.1:
+    // docs/PERFORMANCE.md, c1-c6).
+    let nhwc = coop_nhwc::pick_tile(shape).map(Strategy::CoopNhwc).filter(|s| !gather && s.computes(ctx, shape));
+    match (precision, nhwc) {
+        (Precision::Fast, Some(nhwc)) => nhwc,
+        (Precision::Fast, None) if tensor_cores && coop.runs_on(ctx) => coop,
         // `fast` on the exact kernels: the exact winner where the shape is tuned for f32.
-        Precision::Fast => tuned(Precision::F32).unwrap_or(heuristic),
-        Precision::F32 => heuristic,
+        (Precision::Fast, None) => tuned(Precision::F32).unwrap_or(heuristic),
+        (Precision::F32, _) => heuristic,
     }
 }
 

@@ -260,6 +260,11 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
     let ceil: Option<Ceilings> = if a.ceilings {
         let c = ceilings::measure(&ctx, 1 << 30, a.warmup, a.runs)?;
         eprintln!("ceilings: fp32 FMA {:.1} TFLOP/s, copy {:.0} GB/s", c.fma_tflops, c.copy_gbs);
+        if let (Some(products), Some(with_loads)) = (c.coop_tflops, c.coop_with_loads_tflops) {
+            eprintln!(
+                "ceilings: f16 cooperative-matrix products {products:.1} TFLOP/s, with loads from workgroup memory {with_loads:.1} TFLOP/s"
+            );
+        }
         Some(c)
     } else {
         None

@@ -1,0 +1,104 @@
+// coop_nhwc.wgsl: a stride-1 transposed convolution on tensor cores (precision `fast`), its f16 operands read
+// straight from storage: no workgroup-memory staging, no barriers in the loop.
+//
+// Why this form. At stride 1 the transposed convolution is a correlation of the input, zero-padded by
+// D*(K-1) - P on each side (and the output padding at the end), with the flipped kernel. With that padded
+// input stored as f16 in NHWC order (shaders/nhwc_f16.wgsl) and output pixels counted over the padded
+// images' pixels too (m = (n * H_P + oh) * W_P + ow), the input pixel under output pixel m and kernel tap
+// (a, b) is m + a*D_H*W_P + b*D_W for every m: the whole problem is a 1-D convolution of the flat pixel index.
+// So the A operand of a K step (16 consecutive pixels x 16 channels of one tap) is a row-major 16 x 16 matrix
+// at stride C_IN in the padded input, and the B operand (16 channels x 16 output channels of one tap) a
+// row-major matrix at stride C_OUT in the packed weight (shaders/pack_weights_f16.wgsl): both load with
+// `coopLoadT` directly from storage, and the neighbouring subgroups and taps that read the same lines find
+// them in L1/L2. Pixels with oh >= OUT_H or ow >= OUT_W (the padding's D*(K-1) extra rows and columns, 1.5-3%
+// more work on the benchmark cases) are computed from padding and never stored. On the H100 this form ran
+// about 2x the rate of the staged GEMM kernel's cooperative-matrix variant (docs/PERFORMANCE.md, c1).
+//
+// Tiling. A workgroup of SG_M x SG_N subgroups computes BM = SG_M * WM pixels x BN = SG_N * WN output
+// channels; each subgroup a WM x WN block as (WM/16) x (WN/16) named f32 accumulators (generated: ACC_DECL,
+// MATH). Neighbouring workgroups take the channel tiles of the same pixels (they share A in L2). The epilogue
+// (EPILOGUE, generated) moves each accumulator column through workgroup memory so that the lanes store
+// consecutive output pixels (coalesced), unscaled, with the bias added.
+
+override C_IN: u32;
+override C_OUT: u32;
+override K_H: u32;
+override K_W: u32;
+override D_H: u32;
+override D_W: u32;
+override H_P: u32;
+override W_P: u32;
+override OUT_H: u32;
+override OUT_W: u32;
+override HAS_BIAS: bool;
+
+struct Dispatch {
+    m_begin: u32,        // first padded pixel of this dispatch (its first sample * H_P * W_P)
+    m_end: u32,          // one past its last padded pixel
+    first_sample: u32,   // the output chunk's first sample
+    dispatch_width: u32, // workgroups per grid row
+    n_tiles: u32,        // output-channel tiles: C_OUT / BN
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
+}
+
+@group(0) @binding(0) var<uniform> u: Dispatch;
+@group(0) @binding(1) var<storage, read> xp: array<f16>;
+@group(0) @binding(2) var<storage, read> wp: array<f16>;
+@group(0) @binding(3) var<storage, read> bias: array<f32>;
+@group(0) @binding(4) var<storage, read_write> out: array<f32>;
+
+var<workgroup> c_tile: array<f32, SG_M * SG_N * WM * 16u>; // per subgroup: WM pixels x 16 channels
+//#MODULE
+
+// Where padded pixel m lands in the output chunk (channel 0), and whether it is stored: not where it is
+// padding or past the dispatch.
+struct OutPixel {
+    index: u32,
+    ok: bool,
+}
+
+fn out_pixel(m: u32) -> OutPixel {
+    let n = m / (H_P * W_P);
+    let rest = m % (H_P * W_P);
+    let oh = rest / W_P;
+    let ow = rest % W_P;
+    let ok = m < u.m_end && oh < OUT_H && ow < OUT_W;
+    return OutPixel(select(0u, (n - u.first_sample) * C_OUT * (OUT_H * OUT_W) + oh * OUT_W + ow, ok), ok);
+}
+
+// Stores output channel oc of pixel p: the sum unscaled, the bias added.
+fn store(p: OutPixel, oc: u32, v: f32) {
+    if (p.ok) {
+        var r = unscale(v);
+        if (HAS_BIAS) {
+            r += bias[oc];
+        }
+        out[p.index + oc * (OUT_H * OUT_W)] = r;
+    }
+}
+
+@compute @workgroup_size(THREADS)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+//#PROLOGUE
+    let n_tiles = u.n_tiles;
+    let wg = wid.y * u.dispatch_width + wid.x;
+    let m_tile = u.m_begin + (wg / n_tiles) * BM;
+    if (m_tile >= u.m_end) {
+        return; // the grid's last row: the whole workgroup leaves, before any barrier
+    }
+    let sg = lid / 32u;
+    let lane = lid % 32u;
+    let m0 = m_tile + (sg % SG_M) * WM;
+    let n0 = (wg % n_tiles) * BN + (sg / SG_M) * WN;
+//#ACC_DECL
+    for (var tap = 0u; tap < K_H * K_W; tap++) {
+        let a_base = (m0 + (tap / K_W) * D_H * W_P + (tap % K_W) * D_W) * C_IN;
+        let b_base = tap * C_IN * C_OUT + n0;
+        for (var c0 = 0u; c0 < C_IN; c0 += 16u) {
+//#MATH
+        }
+    }
+//#EPILOGUE
+}

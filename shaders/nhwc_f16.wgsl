@@ -1,0 +1,67 @@
+// nhwc_f16.wgsl: the input of the padded-NHWC cooperative-matrix kernel (shaders/coop_nhwc.wgsl, precision
+// `fast`): the f32 NCHW input, scaled by its power of two (shaders/scale.wgsl), as f16 in NHWC order with
+// PAD_T/PAD_L zero rows/columns before each image and PAD_B/PAD_R after it (H_P = PAD_T + IN_H + PAD_B rows of
+// W_P = PAD_L + IN_W + PAD_R pixels, C_IN channels each). A workgroup moves 32 padded pixels x 32 channels of
+// one padded row through workgroup memory: read along the input's rows (coalesced), written along the
+// channels (coalesced). One dispatch per input chunk (its samples: the uniform's sample range).
+
+enable f16;
+
+override C_IN: u32;
+override IN_H: u32;
+override IN_W: u32;
+override PAD_T: u32;
+override PAD_L: u32;
+override H_P: u32;
+override W_P: u32;
+
+struct Params {
+    first_sample: u32,   // the chunk's first sample (index into the whole padded tensor)
+    samples: u32,        // samples in the chunk
+    dispatch_width: u32, // workgroups per grid row
+    _pad: u32,
+}
+
+@group(0) @binding(0) var<uniform> u: Params;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read_write> xp: array<f16>;
+@group(0) @binding(3) var<storage, read> op_max: array<u32>;
+
+const BLOCK: u32 = 32u;
+var<workgroup> tile: array<f32, BLOCK * (BLOCK + 1u)>; // [channel][pixel], rows padded against bank conflicts
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let scale = ldexp(1.0, min(scale_exponent(op_max[0]), 127));
+    let col_blocks = (W_P + BLOCK - 1u) / BLOCK;
+    let ch_blocks = (C_IN + BLOCK - 1u) / BLOCK;
+    let wg = wid.y * u.dispatch_width + wid.x;
+    let row = wg / (col_blocks * ch_blocks); // padded row of the chunk: sample * H_P + hp
+    if (row >= u.samples * H_P) {
+        return;
+    }
+    let rest = wg % (col_blocks * ch_blocks);
+    let c0 = (rest / col_blocks) * BLOCK;
+    let wp0 = (rest % col_blocks) * BLOCK;
+    let n = row / H_P;
+    let h = i32(row % H_P) - i32(PAD_T);
+    let lane = lid % BLOCK;
+    for (var i = lid / BLOCK; i < BLOCK; i += 8u) {
+        let c = c0 + i;
+        let w = i32(wp0 + lane) - i32(PAD_L);
+        var v = 0.0;
+        if (c < C_IN && h >= 0 && h < i32(IN_H) && w >= 0 && w < i32(IN_W)) {
+            v = x[((n * C_IN + c) * IN_H + u32(h)) * IN_W + u32(w)];
+        }
+        tile[i * (BLOCK + 1u) + lane] = v;
+    }
+    workgroupBarrier();
+    for (var i = lid / BLOCK; i < BLOCK; i += 8u) {
+        let wp = wp0 + i;
+        let c = c0 + lane;
+        if (wp < W_P && c < C_IN) {
+            let p = (u.first_sample + n) * H_P + row % H_P;
+            xp[(p * W_P + wp) * C_IN + c] = f16(tile[lane * (BLOCK + 1u) + i] * scale);
+        }
+    }
+}

@@ -1,0 +1,20 @@
+// scale.wgsl: the power-of-two operand scales of precision `fast`, shared by the f16 kernels (the GEMM's f16
+// variants, the padded-NHWC cooperative-matrix kernel and its operand preparation): prepended to them, no entry
+// point of its own.
+
+// The largest finite |value| of an operand, as f32 bits (shaders/absmax.wgsl), to the exponent k that brings
+// it into [2^14, 2^15): scaled by 2^k, every finite value of the tensor fits f16 (largest 65504) with room
+// for rounding; values down to 2^-28 of the largest keep f16's relative precision, smaller ones (f16
+// subnormals) err by at most 2^-39 of the largest. (The kernels cap k at 127, see SCALED_MODULE in
+// src/gpu/gemm.rs: only tensors whose largest magnitude is below 2^-113 reach the cap.)
+fn scale_exponent(max_bits: u32) -> i32 {
+    let e = i32(max_bits >> 23u);
+    if (max_bits == 0u) {
+        return 0;
+    }
+    if (e == 0) {
+        // Subnormal: the value is mantissa * 2^-149.
+        return 132 + i32(countLeadingZeros(max_bits));
+    }
+    return 141 - e;
+}
