@@ -423,9 +423,12 @@ fn padded_nhwc_kernel_takes_stride_1_shapes_with_every_option() {
             _ => None,
         })
         .collect();
+    assert_eq!(tiles.is_empty(), !ctx.has_coop_f16(), "every padded-NHWC tile runs where tensor cores are");
     for p in problems {
         let shape = p.shape();
         let (x, w, b) = p.tensors();
+        let taking = tiles.iter().filter(|t| t.check(ctx, &shape).is_ok()).count();
+        assert!(tiles.is_empty() || taking >= 1, "no padded-NHWC tile takes {p:?}");
         // Bindings of one output sample (or of the weight or an input sample, where larger: those must fit).
         let sample_bytes = (4 * shape.out_channels * shape.out_hw[0] * shape.out_hw[1])
             .max(4 * w.numel())
@@ -447,6 +450,47 @@ fn padded_nhwc_kernel_takes_stride_1_shapes_with_every_option() {
             }
         }
     }
+}
+
+#[test]
+fn padded_nhwc_kernel_refuses_what_it_cannot_compute() {
+    // On any adapter: the shape test of the padded-NHWC kernel answers with an error, never a panic or a wrong
+    // answer, for strides, groups, channel counts off its tiles, padding beyond dilation * (kernel - 1) (a negative
+    // margin of its padded input) and sizes beyond 32-bit indexing (hostile dilation); and it takes a plain
+    // stride-1 shape. Forced on a shape it refuses, the selector runs another kernel.
+    let ctx = common::ctx();
+    let p = |stride: i64, padding: i64, dilation: i64, groups: i64| ConvTranspose2dParams {
+        stride: [stride, 1],
+        padding: [padding, 0],
+        output_padding: [0, 0],
+        dilation: [dilation, 1],
+        groups,
+    };
+    let refused = [
+        p(2, 0, 1, 1).resolve(&[1, 16, 5, 6], &[16, 64, 3, 3], None).unwrap(),
+        p(1, 0, 1, 2).resolve(&[1, 32, 5, 6], &[32, 64, 3, 3], None).unwrap(),
+        p(1, 0, 1, 1).resolve(&[1, 24, 5, 6], &[24, 64, 3, 3], None).unwrap(),
+        p(1, 0, 1, 1).resolve(&[1, 16, 5, 6], &[16, 48, 3, 3], None).unwrap(),
+        p(1, 3, 1, 1).resolve(&[1, 16, 9, 6], &[16, 64, 3, 3], None).unwrap(),
+        p(1, 1 << 40, 1 << 40, 1).resolve(&[1, 16, 4, 6], &[16, 64, 3, 3], None).unwrap(),
+    ];
+    let taken = p(1, 1, 2, 1).resolve(&[2, 16, 5, 6], &[16, 64, 3, 3], None).unwrap();
+    for &t in gpu::coop_nhwc::TILES {
+        for shape in &refused {
+            assert!(t.check(ctx, shape).is_err(), "{} takes {shape:?}", t.name());
+        }
+        if t.bn() <= 64 {
+            t.check(ctx, &taken).unwrap_or_else(|e| panic!("{}: {e}", t.name()));
+        }
+    }
+    // Forced on the padding it refuses, another kernel computes it, exactly.
+    let forced = common::ctx_with_strategy(Strategy::CoopNhwc(gpu::coop_nhwc::TILES[0]));
+    let params = p(1, 3, 1, 1);
+    let problem = Problem { input: vec![1, 16, 9, 6], weight: vec![16, 64, 3, 3], bias: true, params, seed: 5 };
+    let (x, w, b) = problem.tensors();
+    let (out, ran) = gpu::conv_transpose2d_host_as(forced, Precision::Fast, &x, &w, b.as_ref(), &params).unwrap();
+    assert_ne!(ran, Strategy::CoopNhwc(gpu::coop_nhwc::TILES[0]));
+    check_within_f16_rounding(&problem.shape(), &x, &w, b.as_ref(), &out).unwrap();
 }
 
 #[test]

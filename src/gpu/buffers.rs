@@ -16,7 +16,7 @@ use crate::params::checked_numel;
 use crate::tensor::Tensor;
 
 /// Idle buffers kept for reuse, by (size, usage). Bounded: at most `MAX_IDLE_BYTES` wait in the pool, and a
-/// buffer coming back displaces older idle ones (the call that just ran is the likeliest to run again).
+/// buffer coming back displaces other idle ones to fit (the call that just ran is the likeliest to run again).
 #[derive(Default)]
 pub(crate) struct BufferPool {
     inner: Arc<Mutex<PoolInner>>,
@@ -71,9 +71,9 @@ impl Drop for PooledBuffer {
             if list.is_empty() {
                 p.idle.remove(&victim);
             }
-            match dropped {
-                Some(b) => p.idle_bytes -= b.size(),
-                None => break,
+            // An empty list (its buffers are out) is gone now: look at the next one.
+            if let Some(b) = dropped {
+                p.idle_bytes -= b.size();
             }
         }
         p.idle_bytes += key.0;
@@ -92,6 +92,9 @@ impl BufferPool {
         let reused = {
             let mut p = lock(&self.inner);
             let b = p.idle.get_mut(&(size, usage)).and_then(|v| v.pop());
+            if p.idle.get(&(size, usage)).is_some_and(|v| v.is_empty()) {
+                p.idle.remove(&(size, usage));
+            }
             if let Some(b) = &b {
                 p.idle_bytes -= b.size();
             } else {

@@ -124,6 +124,9 @@ pub fn measure(ctx: &GpuContext, copy_bytes: u64, warmup: u32, runs: u32) -> Res
 fn coop_rate(ctx: &GpuContext, loads_in_loop: bool, warmup: u32, runs: u32) -> Result<f64> {
     // Each subgroup stores its 16 accumulators (16 x 16 f32 each) into one of 64 slots.
     let sink = ctx.pool.get(ctx.device(), 64 * 16 * 256 * 4, STORAGE);
+    // Finite values to start from (the shader maps them into [0.5, 1]: zeros would flatter the tensor cores).
+    let values: Vec<f32> = (0..64 * 16 * 256).map(|i| 1.0 + (i % 97) as f32 / 97.0).collect();
+    ctx.queue().write_buffer(&sink, 0, bytemuck::cast_slice(&values));
     let module = ctx.module(COOP_SHADER.0, COOP_SHADER.1)?;
     let consts = [("ITERATIONS", COOP_ITERATIONS as f64), ("LOADS_IN_LOOP", if loads_in_loop { 1.0 } else { 0.0 })];
     let pipeline = ctx.pipeline(format!("coop {consts:?}"), &module, &consts)?;

@@ -54,8 +54,8 @@ pub const COOP_TILES: &[CoopTile] = &[
 ];
 
 /// The default cooperative-matrix tile for a shape (before tuning), the H100's winners in docs/PERFORMANCE.md
-/// (g6, g7): 64x64 per subgroup, 128x128 tiles from 128 output channels per group (kb69, up2x, dcgan), else
-/// 128x64 (kb57, kb65).
+/// (g6, g7): 64x64 per subgroup, 128x128 tiles from 128 output channels per group (up2x, dcgan; kb69 before the
+/// padded-NHWC kernel took the stride-1 cases), else 128x64 (measured on kb57, kb65).
 pub fn pick_tile(shape: &crate::params::ConvShape) -> CoopTile {
     if shape.out_per_group() >= 128 {
         coop(128, 128, 16, 64, 64)

@@ -38,6 +38,7 @@ const fn tile(wm: u32, wn: u32, sg_m: u32, sg_n: u32) -> NhwcTile {
 }
 
 /// Every tile the selector may choose: 64 x 64 per subgroup (64+ output channels), 64 x 32 (32-channel outputs).
+/// Larger subgroup blocks (96 x 64, 128 x 32) measured slower or within 2% (docs/PERFORMANCE.md, c7).
 pub const TILES: &[NhwcTile] = &[
     tile(64, 64, 2, 1),
     tile(64, 64, 4, 1),
@@ -98,6 +99,9 @@ impl NhwcTile {
                 shape.stride, shape.groups
             ));
         }
+        // Sizes within the kernels' 32-bit indexing first: the products below are then exact (the byte counts
+        // in u128).
+        check_index_range(shape)?;
         if !shape.in_channels.is_multiple_of(16) || !shape.out_channels.is_multiple_of(self.bn() as usize) {
             return unfit(format!(
                 "{} input and {} output channels (it needs multiples of 16 and {})",
@@ -112,10 +116,10 @@ impl NhwcTile {
             }
         }
         let g = Geometry::of(shape);
-        let limit = ctx.binding_limit();
-        let sample_bytes = |channels: usize, pixels: usize| (channels * pixels * 4) as u64;
-        if sample_bytes(shape.out_channels, shape.out_hw[0] * shape.out_hw[1]) > limit
-            || sample_bytes(shape.in_channels, shape.in_hw[0] * shape.in_hw[1]) > limit
+        let limit = ctx.binding_limit() as u128;
+        let sample_bytes = |channels: usize, hw: [usize; 2]| channels as u128 * hw[0] as u128 * hw[1] as u128 * 4;
+        if sample_bytes(shape.out_channels, shape.out_hw) > limit
+            || sample_bytes(shape.in_channels, shape.in_hw) > limit
             || g.padded_bytes(shape, self) > limit
         {
             return unfit("a sample, or the padded f16 input, exceeds one storage binding".into());
@@ -192,8 +196,8 @@ pub fn weight_shader() -> String {
     format!("{WEIGHT_SHADER}\n{SCALE_FUNCTIONS}")
 }
 
-/// The padded input's layout for a shape: margins before (top, left) and after (bottom, right) each image, and
-/// its padded size.
+/// The padded input's layout for a shape: the margin before each image (top, left) and the padded image's size
+/// (the margin after it, bottom and right, is what remains: before + output padding).
 #[derive(Debug, Clone, Copy)]
 struct Geometry {
     before: [usize; 2],
@@ -205,10 +209,12 @@ impl Geometry {
         let mut before = [0; 2];
         let mut padded = [0; 2];
         for a in 0..2 {
-            let reach = shape.dilation[a] * (shape.kernel[a] - 1);
-            before[a] = reach - shape.padding[a];
+            // Saturating: `check` refuses the shapes where these would not be exact (padding beyond the reach,
+            // sizes beyond 32-bit indexing) before anything uses them.
+            let reach = shape.dilation[a].saturating_mul(shape.kernel[a].saturating_sub(1));
+            before[a] = reach.saturating_sub(shape.padding[a]);
             // The output's last pixel reads `reach` past its own padded position: out + reach in all.
-            padded[a] = shape.out_hw[a] + reach;
+            padded[a] = shape.out_hw[a].saturating_add(reach);
         }
         Geometry { before, padded }
     }
@@ -220,11 +226,11 @@ impl Geometry {
 
     /// Bytes of the padded f16 input, with room after the last sample for the reads of the last tile's
     /// pixels past it (computed, never stored).
-    fn padded_bytes(&self, shape: &ConvShape, tile: &NhwcTile) -> u64 {
-        let slack = tile.bm() as usize
-            + shape.dilation[0] * (shape.kernel[0] - 1) * self.padded[1]
-            + shape.dilation[1] * (shape.kernel[1] - 1);
-        ((shape.batch * self.sample_pixels() + slack) * shape.in_channels * 2).next_multiple_of(4) as u64
+    fn padded_bytes(&self, shape: &ConvShape, tile: &NhwcTile) -> u128 {
+        let reach = |a: usize| (shape.dilation[a] as u128) * (shape.kernel[a] as u128 - 1);
+        let slack = tile.bm() as u128 + reach(0) * self.padded[1] as u128 + reach(1);
+        let pixels = shape.batch as u128 * self.padded[0] as u128 * self.padded[1] as u128 + slack;
+        (pixels * shape.in_channels as u128 * 2).next_multiple_of(4)
     }
 }
 
@@ -297,7 +303,6 @@ pub(crate) fn encode(
         return Err(ConvtError::InvalidArgument(format!("kernel {} does not run on this adapter", tile.name())));
     }
     tile.check(ctx, shape)?;
-    check_index_range(shape)?;
     if shape.batch == 0 || shape.out_hw[0] * shape.out_hw[1] == 0 {
         return Ok(());
     }
@@ -307,7 +312,8 @@ pub(crate) fn encode(
 
     ctx.scoped(|| {
         // The input, padded, as f16 NHWC: one dispatch per input chunk (whole samples, `check`).
-        let xp = in_flight.keep(ctx.pool.get(&ctx.device, g.padded_bytes(shape, tile), STORAGE));
+        // Within one binding (`check`), so it fits u64.
+        let xp = in_flight.keep(ctx.pool.get(&ctx.device, g.padded_bytes(shape, tile) as u64, STORAGE));
         let consts = [
             ("C_IN", cin as f64),
             ("IN_H", shape.in_hw[0] as f64),
