@@ -130,40 +130,18 @@ impl GemmKernel for CoopTile {
                 16 * j
             );
         }
-        for i in 0..mi {
-            for j in 0..nj {
-                decl += &format!("    var acc_{i}_{j} = coop_mat16x16<f32, C>();\n");
-                math += &format!("            acc_{i}_{j} = coopMultiplyAdd(a{i}, b{j}, acc_{i}_{j});\n");
-            }
-        }
+        let (acc, products) = products(mi, nj);
+        decl += &acc;
+        math += &products;
         math += "        }\n";
         decl += "    let sg = lid / 32u;\n    let lane = lid % 32u;\n    let sg_m = (sg % SG_M) * WM;\n    let sg_n = (sg / SG_M) * WN;\n";
 
-        // Epilogue: per 16-channel column of accumulators, each subgroup stores its WM x 16 block into its
-        // scratch (column-major: pixel fastest), then every lane writes the pixels lane, lane + 32, ... of it,
-        // so consecutive lanes write consecutive output pixels.
-        let mut epi = String::from("    let scratch = sg * WM * 16u;\n");
-        for r in 0..self.wm / 32 {
-            epi += &format!("    let px{r} = pixel(sc, m_tile * BM + sg_m + lane + {}u);\n", 32 * r);
-        }
-        for j in 0..nj {
-            for i in 0..mi {
-                // naga 30 needs every coopStore argument bound to a `let` (its SPIR-V writer panics otherwise).
-                epi += &format!(
-                    "    {{\n        let t = acc_{i}_{j};\n        let off = scratch + {}u;\n        let st = WM;\n        coopStore(t, &c_tile[off], st);\n    }}\n",
-                    16 * i
-                );
-            }
-            epi += "    workgroupBarrier();\n    for (var c = 0u; c < 16u; c++) {\n";
-            for r in 0..self.wm / 32 {
-                epi += &format!(
-                    "        store1(sc, px{r}, oc_tile + sg_n + {}u + c, unscale(c_tile[scratch + c * WM + lane + {}u]));\n",
-                    16 * j,
-                    32 * r
-                );
-            }
-            epi += "    }\n    workgroupBarrier();\n";
-        }
+        let epi = epilogue(
+            self.wm,
+            nj,
+            |r| format!("pixel(sc, m_tile * BM + sg_m + lane + {}u)", 32 * r),
+            |j, r, v| format!("store1(sc, px{r}, oc_tile + sg_n + {}u + c, unscale({v}));", 16 * j),
+        );
         let a_index = if self.a_pixel_major { "m * BK + k" } else { "k * BM + m" };
         let module = format!(
             "{SCALED_MODULE}var<workgroup> a_tile: array<f16, BK * BM>; // [k][m] or [m][k]
@@ -192,6 +170,51 @@ fn stage_b(k: u32, n: u32, v: f32) {{
         }
         .render()
     }
+}
+
+/// The declarations of a subgroup's mi x nj named f32 accumulators `acc_<i>_<j>` (no array of matrices: arrays
+/// were demoted to local memory on the H100) and one K step's products of the operand matrices `a<i>`, `b<j>`.
+pub(crate) fn products(mi: u32, nj: u32) -> (String, String) {
+    let (mut decl, mut math) = (String::new(), String::new());
+    for i in 0..mi {
+        for j in 0..nj {
+            decl += &format!("    var acc_{i}_{j} = coop_mat16x16<f32, C>();\n");
+            math += &format!("            acc_{i}_{j} = coopMultiplyAdd(a{i}, b{j}, acc_{i}_{j});\n");
+        }
+    }
+    (decl, math)
+}
+
+/// The epilogue of a subgroup's WM x (16 nj) accumulators: per 16-channel column, each subgroup stores its
+/// WM x 16 block into its scratch in `c_tile` (column-major: pixel fastest), then lane l handles pixels l, l + 32,
+/// ... of it for each channel c, so consecutive lanes write consecutive output pixels. `pixel(r)` is the WGSL
+/// expression of run r's pixel (bound once to `px<r>`), `store(j, r, v)` the statement storing value `v` of run r
+/// in column j at channel offset `c`. Expects `sg`, `lane` and the constant WM in the shader.
+pub(crate) fn epilogue(
+    wm: u32,
+    nj: u32,
+    pixel: impl Fn(u32) -> String,
+    store: impl Fn(u32, u32, &str) -> String,
+) -> String {
+    let mut epi = String::from("    let scratch = sg * WM * 16u;\n");
+    for r in 0..wm / 32 {
+        epi += &format!("    let px{r} = {};\n", pixel(r));
+    }
+    for j in 0..nj {
+        for i in 0..wm / 16 {
+            // naga 30 needs every coopStore argument bound to a `let` (its SPIR-V writer panics otherwise).
+            epi += &format!(
+                "    {{\n        let t = acc_{i}_{j};\n        let off = scratch + {}u;\n        let st = WM;\n        coopStore(t, &c_tile[off], st);\n    }}\n",
+                16 * i
+            );
+        }
+        epi += "    workgroupBarrier();\n    for (var c = 0u; c < 16u; c++) {\n";
+        for r in 0..wm / 32 {
+            epi += &format!("        {}\n", store(j, r, &format!("c_tile[scratch + c * WM + lane + {}u]", 32 * r)));
+        }
+        epi += "    }\n    workgroupBarrier();\n";
+    }
+    epi
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use crate::error::{ConvtError, Result};
 use crate::gpu::absmax;
 use crate::gpu::buffers::{GpuTensor, InFlight, STORAGE};
 use crate::gpu::context::GpuContext;
-use crate::gpu::coop::SUBGROUP;
+use crate::gpu::coop::{self, SUBGROUP};
 use crate::gpu::gemm::{SCALED_MODULE, SCALED_PROLOGUE};
 use crate::gpu::kernel::{check_index_range, dispatch_buffers, grid, Operands};
 use crate::params::ConvShape;
@@ -130,7 +130,6 @@ impl NhwcTile {
     /// The shader: `shaders/coop_nhwc.wgsl` with this tile's constants and generated parts.
     pub fn source(&self) -> String {
         let (mi, nj) = (self.wm / 16, self.wn / 16);
-        let mut decl = String::new();
         let mut math = String::new();
         for i in 0..mi {
             math += &format!(
@@ -144,36 +143,15 @@ impl NhwcTile {
                 16 * j
             );
         }
-        for i in 0..mi {
-            for j in 0..nj {
-                decl += &format!("    var acc_{i}_{j} = coop_mat16x16<f32, C>();\n");
-                math += &format!("            acc_{i}_{j} = coopMultiplyAdd(a{i}, b{j}, acc_{i}_{j});\n");
-            }
-        }
-        // Per 16-channel column of accumulators: each subgroup stores its WM x 16 block into its scratch
-        // (column-major: pixel fastest), then lane l writes pixels l, l + 32, ... of it for each channel.
-        let mut epi = String::from("    let scratch = sg * WM * 16u;\n");
-        for r in 0..self.wm / 32 {
-            epi += &format!("    let px{r} = out_pixel(m0 + lane + {}u);\n", 32 * r);
-        }
-        for j in 0..nj {
-            for i in 0..mi {
-                // naga 30 needs every coopStore argument bound to a `let` (its SPIR-V writer panics otherwise).
-                epi += &format!(
-                    "    {{\n        let t = acc_{i}_{j};\n        let off = scratch + {}u;\n        let st = WM;\n        coopStore(t, &c_tile[off], st);\n    }}\n",
-                    16 * i
-                );
-            }
-            epi += "    workgroupBarrier();\n    for (var c = 0u; c < 16u; c++) {\n";
-            for r in 0..self.wm / 32 {
-                epi += &format!(
-                    "        store(px{r}, n0 + {}u + c, c_tile[scratch + c * WM + lane + {}u]);\n",
-                    16 * j,
-                    32 * r
-                );
-            }
-            epi += "    }\n    workgroupBarrier();\n";
-        }
+        let (decl, products) = coop::products(mi, nj);
+        math += &products;
+        // The epilogue through workgroup memory, as the staged kernel's: lanes store consecutive pixels.
+        let epi = coop::epilogue(
+            self.wm,
+            nj,
+            |r| format!("out_pixel(m0 + lane + {}u)", 32 * r),
+            |j, r, v| format!("store(px{r}, n0 + {}u + c, {v});", 16 * j),
+        );
         let header = format!(
             "enable f16;\nenable wgpu_cooperative_matrix;\nconst WM: u32 = {}u;\nconst WN: u32 = {}u;\nconst SG_M: u32 = {}u;\nconst SG_N: u32 = {}u;\nconst BM: u32 = SG_M * WM;\nconst BN: u32 = SG_N * WN;\nconst THREADS: u32 = {SUBGROUP}u * SG_M * SG_N;\n",
             self.wm, self.wn, self.sg_m, self.sg_n
