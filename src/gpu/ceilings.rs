@@ -38,15 +38,28 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Times `dispatch` `runs` times after `warmup` untimed runs; returns the median in ms.
+/// Times the dispatch of `pipeline` over `groups` workgroups, with `buffers` bound at bindings 0, 1, ...,
+/// `runs` times after `warmup` untimed runs; returns the median in ms.
 fn time_passes(
     ctx: &GpuContext,
     pipeline: &wgpu::ComputePipeline,
-    bind_group: &wgpu::BindGroup,
+    buffers: &[&wgpu::Buffer],
     groups: (u32, u32),
     warmup: u32,
     runs: u32,
 ) -> Result<f64> {
+    let bind_group = ctx.scoped(|| {
+        let entries: Vec<wgpu::BindGroupEntry<'_>> = buffers
+            .iter()
+            .zip(0..)
+            .map(|(b, i)| wgpu::BindGroupEntry { binding: i, resource: b.as_entire_binding() })
+            .collect();
+        Ok(ctx.device().create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &entries,
+        }))
+    })?;
     let timer = GpuTimer::new(ctx, runs)?;
     for i in 0..warmup + runs {
         let mut encoder = ctx.device().create_command_encoder(&Default::default());
@@ -56,7 +69,7 @@ fn time_passes(
                 timestamp_writes: (i >= warmup).then(|| timer.pass_writes(i - warmup)),
             });
             pass.set_pipeline(pipeline);
-            pass.set_bind_group(0, bind_group, &[]);
+            pass.set_bind_group(0, &bind_group, &[]);
             pass.dispatch_workgroups(groups.0, groups.1, 1);
         }
         ctx.queue().submit([encoder.finish()]);
@@ -80,14 +93,7 @@ pub fn measure(ctx: &GpuContext, copy_bytes: u64, warmup: u32, runs: u32) -> Res
     let module = ctx.module(FMA_SHADER.0, FMA_SHADER.1)?;
     let consts = [("ITERATIONS", FMA_ITERATIONS as f64), ("WORKGROUP_SIZE", WORKGROUP_SIZE as f64)];
     let pipeline = ctx.pipeline(format!("fma {consts:?}"), &module, &consts)?;
-    let bg = ctx.scoped(|| {
-        Ok(ctx.device().create_bind_group(&wgpu::BindGroupDescriptor {
-            label: None,
-            layout: &pipeline.get_bind_group_layout(0),
-            entries: &[wgpu::BindGroupEntry { binding: 0, resource: sink.as_entire_binding() }],
-        }))
-    })?;
-    let ms = time_passes(ctx, &pipeline, &bg, fma_groups, warmup, runs)?;
+    let ms = time_passes(ctx, &pipeline, &[&sink], fma_groups, warmup, runs)?;
     let flop = invocations as f64 * FMA_ITERATIONS as f64 * 64.0;
     let fma_tflops = flop / (ms * 1e-3) / 1e12;
 
@@ -98,17 +104,8 @@ pub fn measure(ctx: &GpuContext, copy_bytes: u64, warmup: u32, runs: u32) -> Res
     let module = ctx.module(COPY_SHADER.0, COPY_SHADER.1)?;
     let consts = [("WORKGROUP_SIZE", WORKGROUP_SIZE as f64)];
     let pipeline = ctx.pipeline(format!("copy {consts:?}"), &module, &consts)?;
-    let bg = ctx.scoped(|| {
-        Ok(ctx.device().create_bind_group(&wgpu::BindGroupDescriptor {
-            label: None,
-            layout: &pipeline.get_bind_group_layout(0),
-            entries: &[
-                wgpu::BindGroupEntry { binding: 0, resource: src.as_entire_binding() },
-                wgpu::BindGroupEntry { binding: 1, resource: dst.as_entire_binding() },
-            ],
-        }))
-    })?;
-    let ms = time_passes(ctx, &pipeline, &bg, grid((bytes / 16).div_ceil(WORKGROUP_SIZE as u64)), warmup, runs)?;
+    let ms =
+        time_passes(ctx, &pipeline, &[&src, &dst], grid((bytes / 16).div_ceil(WORKGROUP_SIZE as u64)), warmup, runs)?;
     let copy_gbs = 2.0 * bytes as f64 / (ms * 1e-3) / 1e9;
 
     let (coop_tflops, coop_with_loads_tflops) = if ctx.has_coop_f16() {
@@ -130,14 +127,7 @@ fn coop_rate(ctx: &GpuContext, loads_in_loop: bool, warmup: u32, runs: u32) -> R
     let module = ctx.module(COOP_SHADER.0, COOP_SHADER.1)?;
     let consts = [("ITERATIONS", COOP_ITERATIONS as f64), ("LOADS_IN_LOOP", if loads_in_loop { 1.0 } else { 0.0 })];
     let pipeline = ctx.pipeline(format!("coop {consts:?}"), &module, &consts)?;
-    let bg = ctx.scoped(|| {
-        Ok(ctx.device().create_bind_group(&wgpu::BindGroupDescriptor {
-            label: None,
-            layout: &pipeline.get_bind_group_layout(0),
-            entries: &[wgpu::BindGroupEntry { binding: 0, resource: sink.as_entire_binding() }],
-        }))
-    })?;
-    let ms = time_passes(ctx, &pipeline, &bg, (COOP_WORKGROUPS, 1), warmup, runs)?;
+    let ms = time_passes(ctx, &pipeline, &[&sink], (COOP_WORKGROUPS, 1), warmup, runs)?;
     // Four subgroups per workgroup, 16 products of 16 x 16 x 16 multiply-adds per round.
     let flop = COOP_WORKGROUPS as f64 * 4.0 * COOP_ITERATIONS as f64 * 16.0 * 2.0 * 4096.0;
     Ok(flop / (ms * 1e-3) / 1e12)
