@@ -1,24 +1,28 @@
-// coop_nhwc.wgsl: a stride-1 transposed convolution on tensor cores (precision `fast`), its f16 operands read
-// straight from storage: no workgroup-memory staging, no barriers in the loop.
+// coop_nhwc.wgsl: one stride phase of a transposed convolution on tensor cores (precision `fast`), its f16
+// operands read straight from storage: no workgroup-memory staging, no barriers in the loop.
 //
-// Why this form. At stride 1 the transposed convolution is a correlation of the input, zero-padded by
-// D*(K-1) - P on each side (and the output padding at the end), with the flipped kernel. With that padded
-// input stored as f16 in NHWC order (shaders/nhwc_f16.wgsl) and output pixels counted over the padded
-// images' pixels too (m = (n * H_P + oh) * W_P + ow), the input pixel under output pixel m and kernel tap
-// (a, b) is m + a*D_H*W_P + b*D_W for every m: the whole problem is a 1-D convolution of the flat pixel index.
-// So the A operand of a K step (16 consecutive pixels x 16 channels of one tap) is a row-major 16 x 16 matrix
-// at stride C_IN in the padded input, and the B operand (16 channels x 16 output channels of one tap) a
-// row-major matrix at stride C_OUT in the packed weight (shaders/pack_weights_f16.wgsl): both load with
-// `coopLoadT` directly from storage, and the neighbouring subgroups and taps that read the same lines find
-// them in L1/L2. Pixels with oh >= OUT_H or ow >= OUT_W (the padding's D*(K-1) extra rows and columns, 1.5-3%
-// more work on the benchmark cases) are computed from padding and never stored. On the H100 this form ran
-// about 2x the rate of the staged GEMM kernel's cooperative-matrix variant (docs/PERFORMANCE.md, c1).
+// Why this form. A stride phase (output rows R_H + S_H*i, columns R_W + S_W*j) is a stride-1 correlation of the
+// input with the phase's taps (src/gpu/kernel.rs, `axis_phase`), flipped so that packed tap (a, b) reads input
+// row i + first_h + a*D_H and column j + first_w + b*D_W. At stride 1 there is one phase and every tap. With the
+// input zero-padded (`before` rows and columns before it, enough after it for every phase) and stored as f16 in
+// NHWC order (shaders/nhwc_f16.wgsl), and the phase's output pixels counted over the padded images' pixels too
+// (m = (n * H_P + i) * W_P + j), the input pixel under output pixel m and tap (a, b) is
+// m + BASE + a*D_H*W_P + b*D_W for every m, BASE = (first_h + before_h) * W_P + first_w + before_w: the whole
+// phase is a 1-D convolution of the flat pixel index. So the A operand of a K step (16 consecutive pixels x 16
+// channels of one tap) is a row-major 16 x 16 matrix at stride C_IN in the padded input, and the B operand (16
+// channels x 16 output channels of one tap) a row-major matrix at stride C_OUT in the phase's part of the packed
+// weight (shaders/pack_weights_f16.wgsl): both load with `coopLoadT` directly from storage, and the neighbouring
+// subgroups and taps that read the same lines find them in L1/L2. Pixels with i >= PH_H or j >= PH_W (the
+// padding's extra rows and columns: 1.5-3% more work on the stride-1 benchmark cases, 3% on up2x's phases, 56%
+// on dcgan's 8 x 8 images) are computed from padding and never stored. On the H100 this form ran about 2x the
+// rate of the staged GEMM kernel's cooperative-matrix variant at stride 1 (docs/PERFORMANCE.md, c1). A phase
+// without taps (kernel smaller than the stride) runs no K step and stores the bias.
 //
 // Tiling. A workgroup of SG_M x SG_N subgroups computes BM = SG_M * WM pixels x BN = SG_N * WN output
 // channels; each subgroup a WM x WN block as (WM/16) x (WN/16) named f32 accumulators (generated: ACC_DECL,
 // MATH). Neighbouring workgroups take the channel tiles of the same pixels (they share A in L2). The epilogue
 // (EPILOGUE, generated) moves each accumulator column through workgroup memory so that the lanes store
-// consecutive output pixels (coalesced), unscaled, with the bias added.
+// consecutive output pixels of the phase (coalesced at stride 1), unscaled, with the bias added.
 
 override C_IN: u32;
 override C_OUT: u32;
@@ -31,6 +35,14 @@ override W_P: u32;
 override OUT_H: u32;
 override OUT_W: u32;
 override HAS_BIAS: bool;
+override S_H: u32;     // stride: the phase's outputs are R_H + S_H*i, R_W + S_W*j
+override S_W: u32;
+override R_H: u32;
+override R_W: u32;
+override PH_H: u32;    // the phase's output rows and columns
+override PH_W: u32;
+override BASE: u32;    // input pixel of packed tap (0, 0) relative to the output pixel (see above)
+override W_OFF: u32;   // the phase's packed weight, in halves from the start
 
 struct Dispatch {
     m_begin: u32,        // first padded pixel of this dispatch (its first sample * H_P * W_P)
@@ -52,8 +64,8 @@ struct Dispatch {
 var<workgroup> c_tile: array<f32, SG_M * SG_N * WM * 16u>; // per subgroup: WM pixels x 16 channels
 //#MODULE
 
-// Where padded pixel m lands in the output chunk (channel 0), and whether it is stored: not where it is
-// padding or past the dispatch.
+// Where the phase's padded pixel m lands in the output chunk (channel 0), and whether it is stored: not where it
+// is padding or past the dispatch.
 struct OutPixel {
     index: u32,
     ok: bool,
@@ -64,8 +76,9 @@ fn out_pixel(m: u32) -> OutPixel {
     let rest = m % (H_P * W_P);
     let oh = rest / W_P;
     let ow = rest % W_P;
-    let ok = m < u.m_end && oh < OUT_H && ow < OUT_W;
-    return OutPixel(select(0u, (n - u.first_sample) * C_OUT * (OUT_H * OUT_W) + oh * OUT_W + ow, ok), ok);
+    let ok = m < u.m_end && oh < PH_H && ow < PH_W;
+    let index = (n - u.first_sample) * C_OUT * (OUT_H * OUT_W) + (R_H + S_H * oh) * OUT_W + R_W + S_W * ow;
+    return OutPixel(select(0u, index, ok), ok);
 }
 
 // Stores output channel oc of pixel p: the sum unscaled, the bias added.
@@ -94,8 +107,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let n0 = (wg % n_tiles) * BN + (sg / SG_M) * WN;
 //#ACC_DECL
     for (var tap = 0u; tap < K_H * K_W; tap++) {
-        let a_base = (m0 + (tap / K_W) * D_H * W_P + (tap % K_W) * D_W) * C_IN;
-        let b_base = tap * C_IN * C_OUT + n0;
+        let a_base = (m0 + BASE + (tap / K_W) * D_H * W_P + (tap % K_W) * D_W) * C_IN;
+        let b_base = W_OFF + tap * C_IN * C_OUT + n0;
         for (var c0 = 0u; c0 < C_IN; c0 += 16u) {
 //#MATH
         }

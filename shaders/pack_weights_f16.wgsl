@@ -1,15 +1,22 @@
-// pack_weights_f16.wgsl: the weight of the padded-NHWC cooperative-matrix kernel (shaders/coop_nhwc.wgsl,
-// precision `fast`): [C_IN, C_OUT, K_H, K_W] f32 (one group) to [tap][ic][oc] f16, scaled by its power of two
-// (shaders/scale.wgsl), the taps flipped: tap t = a * K_W + b holds kernel element (K_H-1-a, K_W-1-b), the one
-// that pairs an output pixel with the input pixel a*D_H rows and b*D_W columns after it in the padded input.
-// One invocation per packed value.
-
+// pack_weights_f16.wgsl: one stride phase's weight for the padded-NHWC cooperative-matrix kernel
+// (shaders/coop_nhwc.wgsl, precision `fast`): from [C_IN, C_OUT, K_H, K_W] f32 (one group) the phase's T_H x T_W
+// taps as [tap][ic][oc] f16 at W_OFF, scaled by its power of two (shaders/scale.wgsl), the taps flipped: packed
+// tap t = a * T_W + b holds kernel element (LAST_H - a*KSTEP_H, LAST_W - b*KSTEP_W), the one that pairs an output
+// pixel of the phase with the input pixel a*D_H rows and b*D_W columns after that of packed tap (0, 0). At stride
+// 1 the phase has every tap (T = K, LAST = K - 1, KSTEP = 1). One invocation per packed value.
 enable f16;
 
 override C_IN: u32;
 override C_OUT: u32;
 override K_H: u32;
 override K_W: u32;
+override T_H: u32;     // the phase's taps
+override T_W: u32;
+override LAST_H: u32;  // the phase's last tap, packed first
+override LAST_W: u32;
+override KSTEP_H: u32; // kernel elements between the phase's taps
+override KSTEP_W: u32;
+override W_OFF: u32;   // the phase's place in the packed weight, in halves
 
 struct Params {
     dispatch_width: u32, // workgroups per grid row
@@ -26,14 +33,14 @@ struct Params {
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let i = (wid.y * u.dispatch_width + wid.x) * 256u + lid;
-    if (i >= K_H * K_W * C_IN * C_OUT) {
+    if (i >= T_H * T_W * C_IN * C_OUT) {
         return;
     }
     let scale = ldexp(1.0, min(scale_exponent(op_max[1]), 127));
     let oc = i % C_OUT;
     let ic = (i / C_OUT) % C_IN;
     let t = i / (C_OUT * C_IN);
-    let kh = K_H - 1u - t / K_W;
-    let kw = K_W - 1u - t % K_W;
-    wp[i] = f16(w[((ic * C_OUT + oc) * K_H + kh) * K_W + kw] * scale);
+    let kh = LAST_H - (t / T_W) * KSTEP_H;
+    let kw = LAST_W - (t % T_W) * KSTEP_W;
+    wp[W_OFF + i] = f16(w[((ic * C_OUT + oc) * K_H + kh) * K_W + kw] * scale);
 }

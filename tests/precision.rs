@@ -25,13 +25,13 @@ fn fast_kernels(ctx: &GpuContext) -> Vec<Strategy> {
 }
 
 /// The problem a forced kernel is tested on: `mixed_problem` (stride, groups), or for a kernel that does not take
-/// it (the padded-NHWC kernel: stride 1, one group) `stride_1_problem`.
+/// it (the padded-NHWC kernel: one group) `one_group_problem`.
 fn problem_for(ctx: &GpuContext, k: Strategy, seed: u64) -> Problem {
     let mixed = mixed_problem(seed);
     if k.computes(ctx, &mixed.shape()) {
         mixed
     } else {
-        stride_1_problem(seed)
+        one_group_problem(seed)
     }
 }
 
@@ -95,7 +95,7 @@ proptest! {
 
     #[test]
     fn every_fast_kernel_is_within_f16_rounding_of_the_reference(p in problems(), pick in 0usize..64) {
-        // The f16 kernels that take this problem (the padded-NHWC kernel takes stride 1 and one group only).
+        // The f16 kernels that take this problem (the padded-NHWC kernel takes one group only).
         let kernels: Vec<Strategy> =
             fast_kernels(common::ctx()).into_iter().filter(|k| k.computes(common::ctx(), &p.shape())).collect();
         if kernels.is_empty() {
@@ -146,15 +146,15 @@ fn mixed_problem(seed: u64) -> Problem {
     }
 }
 
-/// A stride-1 problem with the other options (H != W, asymmetric kernel, dilation, padding, output padding,
-/// bias) and channels every padded-NHWC tile takes (a multiple of 16 in, of 128 out).
-fn stride_1_problem(seed: u64) -> Problem {
+/// A one-group problem with the other options (H != W, asymmetric kernel, stride, dilation, padding, output
+/// padding, bias) and channels every padded-NHWC tile takes (a multiple of 16 in, of 128 out).
+fn one_group_problem(seed: u64) -> Problem {
     Problem {
         input: vec![2, 16, 9, 13],
         weight: vec![16, 128, 3, 2],
         bias: true,
         params: ConvTranspose2dParams {
-            stride: [1, 1],
+            stride: [2, 1],
             padding: [1, 1],
             output_padding: [1, 0],
             dilation: [2, 1],
@@ -289,10 +289,11 @@ fn non_finite_values_propagate_as_in_the_exact_gemm() {
 fn fast_says_which_path_ran_and_falls_back() {
     let ctx = common::ctx();
     // Without a tuning cache, `fast` takes what measured fastest on the H100 (docs/PERFORMANCE.md, f4, f5, g7,
-    // n3, c1-c6): at stride 1 the padded-NHWC tensor-core kernel where the adapter has cooperative matrices
+    // n3, c1-c12): at stride 1 the padded-NHWC tensor-core kernel where the adapter has cooperative matrices
     // (kb57-like, kb69-like; without them the exact Winograd kernel where its tile fits), the exact GEMM kernel
     // with fewer than 64 output channels per group at stride 2, the exact rows (gather) kernel on a kb81-like
-    // problem, and the staged cooperative-matrix kernel on a strided decoder with 64+ channels.
+    // problem, and the staged cooperative-matrix kernel on a strided decoder with 64+ channels (the padded-NHWC
+    // kernel computes it too, per stride phase, but measured slower there: c11).
     let untuned = std::env::var_os("CONVT_STRATEGY").is_none() && ctx.tuned().entries.is_empty();
     let params = ConvTranspose2dParams::default().stride(2).padding(1);
     let gemm_shape = params.resolve(&[1, 64, 10, 12], &[64, 32, 3, 3], Some(&[32])).unwrap();
@@ -325,6 +326,10 @@ fn fast_says_which_path_ran_and_falls_back() {
                 false => chosen.precision() == Precision::F32,
             };
             assert!(ok, "{} ({}) on {}", chosen.name(), chosen.arithmetic(), ctx.adapter_info().name);
+        }
+        if ctx.has_coop_f16() {
+            let chosen = gpu::select(ctx, &up2x_like, true, Precision::Fast);
+            assert!(matches!(chosen, Strategy::Coop(_)), "{}", chosen.name());
         }
         for precision in [Precision::F32, Precision::Fast] {
             let chosen = gpu::select(ctx, &kb81_like, false, precision);
@@ -396,24 +401,33 @@ fn the_layer_runs_at_its_precision() {
 }
 
 #[test]
-fn padded_nhwc_kernel_takes_stride_1_shapes_with_every_option() {
-    // The padded-NHWC tensor-core kernel (stride 1, one group) on shapes that move its padding: H != W, kernels
-    // wider than tall and taller than wide, dilation, padding from none to dilation*(kernel - 1), output padding,
-    // bias, a batch. Each of its tiles, against the f16 rounding bound; then with output bindings of one sample
-    // (a dispatch per output chunk). Where the adapter has no cooperative matrices the kernel cannot run and
-    // the selector never picks it (fast_says_which_path_ran_and_falls_back checks the refusal).
-    let problem = |input: [usize; 4], weight: [usize; 4], padding, output_padding, dilation, bias| Problem {
+fn padded_nhwc_kernel_takes_every_stride_with_every_option() {
+    // The padded-NHWC tensor-core kernel (one group, one dispatch per stride phase) on shapes that move its
+    // padding and phases: H != W, kernels wider than tall and taller than wide, strides 1 to 5 (per axis), kernels
+    // smaller than the stride (phases without taps, bias only), dilation sharing a factor with the stride, padding
+    // from none to beyond dilation*(kernel - 1), output padding, bias, a batch. Each of its tiles, against the f16
+    // rounding bound; then with output bindings of one sample (a dispatch per output chunk). Where the adapter
+    // has no cooperative matrices the kernel cannot run and the selector never picks it
+    // (fast_says_which_path_ran_and_falls_back checks the refusal); the index math is checked on the CPU too
+    // (coop_nhwc's unit test).
+    let problem = |input: [usize; 4], weight: [usize; 4], stride, padding, output_padding, dilation, bias| Problem {
         input: input.to_vec(),
         weight: weight.to_vec(),
         bias,
-        params: ConvTranspose2dParams { stride: [1, 1], padding, output_padding, dilation, groups: 1 },
+        params: ConvTranspose2dParams { stride, padding, output_padding, dilation, groups: 1 },
         seed: common::fresh_seed(),
     };
     let problems = [
-        problem([3, 32, 11, 17], [32, 64, 3, 5], [0, 0], [0, 0], [1, 1], true),
-        problem([2, 16, 20, 7], [16, 32, 4, 2], [3, 1], [0, 0], [1, 1], false),
-        problem([1, 48, 9, 30], [48, 64, 2, 3], [1, 2], [1, 1], [2, 2], true),
-        problem([4, 16, 5, 6], [16, 128, 1, 1], [0, 0], [0, 0], [1, 1], true),
+        problem([3, 32, 11, 17], [32, 64, 3, 5], [1, 1], [0, 0], [0, 0], [1, 1], true),
+        problem([2, 16, 20, 7], [16, 32, 4, 2], [1, 1], [3, 1], [0, 0], [1, 1], false),
+        problem([1, 48, 9, 30], [48, 64, 2, 3], [1, 1], [1, 2], [1, 1], [2, 2], true),
+        problem([4, 16, 5, 6], [16, 128, 1, 1], [1, 1], [0, 0], [0, 0], [1, 1], true),
+        problem([2, 32, 7, 9], [32, 64, 3, 3], [1, 1], [4, 1], [0, 0], [1, 1], true),
+        problem([3, 32, 9, 6], [32, 64, 3, 3], [2, 2], [1, 1], [1, 1], [1, 1], true),
+        problem([4, 16, 5, 5], [16, 128, 4, 4], [2, 2], [1, 1], [0, 0], [1, 1], false),
+        problem([2, 16, 6, 10], [16, 32, 3, 5], [2, 3], [1, 2], [0, 0], [2, 1], true),
+        problem([2, 32, 4, 7], [32, 64, 3, 3], [5, 5], [1, 1], [0, 0], [2, 2], true),
+        problem([1, 16, 5, 4], [16, 32, 2, 3], [4, 2], [0, 3], [3, 1], [2, 4], true),
     ];
     let ctx = common::ctx();
     let tiles: Vec<gpu::coop_nhwc::NhwcTile> = fast_kernels(ctx)
@@ -455,9 +469,9 @@ fn padded_nhwc_kernel_takes_stride_1_shapes_with_every_option() {
 #[test]
 fn padded_nhwc_kernel_refuses_what_it_cannot_compute() {
     // On any adapter: the shape test of the padded-NHWC kernel answers with an error, never a panic or a wrong
-    // answer, for strides, groups, channel counts off its tiles, padding beyond dilation * (kernel - 1) (a negative
-    // margin of its padded input) and sizes beyond 32-bit indexing (hostile dilation); and it takes a plain
-    // stride-1 shape. Forced on a shape it refuses, the selector runs another kernel.
+    // answer, for groups, channel counts off its tiles and sizes beyond 32-bit indexing (hostile dilation); and it
+    // takes plain shapes at strides 1 and 2, and padding beyond dilation * (kernel - 1). Forced on a shape it
+    // refuses, the selector runs another kernel.
     let ctx = common::ctx();
     let p = |stride: i64, padding: i64, dilation: i64, groups: i64| ConvTranspose2dParams {
         stride: [stride, 1],
@@ -467,26 +481,28 @@ fn padded_nhwc_kernel_refuses_what_it_cannot_compute() {
         groups,
     };
     let refused = [
-        p(2, 0, 1, 1).resolve(&[1, 16, 5, 6], &[16, 64, 3, 3], None).unwrap(),
         p(1, 0, 1, 2).resolve(&[1, 32, 5, 6], &[32, 64, 3, 3], None).unwrap(),
         p(1, 0, 1, 1).resolve(&[1, 24, 5, 6], &[24, 64, 3, 3], None).unwrap(),
         p(1, 0, 1, 1).resolve(&[1, 16, 5, 6], &[16, 48, 3, 3], None).unwrap(),
-        p(1, 3, 1, 1).resolve(&[1, 16, 9, 6], &[16, 64, 3, 3], None).unwrap(),
         p(1, 1 << 40, 1 << 40, 1).resolve(&[1, 16, 4, 6], &[16, 64, 3, 3], None).unwrap(),
     ];
-    let taken = p(1, 1, 2, 1).resolve(&[2, 16, 5, 6], &[16, 64, 3, 3], None).unwrap();
+    let taken = [
+        p(1, 1, 2, 1).resolve(&[2, 16, 5, 6], &[16, 64, 3, 3], None).unwrap(),
+        p(2, 0, 1, 1).resolve(&[1, 16, 5, 6], &[16, 64, 3, 3], None).unwrap(),
+        p(1, 3, 1, 1).resolve(&[1, 16, 9, 6], &[16, 64, 3, 3], None).unwrap(),
+    ];
     for &t in gpu::coop_nhwc::TILES {
         for shape in &refused {
             assert!(t.check(ctx, shape).is_err(), "{} takes {shape:?}", t.name());
         }
-        if t.bn() <= 64 {
-            t.check(ctx, &taken).unwrap_or_else(|e| panic!("{}: {e}", t.name()));
+        for shape in taken.iter().filter(|_| t.bn() <= 64) {
+            t.check(ctx, shape).unwrap_or_else(|e| panic!("{}: {e}", t.name()));
         }
     }
-    // Forced on the padding it refuses, another kernel computes it, exactly.
+    // Forced on the groups it refuses, another kernel computes it, exactly.
     let forced = common::ctx_with_strategy(Strategy::CoopNhwc(gpu::coop_nhwc::TILES[0]));
-    let params = p(1, 3, 1, 1);
-    let problem = Problem { input: vec![1, 16, 9, 6], weight: vec![16, 64, 3, 3], bias: true, params, seed: 5 };
+    let params = p(1, 1, 1, 2);
+    let problem = Problem { input: vec![1, 32, 9, 6], weight: vec![32, 64, 3, 3], bias: true, params, seed: 5 };
     let (x, w, b) = problem.tensors();
     let (out, ran) = gpu::conv_transpose2d_host_as(forced, Precision::Fast, &x, &w, b.as_ref(), &params).unwrap();
     assert_ne!(ran, Strategy::CoopNhwc(gpu::coop_nhwc::TILES[0]));

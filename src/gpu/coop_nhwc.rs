@@ -1,7 +1,8 @@
-//! The padded-NHWC cooperative-matrix kernel (precision `fast` on tensor cores, stride 1), `shaders/coop_nhwc.wgsl`
+//! The padded-NHWC cooperative-matrix kernel (precision `fast` on tensor cores, any stride), `shaders/coop_nhwc.wgsl`
 //! (its opening comment explains the form): the input is first rewritten as scaled f16 in padded NHWC order
-//! (`shaders/nhwc_f16.wgsl`) and the weight as scaled f16 [tap][ic][oc] (`shaders/pack_weights_f16.wgsl`), so
-//! that every tensor-core operand loads straight from storage. One module per [`NhwcTile`].
+//! (`shaders/nhwc_f16.wgsl`) and the weight as scaled f16 [phase][tap][ic][oc] (`shaders/pack_weights_f16.wgsl`),
+//! so that every tensor-core operand loads straight from storage; then one dispatch per stride phase and output
+//! chunk. One module per [`NhwcTile`].
 
 use crate::error::{ConvtError, Result};
 use crate::gpu::absmax;
@@ -9,7 +10,7 @@ use crate::gpu::buffers::{GpuTensor, InFlight, STORAGE};
 use crate::gpu::context::GpuContext;
 use crate::gpu::coop::{self, SUBGROUP};
 use crate::gpu::gemm::{SCALED_MODULE, SCALED_PROLOGUE};
-use crate::gpu::kernel::{check_index_range, dispatch_buffers, grid, Operands};
+use crate::gpu::kernel::{axis_phase, check_index_range, dispatch_buffers, grid, AxisPhase, Operands};
 use crate::params::ConvShape;
 
 pub const SHADER_NAME: &str = "coop_nhwc.wgsl";
@@ -38,7 +39,8 @@ const fn tile(wm: u32, wn: u32, sg_m: u32, sg_n: u32) -> NhwcTile {
 }
 
 /// Every tile the selector may choose: 64 x 64 per subgroup (64+ output channels), 64 x 32 (32-channel outputs).
-/// Larger subgroup blocks (96 x 64, 128 x 32) measured slower or within 2% (docs/PERFORMANCE.md, c7).
+/// Larger subgroup blocks (96 x 64, 128 x 32) measured slower or within 2% (docs/PERFORMANCE.md, c7), smaller ones
+/// (32 x 64, 32 x 32) 1.2-1.4x slower (c10).
 pub const TILES: &[NhwcTile] = &[
     tile(64, 64, 2, 1),
     tile(64, 64, 4, 1),
@@ -87,20 +89,16 @@ impl NhwcTile {
             && self.threads() <= limits.max_compute_invocations_per_workgroup
     }
 
-    /// Whether this tile computes `shape` here: stride 1, one group, input channels a multiple of 16 and output
-    /// channels of the tile's width, padding within the kernel's reach (the padded input's margins are not
-    /// negative), whole samples per binding, and the padded f16 input within one binding.
+    /// Whether this tile computes `shape` here: one group, input channels a multiple of 16 and output channels of
+    /// the tile's width, whole samples per binding, and the padded f16 input within one binding.
     pub fn check(&self, ctx: &GpuContext, shape: &ConvShape) -> Result<()> {
         let unfit =
             |why: String| Err(ConvtError::InvalidArgument(format!("{} does not take this shape: {why}", self.name())));
-        if shape.stride != [1, 1] || shape.groups != 1 {
-            return unfit(format!(
-                "stride {:?} and {} groups (it needs stride 1, one group)",
-                shape.stride, shape.groups
-            ));
+        if shape.groups != 1 {
+            return unfit(format!("{} groups (it needs one group)", shape.groups));
         }
-        // Sizes within the kernels' 32-bit indexing first: the products below are then exact (the byte counts
-        // in u128).
+        // Sizes within the kernels' 32-bit indexing first: the geometry below is then exact (the byte counts in
+        // u128).
         check_index_range(shape)?;
         if !shape.in_channels.is_multiple_of(16) || !shape.out_channels.is_multiple_of(self.bn() as usize) {
             return unfit(format!(
@@ -109,11 +107,6 @@ impl NhwcTile {
                 shape.out_channels,
                 self.bn()
             ));
-        }
-        for a in 0..2 {
-            if shape.padding[a] > shape.dilation[a] * (shape.kernel[a] - 1) {
-                return unfit(format!("padding {:?} beyond dilation * (kernel - 1)", shape.padding));
-            }
         }
         let g = Geometry::of(shape);
         let limit = ctx.binding_limit() as u128;
@@ -174,27 +167,99 @@ pub fn weight_shader() -> String {
     format!("{WEIGHT_SHADER}\n{SCALE_FUNCTIONS}")
 }
 
-/// The padded input's layout for a shape: the margin before each image (top, left) and the padded image's size
-/// (the margin after it, bottom and right, is what remains: before + output padding).
+/// One stride phase of the padded-NHWC form: its outputs (rows R_H + S_H*i, i < count[0]; columns likewise), its
+/// taps as the pack shader flips them (packed tap a is kernel row last[0] - a*kstep[0] and reads input row
+/// i + first[0] + a*istep[0]), and its place in the packed weight.
 #[derive(Debug, Clone, Copy)]
+struct Phase {
+    r: [usize; 2],
+    count: [usize; 2],
+    taps: [usize; 2],
+    last: [usize; 2],
+    kstep: [usize; 2],
+    istep: [usize; 2],
+    first: [i64; 2],
+    weight_offset: usize,
+}
+
+impl Phase {
+    fn has_taps(&self) -> bool {
+        self.taps[0] * self.taps[1] > 0
+    }
+    /// Input pixels between an output pixel and the one its packed tap (0, 0) reads, in the padded images.
+    fn base(&self, g: &Geometry) -> usize {
+        if !self.has_taps() {
+            return 0;
+        }
+        let along = |a: usize| (self.first[a] + g.before[a] as i64) as usize;
+        along(0) * g.padded[1] + along(1)
+    }
+    /// The farthest input pixel a tap reads past the output pixel, in the padded images.
+    fn reach(&self, g: &Geometry) -> usize {
+        if !self.has_taps() {
+            return 0;
+        }
+        self.base(g) + (self.taps[0] - 1) * self.istep[0] * g.padded[1] + (self.taps[1] - 1) * self.istep[1]
+    }
+}
+
+/// The padded input's layout for a shape: the margin before each image (top, left), the padded image's size
+/// (room after the image for what every phase reads), and the stride phases with outputs.
+#[derive(Debug, Clone)]
 struct Geometry {
     before: [usize; 2],
     padded: [usize; 2],
+    phases: Vec<Phase>,
 }
 
 impl Geometry {
+    /// Exact for the shapes `check_index_range` passes (every size below 2^31); `check` refuses the others before
+    /// anything uses the geometry.
     fn of(shape: &ConvShape) -> Geometry {
+        let axis = |a: usize| {
+            (0..shape.stride[a])
+                .map(|r| {
+                    let (k, s, p, d) = (shape.kernel[a], shape.stride[a], shape.padding[a], shape.dilation[a]);
+                    (r, axis_phase(r, shape.out_hw[a], k, s, p, d))
+                })
+                .filter(|(_, p)| p.count > 0)
+                .collect::<Vec<_>>()
+        };
+        let (rows, cols) = (axis(0), axis(1));
         let mut before = [0; 2];
-        let mut padded = [0; 2];
-        for a in 0..2 {
-            // Saturating: `check` refuses the shapes where these would not be exact (padding beyond the reach,
-            // sizes beyond 32-bit indexing) before anything uses them.
-            let reach = shape.dilation[a].saturating_mul(shape.kernel[a].saturating_sub(1));
-            before[a] = reach.saturating_sub(shape.padding[a]);
-            // The output's last pixel reads `reach` past its own padded position: out + reach in all.
-            padded[a] = shape.out_hw[a].saturating_add(reach);
+        let mut padded = [1; 2];
+        for (a, phases) in [&rows, &cols].into_iter().enumerate() {
+            for (_, p) in phases.iter().filter(|(_, p)| p.taps > 0) {
+                before[a] = before[a].max((-first_offset(p)).max(0) as usize);
+            }
+            for (_, p) in phases {
+                // The phase's last output reads (count - 1) + its largest offset (off) past the margin.
+                let needed = if p.taps > 0 { (p.count as i64 + p.off + before[a] as i64) as usize } else { 0 };
+                padded[a] = padded[a].max(needed).max(p.count);
+            }
         }
-        Geometry { before, padded }
+        let mut phases = Vec::new();
+        let mut weight_offset = 0;
+        for (rh, h) in &rows {
+            for (rw, w) in &cols {
+                let (taps_h, taps_w) = (h.taps, w.taps);
+                phases.push(Phase {
+                    r: [*rh, *rw],
+                    count: [h.count, w.count],
+                    taps: [taps_h, taps_w],
+                    last: [
+                        h.k0 + taps_h.max(1).saturating_sub(1) * h.kstep,
+                        w.k0 + taps_w.max(1).saturating_sub(1) * w.kstep,
+                    ],
+                    kstep: [h.kstep, w.kstep],
+                    istep: [h.istep, w.istep],
+                    first: [first_offset(h), first_offset(w)],
+                    weight_offset,
+                });
+                weight_offset += taps_h * taps_w * shape.in_channels * shape.out_channels;
+            }
+        }
+        Geometry { before, padded, phases }
     }
 
     /// Padded pixels of one sample.
@@ -205,28 +270,52 @@ impl Geometry {
     /// Bytes of the padded f16 input, with room after the last sample for the reads of the last tile's
     /// pixels past it (computed, never stored).
     fn padded_bytes(&self, shape: &ConvShape, tile: &NhwcTile) -> u128 {
-        let reach = |a: usize| (shape.dilation[a] as u128) * (shape.kernel[a] as u128 - 1);
-        let slack = tile.bm() as u128 + reach(0) * self.padded[1] as u128 + reach(1);
-        let pixels = shape.batch as u128 * self.padded[0] as u128 * self.padded[1] as u128 + slack;
+        let reach = self.phases.iter().map(|p| p.reach(self)).max().unwrap_or(0);
+        let pixels = shape.batch as u128 * self.sample_pixels() as u128 + tile.bm() as u128 + reach as u128;
         (pixels * shape.in_channels as u128 * 2).next_multiple_of(4)
+    }
+
+    /// Halves of the packed weight: every tap of the kernel, once (each belongs to one phase).
+    fn weight_values(&self, shape: &ConvShape) -> usize {
+        shape.kernel[0] * shape.kernel[1] * shape.in_channels * shape.out_channels
     }
 }
 
-/// The kernel's override constants for a shape.
+/// The input offset of a phase's first packed tap (taps flipped): the smallest, off - (taps - 1) * istep.
+fn first_offset(p: &AxisPhase) -> i64 {
+    p.off - (p.taps.max(1) as i64 - 1) * p.istep as i64
+}
+
+/// The kernel's override constants for a shape, per stride phase with outputs (the first phase's for
+/// inspection: `Strategy::shader`).
 pub fn constants(shape: &ConvShape, has_bias: bool) -> Vec<(&'static str, f64)> {
     let g = Geometry::of(shape);
+    g.phases.first().map(|p| phase_constants(shape, &g, p, has_bias)).unwrap_or_default()
+}
+
+fn phase_constants(shape: &ConvShape, g: &Geometry, p: &Phase, has_bias: bool) -> Vec<(&'static str, f64)> {
+    // A phase without taps runs no K step (K_H = 0); K_W stays 1, so that nothing divides by zero.
+    let taps = if p.has_taps() { p.taps } else { [0, 1] };
     [
         ("C_IN", shape.in_channels),
         ("C_OUT", shape.out_channels),
-        ("K_H", shape.kernel[0]),
-        ("K_W", shape.kernel[1]),
-        ("D_H", shape.dilation[0]),
-        ("D_W", shape.dilation[1]),
+        ("K_H", taps[0]),
+        ("K_W", taps[1]),
+        ("D_H", p.istep[0]),
+        ("D_W", p.istep[1]),
         ("H_P", g.padded[0]),
         ("W_P", g.padded[1]),
         ("OUT_H", shape.out_hw[0]),
         ("OUT_W", shape.out_hw[1]),
         ("HAS_BIAS", has_bias as usize),
+        ("S_H", shape.stride[0]),
+        ("S_W", shape.stride[1]),
+        ("R_H", p.r[0]),
+        ("R_W", p.r[1]),
+        ("PH_H", p.count[0]),
+        ("PH_W", p.count[1]),
+        ("BASE", p.base(g)),
+        ("W_OFF", p.weight_offset),
     ]
     .into_iter()
     .map(|(k, v)| (k, v as f64))
@@ -317,48 +406,166 @@ pub(crate) fn encode(
             dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &[&c.buffer, &xp, &maxima], igrid, 1);
         }
 
-        // The weight as f16 [tap][ic][oc], taps flipped.
-        let values = shape.kernel[0] * shape.kernel[1] * cin * cout;
+        // The weight as f16 [phase][tap][ic][oc], each phase's taps flipped: one dispatch per phase with taps.
+        let values = g.weight_values(shape);
         let wpk = in_flight.keep(ctx.pool.get(&ctx.device, ((values * 2).next_multiple_of(4)) as u64, STORAGE));
-        let consts = [
-            ("C_IN", cin as f64),
-            ("C_OUT", cout as f64),
-            ("K_H", shape.kernel[0] as f64),
-            ("K_W", shape.kernel[1] as f64),
-        ];
         let module = ctx.module_with(WEIGHT_SHADER_NAME, weight_shader)?;
-        let pipeline =
-            ctx.pipeline(format!("pack_f16 {:?} {consts:?}", ctx.options().shader_checks), &module, &consts)?;
-        let wgrid = grid(ctx, values.div_ceil(PREP_WORKGROUP_SIZE));
-        let u = WeightParams { dispatch_width: wgrid.0, _pad: [0; 3] };
         let w = weight.single_buffer("weight", ctx)?;
-        dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &[w, &wpk, &maxima], wgrid, 1);
+        for p in g.phases.iter().filter(|p| p.has_taps()) {
+            let consts = [
+                ("C_IN", cin as f64),
+                ("C_OUT", cout as f64),
+                ("K_H", shape.kernel[0] as f64),
+                ("K_W", shape.kernel[1] as f64),
+                ("T_H", p.taps[0] as f64),
+                ("T_W", p.taps[1] as f64),
+                ("LAST_H", p.last[0] as f64),
+                ("LAST_W", p.last[1] as f64),
+                ("KSTEP_H", p.kstep[0] as f64),
+                ("KSTEP_W", p.kstep[1] as f64),
+                ("W_OFF", p.weight_offset as f64),
+            ];
+            let pipeline =
+                ctx.pipeline(format!("pack_f16 {:?} {consts:?}", ctx.options().shader_checks), &module, &consts)?;
+            let wgrid = grid(ctx, (p.taps[0] * p.taps[1] * cin * cout).div_ceil(PREP_WORKGROUP_SIZE));
+            let u = WeightParams { dispatch_width: wgrid.0, _pad: [0; 3] };
+            dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &[w, &wpk, &maxima], wgrid, 1);
+        }
 
-        // The products, one dispatch per output chunk (whole samples).
-        let consts = constants(shape, bias.is_some());
+        // The products, one dispatch per phase and output chunk (whole samples).
         let name = tile.name();
         let module = ctx.module_with(&name, || tile.source())?;
-        let pipeline =
-            ctx.pipeline(format!("{name} {:?} {consts:?}", ctx.options().shader_checks), &module, &consts)?;
         let ops = Operands::new(ctx, &wpk, bias)?;
         let n_tiles = cout / tile.bn() as usize;
-        for c in output.chunks() {
-            let (first, samples) = (c.first_plane / cout, c.planes / cout);
-            let (begin, end) = (first * g.sample_pixels(), (first + samples) * g.sample_pixels());
-            let m_tiles = (end - begin).div_ceil(tile.bm() as usize);
-            let mgrid = grid(ctx, m_tiles * n_tiles);
-            let u = Dispatch {
-                m_begin: begin as u32,
-                m_end: end as u32,
-                first_sample: first as u32,
-                dispatch_width: mgrid.0,
-                n_tiles: n_tiles as u32,
-                _pad: [0; 3],
-            };
-            let mut buffers = ops.buffers(&xp, &c.buffer);
-            buffers.push(&maxima);
-            dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &buffers, mgrid, 1);
+        for p in &g.phases {
+            let consts = phase_constants(shape, &g, p, bias.is_some());
+            let pipeline =
+                ctx.pipeline(format!("{name} {:?} {consts:?}", ctx.options().shader_checks), &module, &consts)?;
+            for c in output.chunks() {
+                let (first, samples) = (c.first_plane / cout, c.planes / cout);
+                let (begin, end) = (first * g.sample_pixels(), (first + samples) * g.sample_pixels());
+                let m_tiles = (end - begin).div_ceil(tile.bm() as usize);
+                let mgrid = grid(ctx, m_tiles * n_tiles);
+                let u = Dispatch {
+                    m_begin: begin as u32,
+                    m_end: end as u32,
+                    first_sample: first as u32,
+                    dispatch_width: mgrid.0,
+                    n_tiles: n_tiles as u32,
+                    _pad: [0; 3],
+                };
+                let mut buffers = ops.buffers(&xp, &c.buffer);
+                buffers.push(&maxima);
+                dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &buffers, mgrid, 1);
+            }
         }
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ConvTranspose2dParams;
+    use rand::{Rng, SeedableRng};
+
+    /// What the three shaders compute, in f64 on the CPU, index for index: the padded NHWC input
+    /// (nhwc_f16.wgsl), each phase's packed weight (pack_weights_f16.wgsl) and each phase's products and stores
+    /// (coop_nhwc.wgsl, one pixel at a time, every read checked against the padded buffer's length). Each output
+    /// element must be stored exactly once.
+    fn emulate(shape: &ConvShape, x: &[f32], w: &[f32], bias: &[f32]) -> Vec<f64> {
+        let tile = TILES[0];
+        let g = Geometry::of(shape);
+        let (cin, cout, [kh_n, kw_n]) = (shape.in_channels, shape.out_channels, shape.kernel);
+        let [h, wd] = shape.in_hw;
+        let [hp, wp] = g.padded;
+        let pixels = (g.padded_bytes(shape, &tile) / 2) as usize / cin;
+        let mut xp = vec![0.0f64; pixels * cin];
+        for n in 0..shape.batch {
+            for r in 0..hp {
+                for col in 0..wp {
+                    let (ih, iw) = (r as i64 - g.before[0] as i64, col as i64 - g.before[1] as i64);
+                    if (0..h as i64).contains(&ih) && (0..wd as i64).contains(&iw) {
+                        for c in 0..cin {
+                            xp[((n * hp + r) * wp + col) * cin + c] =
+                                x[((n * cin + c) * h + ih as usize) * wd + iw as usize] as f64;
+                        }
+                    }
+                }
+            }
+        }
+        let mut wpk = vec![f64::NAN; g.weight_values(shape)];
+        for p in g.phases.iter().filter(|p| p.has_taps()) {
+            for i in 0..p.taps[0] * p.taps[1] * cin * cout {
+                let (oc, ic, t) = (i % cout, (i / cout) % cin, i / (cout * cin));
+                let kh = p.last[0] - (t / p.taps[1]) * p.kstep[0];
+                let kw = p.last[1] - (t % p.taps[1]) * p.kstep[1];
+                assert!(wpk[p.weight_offset + i].is_nan(), "packed value {i} written twice");
+                wpk[p.weight_offset + i] = w[((ic * cout + oc) * kh_n + kh) * kw_n + kw] as f64;
+            }
+        }
+        let [ho, wo] = shape.out_hw;
+        let mut out = vec![f64::NAN; shape.batch * cout * ho * wo];
+        for p in &g.phases {
+            let c = phase_constants(shape, &g, p, true);
+            let k = |name: &str| c.iter().find(|(n, _)| *n == name).unwrap().1 as usize;
+            let (k_h, k_w, d_h, d_w, base, w_off) = (k("K_H"), k("K_W"), k("D_H"), k("D_W"), k("BASE"), k("W_OFF"));
+            for m in 0..shape.batch * hp * wp {
+                let (n, i, j) = (m / (hp * wp), (m % (hp * wp)) / wp, m % wp);
+                if i >= k("PH_H") || j >= k("PH_W") {
+                    continue;
+                }
+                for oc in 0..cout {
+                    let mut sum = bias[oc] as f64;
+                    for tap in 0..k_h * k_w {
+                        let a = m + base + (tap / k_w) * d_h * wp + (tap % k_w) * d_w;
+                        assert!(a < pixels, "read past the padded input: pixel {a} of {pixels}");
+                        for ic in 0..cin {
+                            sum += xp[a * cin + ic] * wpk[w_off + (tap * cin + ic) * cout + oc];
+                        }
+                    }
+                    let o = ((n * cout + oc) * ho + k("R_H") + k("S_H") * i) * wo + k("R_W") + k("S_W") * j;
+                    assert!(out[o].is_nan(), "output {o} stored twice");
+                    out[o] = sum;
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn phases_compute_the_transposed_convolution() {
+        // Strides 1-4 with kernels smaller and larger than the stride (phases without taps store the bias),
+        // dilation sharing a factor with the stride, padding beyond dilation * (kernel - 1), output padding,
+        // H != W: the padded-NHWC index math against the float64 reference, with no GPU.
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        // in_hw, kernel, stride, padding, output_padding, dilation
+        let cases: &[[[i64; 2]; 6]] = &[
+            [[5, 7], [3, 3], [1, 1], [0, 0], [0, 0], [1, 1]],
+            [[4, 6], [3, 5], [1, 1], [1, 4], [0, 0], [2, 1]],
+            [[7, 5], [3, 3], [1, 1], [3, 0], [0, 0], [1, 1]],
+            [[6, 5], [3, 3], [2, 2], [1, 1], [1, 1], [1, 1]],
+            [[3, 4], [4, 4], [2, 2], [1, 1], [0, 0], [1, 1]],
+            [[5, 4], [3, 5], [2, 3], [1, 2], [0, 0], [2, 1]],
+            [[4, 3], [3, 3], [5, 5], [1, 1], [0, 0], [2, 2]],
+            [[3, 5], [2, 3], [4, 2], [0, 3], [3, 1], [2, 4]],
+            [[2, 3], [1, 1], [3, 2], [0, 0], [2, 0], [1, 1]],
+        ];
+        for &[in_hw, kernel, stride, padding, output_padding, dilation] in cases {
+            let (in_hw, kernel) = (in_hw.map(|v| v as usize), kernel.map(|v| v as usize));
+            let params = ConvTranspose2dParams { stride, padding, output_padding, dilation, groups: 1 };
+            let (cin, cout, batch) = (16, 32, 2);
+            let shape = params
+                .resolve(&[batch, cin, in_hw[0], in_hw[1]], &[cin, cout, kernel[0], kernel[1]], Some(&[cout]))
+                .unwrap();
+            let mut draw = |n: usize| (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect::<Vec<_>>();
+            let (x, w, b) =
+                (draw(batch * cin * in_hw[0] * in_hw[1]), draw(cin * cout * kernel[0] * kernel[1]), draw(cout));
+            let got = emulate(&shape, &x, &w, &b);
+            let want = crate::cpu::conv_transpose2d_f64(&shape, &x, &w, Some(&b));
+            for (i, (g, r)) in got.iter().zip(&want).enumerate() {
+                assert!((g - r).abs() <= 1e-9 * (1.0 + r.abs()), "{shape:?}: output {i}: {g} against {r}");
+            }
+        }
+    }
 }

@@ -7,7 +7,7 @@ use crate::gpu::absmax;
 use crate::gpu::buffers::{GpuTensor, InFlight, PooledBuffer, STORAGE};
 use crate::gpu::context::GpuContext;
 use crate::gpu::kernel::{
-    check_index_range, dispatch_buffers, dispatch_weight_prep, gcd, grid, shape_constants, Operands,
+    axis_phase, check_index_range, dispatch_buffers, dispatch_weight_prep, grid, shape_constants, AxisPhase, Operands,
 };
 use crate::gpu::plan::{plan, SliceFields};
 use crate::params::ConvShape;
@@ -365,36 +365,6 @@ pub fn pick_tile(shape: &ConvShape) -> Tile {
     }
 }
 
-/// The phase's geometry along one axis (see the shader): output count, first tap, tap count, tap step,
-/// input step per tap, and the input offset of the first tap.
-struct AxisPhase {
-    count: usize,
-    k0: usize,
-    taps: usize,
-    kstep: usize,
-    istep: usize,
-    off: i64,
-}
-
-fn axis_phase(r: usize, out: usize, k: usize, s: usize, p: usize, d: usize) -> AxisPhase {
-    let count = if r < out { (out - 1 - r) / s + 1 } else { 0 };
-    let q = r + p;
-    let g = gcd(s, d);
-    let (kstep, istep) = (s / g, d / g);
-    // The first tap kh with kh*d = q (mod s); the others follow every kstep taps.
-    match (0..kstep).find(|&kh| kh * d % s == q % s).filter(|&k0| k0 < k) {
-        Some(k0) => AxisPhase {
-            count,
-            k0,
-            taps: (k - 1 - k0) / kstep + 1,
-            kstep,
-            istep,
-            off: (q as i64 - (k0 * d) as i64) / s as i64,
-        },
-        None => AxisPhase { count, k0: 0, taps: 0, kstep, istep, off: 0 },
-    }
-}
-
 /// How the GEMM's output pixels reach its input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Geometry {
@@ -617,33 +587,5 @@ mod tests {
         ctx.queue.submit([encoder.finish()]);
         drop(in_flight);
         assert_eq!(idle(&ctx), before + 1, "the packed weight returns to the pool after the submission");
-    }
-
-    #[test]
-    fn phases_enumerate_exactly_the_valid_taps() {
-        // For every output coordinate, the phase's taps must be exactly those with (o + p - k*d) a
-        // non-negative-or-not multiple of s (bounds are the shader's job), and the input index must match.
-        for s in 1..6 {
-            for d in 1..5 {
-                for k in 1..6 {
-                    for p in 0..4 {
-                        let out = 20;
-                        for r in 0..s {
-                            let ph = axis_phase(r, out, k, s, p, d);
-                            let expected: Vec<usize> = (0..k).filter(|kk| (r + p + s * 10 - kk * d) % s == 0).collect();
-                            let got: Vec<usize> = (0..ph.taps).map(|j| ph.k0 + j * ph.kstep).collect();
-                            assert_eq!(got, expected, "s={s} d={d} k={k} p={p} r={r}");
-                            for a in 0..ph.count {
-                                let o = r + a * s;
-                                for (j, kk) in got.iter().enumerate() {
-                                    let ih = a as i64 + ph.off - (j * ph.istep) as i64;
-                                    assert_eq!(ih * s as i64, o as i64 + p as i64 - (kk * d) as i64);
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-        }
     }
 }

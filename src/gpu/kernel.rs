@@ -175,6 +175,36 @@ pub(crate) fn channel_blocks(per_group: usize, block: usize, channels: &std::ops
     (block_of(channels.start), block_of(channels.end - 1) + 1)
 }
 
+/// Stride phase r's geometry along one axis (the GEMM's and the padded-NHWC kernel's phases): output count,
+/// first tap, tap count, tap step, input step per tap, and the input offset of the first tap.
+pub(crate) struct AxisPhase {
+    pub count: usize,
+    pub k0: usize,
+    pub taps: usize,
+    pub kstep: usize,
+    pub istep: usize,
+    pub off: i64,
+}
+
+pub(crate) fn axis_phase(r: usize, out: usize, k: usize, s: usize, p: usize, d: usize) -> AxisPhase {
+    let count = if r < out { (out - 1 - r) / s + 1 } else { 0 };
+    let q = r + p;
+    let g = gcd(s, d);
+    let (kstep, istep) = (s / g, d / g);
+    // The first tap kh with kh*d = q (mod s); the others follow every kstep taps.
+    match (0..kstep).find(|&kh| kh * d % s == q % s).filter(|&k0| k0 < k) {
+        Some(k0) => AxisPhase {
+            count,
+            k0,
+            taps: (k - 1 - k0) / kstep + 1,
+            kstep,
+            istep,
+            off: (q as i64 - (k0 * d) as i64) / s as i64,
+        },
+        None => AxisPhase { count, k0: 0, taps: 0, kstep, istep, off: 0 },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,6 +218,34 @@ mod tests {
                 for r in (0..s).filter(|r| r % g == 0) {
                     let k0 = (r / g * inv) % (s / g);
                     assert_eq!(k0 * d % s, r, "s={s} d={d} r={r}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn phases_enumerate_exactly_the_valid_taps() {
+        // For every output coordinate, the phase's taps must be exactly those with (o + p - k*d) a
+        // non-negative-or-not multiple of s (bounds are the shader's job), and the input index must match.
+        for s in 1..6 {
+            for d in 1..5 {
+                for k in 1..6 {
+                    for p in 0..4 {
+                        let out = 20;
+                        for r in 0..s {
+                            let ph = axis_phase(r, out, k, s, p, d);
+                            let expected: Vec<usize> = (0..k).filter(|kk| (r + p + s * 10 - kk * d) % s == 0).collect();
+                            let got: Vec<usize> = (0..ph.taps).map(|j| ph.k0 + j * ph.kstep).collect();
+                            assert_eq!(got, expected, "s={s} d={d} k={k} p={p} r={r}");
+                            for a in 0..ph.count {
+                                let o = r + a * s;
+                                for (j, kk) in got.iter().enumerate() {
+                                    let ih = a as i64 + ph.off - (j * ph.istep) as i64;
+                                    assert_eq!(ih * s as i64, o as i64 + p as i64 - (kk * d) as i64);
+                                }
+                            }
+                        }
+                    }
                 }
             }
         }

@@ -50,8 +50,8 @@ pub enum Strategy {
     Gemm(gemm::Tile),
     /// Implicit GEMM on cooperative matrices (tensor cores): f16 operands, f32 accumulation. Precision `fast`.
     Coop(coop::CoopTile),
-    /// Stride 1 on cooperative matrices, operands prepared as padded f16 NHWC and loaded straight from storage
-    /// (`shaders/coop_nhwc.wgsl`). Precision `fast`.
+    /// One group on cooperative matrices, one stride phase per dispatch, operands prepared as padded f16 NHWC and
+    /// loaded straight from storage (`shaders/coop_nhwc.wgsl`). Precision `fast`.
     CoopNhwc(coop_nhwc::NhwcTile),
     /// Fused Winograd transform with this tile (`shaders/winograd.wgsl`): stride 1 without dilation only, f32,
     /// fewer products than the GEMM (its transforms round a little more: held to the f32 tolerance).
@@ -164,7 +164,7 @@ impl Strategy {
     }
 
     /// The shape part of [`Strategy::computes`]: false only for a Winograd or padded-NHWC tile that cannot take
-    /// `shape` here.
+    /// `shape` here (for the padded-NHWC kernel: groups, channel counts, sizes).
     fn takes_shape(&self, ctx: &GpuContext, shape: &ConvShape) -> bool {
         match self {
             Strategy::Winograd(t) => t.check_on(ctx, shape).is_ok(),
@@ -258,11 +258,10 @@ pub fn shader_sources() -> Vec<(&'static str, String, String)> {
 /// precision), else a heuristic (for `fast` where it keeps to exact kernels: the exact winner of the tuning
 /// cache when there is one).
 ///
-/// The heuristic for `fast` follows the H100 measurements of docs/PERFORMANCE.md (f4, f5, g7, n3, c1-c6): at
+/// The heuristic for `fast` follows the H100 measurements of docs/PERFORMANCE.md (f4, f5, g7, n3, c1-c11): at
 /// stride 1 the padded-NHWC cooperative-matrix kernel wherever it takes the shape (one group, input channels a
-/// multiple of 16 and output channels of 32, padding within dilation * (kernel - 1), its padded f16 input within
-/// one binding, not a shape for the rows kernel; kb57, kb65, kb69, kb71, kb78: 1.1-1.4x faster than the best
-/// exact kernel). Elsewhere the staged cooperative-matrix kernel on problems with at least 64 input and output channels
+/// multiple of 16 and output channels of 32, its padded f16 input within one binding, not a shape for the rows
+/// kernel; kb57, kb65, kb69, kb71, kb78: 1.1-1.4x faster than the best exact kernel). Elsewhere the staged cooperative-matrix kernel on problems with at least 64 input and output channels
 /// per group (the strided decoders up2x and dcgan: about 1.8x faster than the best exact kernel) unless the shape
 /// is one for the rows kernel (few products per output) or one for the exact Winograd kernel with fewer than 128
 /// output channels per group; with fewer channels (kb75, kb81) the exact kernels measured fastest, and `fast`
@@ -270,7 +269,7 @@ pub fn shader_sources() -> Vec<(&'static str, String, String)> {
 /// fast` measures every candidate instead.
 pub fn select(ctx: &GpuContext, shape: &ConvShape, has_bias: bool, precision: Precision) -> Strategy {
     // A forced strategy applies at its precision, and on the shapes it computes: a Winograd or padded-NHWC tile
-    // gives way on shapes it does not take (strides, dilation, large kernels; groups, channel counts, padding);
+    // gives way on shapes it does not take (strides, dilation, large kernels; groups, channel counts, sizes);
     // any other forced strategy that cannot run on this adapter reaches the caller as an error.
     if let Some(forced) = ctx.options().strategy.filter(|s| s.precision() == precision && s.takes_shape(ctx, shape)) {
         return forced;
@@ -309,8 +308,11 @@ pub fn select(ctx: &GpuContext, shape: &ConvShape, has_bias: bool, precision: Pr
     // shapes): its operands load straight from storage, and it measured faster than every other kernel on the five
     // stride-1 cases (kb57 9.3 ms against 10.7 for the exact Winograd kernel, kb65 4.1 against 5.9, kb69 5.8
     // against 8.2 for the staged cooperative-matrix kernel, kb71 1.5 against 1.6, kb78 2.3 against 3.1:
-    // docs/PERFORMANCE.md, c1-c6).
-    let nhwc = coop_nhwc::pick_tile(shape).map(Strategy::CoopNhwc).filter(|s| !gather && s.computes(ctx, shape));
+    // docs/PERFORMANCE.md, c1-c6). Per stride phase it lost to the staged kernel on the strided decoders (up2x
+    // 1.56 ms against 1.46, dcgan 0.79 against 0.53: c11), so only the tuner gives it strided shapes.
+    let stride_1 = shape.stride == [1, 1];
+    let nhwc =
+        coop_nhwc::pick_tile(shape).map(Strategy::CoopNhwc).filter(|s| stride_1 && !gather && s.computes(ctx, shape));
     match (precision, nhwc) {
         (Precision::Fast, Some(nhwc)) => nhwc,
         (Precision::Fast, None) if tensor_cores && coop.runs_on(ctx) => coop,
