@@ -296,7 +296,7 @@ pub fn constants(shape: &ConvShape, has_bias: bool) -> Vec<(&'static str, f64)> 
 fn phase_constants(shape: &ConvShape, g: &Geometry, p: &Phase, has_bias: bool) -> Vec<(&'static str, f64)> {
     // A phase without taps runs no K step (K_H = 0); K_W stays 1, so that nothing divides by zero.
     let taps = if p.has_taps() { p.taps } else { [0, 1] };
-    [
+    override_values(&[
         ("C_IN", shape.in_channels),
         ("C_OUT", shape.out_channels),
         ("K_H", taps[0]),
@@ -316,10 +316,12 @@ fn phase_constants(shape: &ConvShape, g: &Geometry, p: &Phase, has_bias: bool) -
         ("PH_W", p.count[1]),
         ("BASE", p.base(g)),
         ("W_OFF", p.weight_offset),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k, v as f64))
-    .collect()
+    ])
+}
+
+/// Override constants as the pipeline takes them.
+fn override_values(values: &[(&'static str, usize)]) -> Vec<(&'static str, f64)> {
+    values.iter().map(|&(k, v)| (k, v as f64)).collect()
 }
 
 /// The kernel's uniform block `Dispatch`, field for field.
@@ -381,15 +383,15 @@ pub(crate) fn encode(
         // The input, padded, as f16 NHWC: one dispatch per input chunk (whole samples, `check`).
         // Within one binding (`check`), so it fits u64.
         let xp = in_flight.keep(ctx.pool.get(&ctx.device, g.padded_bytes(shape, tile) as u64, STORAGE));
-        let consts = [
-            ("C_IN", cin as f64),
-            ("IN_H", shape.in_hw[0] as f64),
-            ("IN_W", shape.in_hw[1] as f64),
-            ("PAD_T", g.before[0] as f64),
-            ("PAD_L", g.before[1] as f64),
-            ("H_P", g.padded[0] as f64),
-            ("W_P", g.padded[1] as f64),
-        ];
+        let consts = override_values(&[
+            ("C_IN", cin),
+            ("IN_H", shape.in_hw[0]),
+            ("IN_W", shape.in_hw[1]),
+            ("PAD_T", g.before[0]),
+            ("PAD_L", g.before[1]),
+            ("H_P", g.padded[0]),
+            ("W_P", g.padded[1]),
+        ]);
         let module = ctx.module_with(INPUT_SHADER_NAME, input_shader)?;
         let pipeline =
             ctx.pipeline(format!("nhwc_f16 {:?} {consts:?}", ctx.options().shader_checks), &module, &consts)?;
@@ -412,19 +414,19 @@ pub(crate) fn encode(
         let module = ctx.module_with(WEIGHT_SHADER_NAME, weight_shader)?;
         let w = weight.single_buffer("weight", ctx)?;
         for p in g.phases.iter().filter(|p| p.has_taps()) {
-            let consts = [
-                ("C_IN", cin as f64),
-                ("C_OUT", cout as f64),
-                ("K_H", shape.kernel[0] as f64),
-                ("K_W", shape.kernel[1] as f64),
-                ("T_H", p.taps[0] as f64),
-                ("T_W", p.taps[1] as f64),
-                ("LAST_H", p.last[0] as f64),
-                ("LAST_W", p.last[1] as f64),
-                ("KSTEP_H", p.kstep[0] as f64),
-                ("KSTEP_W", p.kstep[1] as f64),
-                ("W_OFF", p.weight_offset as f64),
-            ];
+            let consts = override_values(&[
+                ("C_IN", cin),
+                ("C_OUT", cout),
+                ("K_H", shape.kernel[0]),
+                ("K_W", shape.kernel[1]),
+                ("T_H", p.taps[0]),
+                ("T_W", p.taps[1]),
+                ("LAST_H", p.last[0]),
+                ("LAST_W", p.last[1]),
+                ("KSTEP_H", p.kstep[0]),
+                ("KSTEP_W", p.kstep[1]),
+                ("W_OFF", p.weight_offset),
+            ]);
             let pipeline =
                 ctx.pipeline(format!("pack_f16 {:?} {consts:?}", ctx.options().shader_checks), &module, &consts)?;
             let wgrid = grid(ctx, (p.taps[0] * p.taps[1] * cin * cout).div_ceil(PREP_WORKGROUP_SIZE));
