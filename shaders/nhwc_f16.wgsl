@@ -1,7 +1,7 @@
 // nhwc_f16.wgsl: the input of the padded-NHWC cooperative-matrix kernel (shaders/coop_nhwc.wgsl, precision
-// `fast`): the f32 NCHW input, scaled by its power of two (shaders/scale.wgsl), as f16 in NHWC order with
-// PAD_T/PAD_L zero rows/columns before each image and PAD_B/PAD_R after it (H_P = PAD_T + IN_H + PAD_B rows of
-// W_P = PAD_L + IN_W + PAD_R pixels, C_IN channels each). A workgroup moves 32 padded pixels x 32 channels of
+// `fast`): the f32 NCHW input, scaled by its power of two (shaders/scale.wgsl), as f16 in NHWC order, each image
+// in H_P rows of W_P pixels of C_IN channels with the input starting at row PAD_T and column PAD_L: zeros around
+// it, and input rows or columns past H_P or W_P (which no output reads: padding crops them) left out. A workgroup moves 32 padded pixels x 32 channels of
 // one padded row through workgroup memory: read along the input's rows (coalesced), written along the
 // channels (coalesced). One dispatch per input chunk (its samples: the uniform's sample range).
 

@@ -4,6 +4,7 @@
 // tap t = a * T_W + b holds kernel element (LAST_H - a*KSTEP_H, LAST_W - b*KSTEP_W), the one that pairs an output
 // pixel of the phase with the input pixel a*D_H rows and b*D_W columns after that of packed tap (0, 0). At stride
 // 1 the phase has every tap (T = K, LAST = K - 1, KSTEP = 1). One invocation per packed value.
+
 enable f16;
 
 override C_IN: u32;

@@ -470,8 +470,8 @@ fn padded_nhwc_kernel_takes_every_stride_with_every_option() {
 fn padded_nhwc_kernel_refuses_what_it_cannot_compute() {
     // On any adapter: the shape test of the padded-NHWC kernel answers with an error, never a panic or a wrong
     // answer, for groups, channel counts off its tiles and sizes beyond 32-bit indexing (hostile dilation); and it
-    // takes plain shapes at strides 1 and 2, and padding beyond dilation * (kernel - 1). Forced on a shape it
-    // refuses, the selector runs another kernel.
+    // takes plain shapes at strides 1 and 2, padding beyond dilation * (kernel - 1) and a stride of 2^31 - 4
+    // (promptly). Forced on a shape it refuses, the selector runs another kernel.
     let ctx = common::ctx();
     let p = |stride: i64, padding: i64, dilation: i64, groups: i64| ConvTranspose2dParams {
         stride: [stride, 1],
@@ -490,6 +490,8 @@ fn padded_nhwc_kernel_refuses_what_it_cannot_compute() {
         p(1, 1, 2, 1).resolve(&[2, 16, 5, 6], &[16, 64, 3, 3], None).unwrap(),
         p(2, 0, 1, 1).resolve(&[1, 16, 5, 6], &[16, 64, 3, 3], None).unwrap(),
         p(1, 3, 1, 1).resolve(&[1, 16, 9, 6], &[16, 64, 3, 3], None).unwrap(),
+        // A stride far beyond the output: its few phases with outputs are found at once.
+        p((1 << 31) - 4, 0, 1, 1).resolve(&[1, 16, 1, 2], &[16, 64, 2, 2], None).unwrap(),
     ];
     for &t in gpu::coop_nhwc::TILES {
         for shape in &refused {

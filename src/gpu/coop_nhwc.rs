@@ -216,8 +216,9 @@ impl Geometry {
     /// Exact for the shapes `check_index_range` passes (every size below 2^31); `check` refuses the others before
     /// anything uses the geometry.
     fn of(shape: &ConvShape) -> Geometry {
+        // Phases past the output's size have no pixel (a stride may be far larger than the output).
         let axis = |a: usize| {
-            (0..shape.stride[a])
+            (0..shape.stride[a].min(shape.out_hw[a]))
                 .map(|r| {
                     let (k, s, p, d) = (shape.kernel[a], shape.stride[a], shape.padding[a], shape.dilation[a]);
                     (r, axis_phase(r, shape.out_hw[a], k, s, p, d))
@@ -537,7 +538,7 @@ mod tests {
 
     #[test]
     fn phases_compute_the_transposed_convolution() {
-        // Strides 1-4 with kernels smaller and larger than the stride (phases without taps store the bias),
+        // Strides 1-5 with kernels smaller and larger than the stride (phases without taps store the bias),
         // dilation sharing a factor with the stride, padding beyond dilation * (kernel - 1), output padding,
         // H != W: the padded-NHWC index math against the float64 reference, with no GPU.
         let mut rng = rand::rngs::StdRng::seed_from_u64(7);
@@ -552,6 +553,9 @@ mod tests {
             [[4, 3], [3, 3], [5, 5], [1, 1], [0, 0], [2, 2]],
             [[3, 5], [2, 3], [4, 2], [0, 3], [3, 1], [2, 4]],
             [[2, 3], [1, 1], [3, 2], [0, 0], [2, 0], [1, 1]],
+            // A stride far beyond the output (2^31 - 4, the largest the index check lets through here): only the
+            // phases that hold outputs are enumerated, so this returns at once.
+            [[1, 2], [2, 2], [(1 << 31) - 4, 3], [0, 1], [0, 0], [1, 1]],
         ];
         for &[in_hw, kernel, stride, padding, output_padding, dilation] in cases {
             let (in_hw, kernel) = (in_hw.map(|v| v as usize), kernel.map(|v| v as usize));

@@ -261,8 +261,9 @@ pub fn shader_sources() -> Vec<(&'static str, String, String)> {
 /// The heuristic for `fast` follows the H100 measurements of docs/PERFORMANCE.md (f4, f5, g7, n3, c1-c11): at
 /// stride 1 the padded-NHWC cooperative-matrix kernel wherever it takes the shape (one group, input channels a
 /// multiple of 16 and output channels of 32, its padded f16 input within one binding, not a shape for the rows
-/// kernel; kb57, kb65, kb69, kb71, kb78: 1.1-1.4x faster than the best exact kernel). Elsewhere the staged cooperative-matrix kernel on problems with at least 64 input and output channels
-/// per group (the strided decoders up2x and dcgan: about 1.8x faster than the best exact kernel) unless the shape
+/// kernel; kb57, kb65, kb69, kb71, kb78: 1.1-1.4x faster than the best exact kernel). Elsewhere the staged
+/// cooperative-matrix kernel on problems with at least 64 input and output channels per group (the strided
+/// decoders up2x and dcgan: about 1.8x faster than the best exact kernel) unless the shape
 /// is one for the rows kernel (few products per output) or one for the exact Winograd kernel with fewer than 128
 /// output channels per group; with fewer channels (kb75, kb81) the exact kernels measured fastest, and `fast`
 /// takes them (its error is then f32's). The f16-operand register kernels never won. `convt tune --precision
