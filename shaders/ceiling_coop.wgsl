@@ -7,7 +7,10 @@
 //   the loop.
 // - LOADS_IN_LOOP = true: every round first loads its 4 + 4 matrices from workgroup memory, at the offsets and
 //   in the layouts the convolution kernel uses (A channel-major [k][m], B [k][n] loaded transposed), as one K
-//   step of a GEMM whose tiles are staged there does; no global traffic and no barriers in the loop.
+//   step of a GEMM whose tiles are staged there does; no global traffic and no barriers in the loop. The staged
+//   rows are ROW_STRIDE = 72 halves apart, as the kernel's (src/gpu/coop.rs, STAGE_PAD): with rows 64 halves
+//   (128 bytes) apart, each load's 16 rows fall in the same memory banks and this rate was 237 TFLOP/s instead of
+//   614 on the H100; A row-major or B column-major measured the same (docs/PERFORMANCE.md, e1).
 // The accumulators are stored once at the end (into a small sink: racing stores are fine, nothing reads them)
 // so that the loop stays alive.
 enable f16;
@@ -17,18 +20,19 @@ override ITERATIONS: u32 = 1024u;
 const WORKGROUP_SIZE: u32 = 128u; // four subgroups
 const BLOCK: u32 = 64u; // each subgroup's block: 64 x 64
 override LOADS_IN_LOOP: bool = false;
+const ROW_STRIDE: u32 = BLOCK + 8u; // halves between staged rows (see above)
 const STEPS: u32 = 4u; // K steps of 16 staged in workgroup memory, cycled through when LOADS_IN_LOOP
 
 @group(0) @binding(0) var<storage, read_write> sink: array<f32>;
 
-var<workgroup> a_tile: array<f16, STEPS * 16u * BLOCK>; // [k][m]
-var<workgroup> b_tile: array<f16, STEPS * 16u * BLOCK>; // [k][n]
+var<workgroup> a_tile: array<f16, STEPS * 16u * ROW_STRIDE>; // [k][m]
+var<workgroup> b_tile: array<f16, STEPS * 16u * ROW_STRIDE>; // [k][n]
 
 // Fills the staged tiles with values in [0.5, 1] taken from the sink (written by the host first, then holding
 // the accumulators earlier runs stored), so that no compiler can know them and none is zero or subnormal: the
 // tensor cores' power, and so perhaps their clock, depends on the data.
 fn fill(lid: u32) {
-    for (var i = lid; i < STEPS * 16u * BLOCK; i += WORKGROUP_SIZE) {
+    for (var i = lid; i < STEPS * 16u * ROW_STRIDE; i += WORKGROUP_SIZE) {
         a_tile[i] = f16(0.5 + 0.5 * fract(abs(sink[i])));
         b_tile[i] = f16(0.5 + 0.5 * fract(abs(sink[i + 1u])));
     }
@@ -45,14 +49,14 @@ fn store(m: coop_mat16x16<f32, C>, block: u32, part: u32) {
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
     fill(lid);
-    var a0 = coopLoad<coop_mat16x16<f16, A>>(&a_tile[0u], BLOCK);
-    var a1 = coopLoad<coop_mat16x16<f16, A>>(&a_tile[16u], BLOCK);
-    var a2 = coopLoad<coop_mat16x16<f16, A>>(&a_tile[32u], BLOCK);
-    var a3 = coopLoad<coop_mat16x16<f16, A>>(&a_tile[48u], BLOCK);
-    var b0 = coopLoadT<coop_mat16x16<f16, B>>(&b_tile[0u], BLOCK);
-    var b1 = coopLoadT<coop_mat16x16<f16, B>>(&b_tile[16u], BLOCK);
-    var b2 = coopLoadT<coop_mat16x16<f16, B>>(&b_tile[32u], BLOCK);
-    var b3 = coopLoadT<coop_mat16x16<f16, B>>(&b_tile[48u], BLOCK);
+    var a0 = coopLoad<coop_mat16x16<f16, A>>(&a_tile[0u], ROW_STRIDE);
+    var a1 = coopLoad<coop_mat16x16<f16, A>>(&a_tile[16u], ROW_STRIDE);
+    var a2 = coopLoad<coop_mat16x16<f16, A>>(&a_tile[32u], ROW_STRIDE);
+    var a3 = coopLoad<coop_mat16x16<f16, A>>(&a_tile[48u], ROW_STRIDE);
+    var b0 = coopLoadT<coop_mat16x16<f16, B>>(&b_tile[0u], ROW_STRIDE);
+    var b1 = coopLoadT<coop_mat16x16<f16, B>>(&b_tile[16u], ROW_STRIDE);
+    var b2 = coopLoadT<coop_mat16x16<f16, B>>(&b_tile[32u], ROW_STRIDE);
+    var b3 = coopLoadT<coop_mat16x16<f16, B>>(&b_tile[48u], ROW_STRIDE);
     var c00 = coop_mat16x16<f32, C>(); var c01 = coop_mat16x16<f32, C>();
     var c02 = coop_mat16x16<f32, C>(); var c03 = coop_mat16x16<f32, C>();
     var c10 = coop_mat16x16<f32, C>(); var c11 = coop_mat16x16<f32, C>();
@@ -63,15 +67,15 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     var c32 = coop_mat16x16<f32, C>(); var c33 = coop_mat16x16<f32, C>();
     for (var r = 0u; r < ITERATIONS; r++) {
         if LOADS_IN_LOOP {
-            let kk = (r % STEPS) * 16u * BLOCK;
-            a0 = coopLoad<coop_mat16x16<f16, A>>(&a_tile[kk], BLOCK);
-            a1 = coopLoad<coop_mat16x16<f16, A>>(&a_tile[kk + 16u], BLOCK);
-            a2 = coopLoad<coop_mat16x16<f16, A>>(&a_tile[kk + 32u], BLOCK);
-            a3 = coopLoad<coop_mat16x16<f16, A>>(&a_tile[kk + 48u], BLOCK);
-            b0 = coopLoadT<coop_mat16x16<f16, B>>(&b_tile[kk], BLOCK);
-            b1 = coopLoadT<coop_mat16x16<f16, B>>(&b_tile[kk + 16u], BLOCK);
-            b2 = coopLoadT<coop_mat16x16<f16, B>>(&b_tile[kk + 32u], BLOCK);
-            b3 = coopLoadT<coop_mat16x16<f16, B>>(&b_tile[kk + 48u], BLOCK);
+            let kk = (r % STEPS) * 16u * ROW_STRIDE;
+            a0 = coopLoad<coop_mat16x16<f16, A>>(&a_tile[kk], ROW_STRIDE);
+            a1 = coopLoad<coop_mat16x16<f16, A>>(&a_tile[kk + 16u], ROW_STRIDE);
+            a2 = coopLoad<coop_mat16x16<f16, A>>(&a_tile[kk + 32u], ROW_STRIDE);
+            a3 = coopLoad<coop_mat16x16<f16, A>>(&a_tile[kk + 48u], ROW_STRIDE);
+            b0 = coopLoadT<coop_mat16x16<f16, B>>(&b_tile[kk], ROW_STRIDE);
+            b1 = coopLoadT<coop_mat16x16<f16, B>>(&b_tile[kk + 16u], ROW_STRIDE);
+            b2 = coopLoadT<coop_mat16x16<f16, B>>(&b_tile[kk + 32u], ROW_STRIDE);
+            b3 = coopLoadT<coop_mat16x16<f16, B>>(&b_tile[kk + 48u], ROW_STRIDE);
         }
         c00 = coopMultiplyAdd(a0, b0, c00); c01 = coopMultiplyAdd(a0, b1, c01);
         c02 = coopMultiplyAdd(a0, b2, c02); c03 = coopMultiplyAdd(a0, b3, c03);

@@ -61,7 +61,6 @@ struct Dispatch {
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 
-var<workgroup> c_tile: array<f32, SG_M * SG_N * WM * 16u>; // per subgroup: WM pixels x 16 channels
 //#MODULE
 
 // Where the phase's padded pixel m lands in the output chunk (channel 0), and whether it is stored: not where it

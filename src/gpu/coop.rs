@@ -44,29 +44,39 @@ pub const COOP_TILES: &[CoopTile] = &[
     coop(256, 64, 16, 32, 32),
     coop(128, 64, 16, 32, 16),
     coop(64, 64, 16, 32, 32),
-    coop(128, 128, 32, 32, 32),
-    coop(128, 64, 32, 32, 16),
     coop_t(128, 64, 16, 32, 32),
     coop_t(128, 128, 16, 32, 32),
     coop_t(64, 64, 16, 32, 32),
     coop_t(128, 64, 16, 32, 16),
-    coop_t(128, 128, 32, 32, 32),
+    // 128x128x32 with 32x32 subgroups and 128x64x32 with 32x16 no longer fit 48 KiB with padded rows (e2).
 ];
 
 /// The default cooperative-matrix tile for a shape (before tuning), the H100's winners in docs/PERFORMANCE.md
-/// (g6, g7): 64x64 per subgroup, 128x128 tiles from 128 output channels per group (up2x, dcgan; kb69 before the
-/// padded-NHWC kernel took the stride-1 cases), else 128x64 (measured on kb57, kb65).
+/// (e2, with padded rows): 128x128 tiles with K steps of 32 and 64x64 per subgroup from 128 output channels per
+/// group (up2x, dcgan), else 128x64 with 64x32 per subgroup (measured on kb65).
 pub fn pick_tile(shape: &crate::params::ConvShape) -> CoopTile {
     if shape.out_per_group() >= 128 {
-        coop(128, 128, 16, 64, 64)
+        coop(128, 128, 32, 64, 64)
     } else {
         coop(128, 64, 16, 64, 32)
     }
 }
 
+/// Halves between neighbouring staged rows beyond the rows' own length. A 16 x 16 operand load reads 16 rows of
+/// 32 bytes; rows a multiple of 128 bytes apart fall in the same memory banks, so the load is serialised 8-way.
+/// 8 more halves (16 bytes) shift each row by four banks: c13's tensor-core ceiling with loads from workgroup
+/// memory went from 237 to 614 TFLOP/s, the kernel up to 1.8x faster (docs/PERFORMANCE.md, e1-e2).
+const STAGE_PAD: u32 = 8;
+
 impl CoopTile {
     pub fn subgroups(&self) -> u32 {
         (self.bm / self.wm) * (self.bn / self.wn)
+    }
+    /// The staged steps' layout: rows of the A step, halves between them (LDA), and between B's rows (LDB).
+    fn staged_layout(&self) -> (u32, u32, u32) {
+        let (a_rows, lda) =
+            if self.a_pixel_major { (self.bm, self.bk + STAGE_PAD) } else { (self.bk, self.bm + STAGE_PAD) };
+        (a_rows, lda, self.bn + STAGE_PAD)
     }
 }
 
@@ -78,9 +88,10 @@ impl GemmKernel for CoopTile {
         let layout = if self.a_pixel_major { "_mk" } else { "" };
         format!("coop_{}x{}x{}_{}x{}{layout}", self.bm, self.bn, self.bk, self.wm, self.wn)
     }
-    /// Workgroup memory: the f16 A and B steps, and each subgroup's WM x 16 f32 scratch for the epilogue.
+    /// Workgroup memory: the f16 A and B steps (rows padded), and each subgroup's scratch for the epilogue.
     fn workgroup_bytes(&self) -> u32 {
-        2 * self.bk * (self.bm + self.bn) + 4 * self.subgroups() * self.wm * 16
+        let (a_rows, lda, ldb) = self.staged_layout();
+        2 * (a_rows * lda + self.bk * ldb) + scratch_bytes(self.subgroups(), self.wm)
     }
     /// The layout rules of the shader (see its opening comment) and of this generator.
     fn is_consistent(&self) -> bool {
@@ -112,13 +123,13 @@ impl GemmKernel for CoopTile {
             math += &if self.a_pixel_major {
                 // A (pixels x channels) staged [m][k]: row-major with stride BK.
                 format!(
-                    "            let a{i} = coopLoadT<coop_mat16x16<f16, A>>(&a_tile[(sg_m + {}u) * BK + kk], BK);\n",
+                    "            let a{i} = coopLoadT<coop_mat16x16<f16, A>>(&a_tile[(sg_m + {}u) * LDA + kk], LDA);\n",
                     16 * i
                 )
             } else {
                 // A staged [k][m]: column-major with stride BM.
                 format!(
-                    "            let a{i} = coopLoad<coop_mat16x16<f16, A>>(&a_tile[kk * BM + sg_m + {}u], BM);\n",
+                    "            let a{i} = coopLoad<coop_mat16x16<f16, A>>(&a_tile[kk * LDA + sg_m + {}u], LDA);\n",
                     16 * i
                 )
             };
@@ -126,7 +137,7 @@ impl GemmKernel for CoopTile {
         for j in 0..nj {
             // B (channels x output channels) is staged [k][n]: row-major with stride BN.
             math += &format!(
-                "            let b{j} = coopLoadT<coop_mat16x16<f16, B>>(&b_tile[kk * BN + sg_n + {}u], BN);\n",
+                "            let b{j} = coopLoadT<coop_mat16x16<f16, B>>(&b_tile[kk * LDB + sg_n + {}u], LDB);\n",
                 16 * j
             );
         }
@@ -142,25 +153,26 @@ impl GemmKernel for CoopTile {
             |r| format!("pixel(sc, m_tile * BM + sg_m + lane + {}u)", 32 * r),
             |j, r, v| format!("store1(sc, px{r}, oc_tile + sg_n + {}u + c, unscale({v}));", 16 * j),
         );
-        let a_index = if self.a_pixel_major { "m * BK + k" } else { "k * BM + m" };
+        let (a_rows, lda, ldb) = self.staged_layout();
+        let a_index = if self.a_pixel_major { "m * LDA + k" } else { "k * LDA + m" };
+        let scratch = scratch();
         let module = format!(
-            "{SCALED_MODULE}var<workgroup> a_tile: array<f16, BK * BM>; // [k][m] or [m][k]
-var<workgroup> b_tile: array<f16, BK * BN>; // [k][n]
-var<workgroup> c_tile: array<f32, SG_M * SG_N * WM * 16u>; // per subgroup: WM pixels x 16 channels
-
+            "{SCALED_MODULE}var<workgroup> a_tile: array<f16, A_ROWS * LDA>; // [k][m] or [m][k]
+var<workgroup> b_tile: array<f16, BK * LDB>; // [k][n]
+{scratch}
 fn stage_a(k: u32, m: u32, v: f32) {{
     a_tile[{a_index}] = f16(v * scale_x);
 }}
 
 fn stage_b(k: u32, n: u32, v: f32) {{
-    b_tile[k * BN + n] = f16(v * scale_w);
+    b_tile[k * LDB + n] = f16(v * scale_w);
 }}
 "
         );
         Parts {
             header: format!(
-                "enable f16;\nenable wgpu_cooperative_matrix;\nconst BM: u32 = {}u;\nconst BN: u32 = {}u;\nconst BK: u32 = {}u;\nconst WM: u32 = {}u;\nconst WN: u32 = {}u;\nconst SG_M: u32 = BM / WM;\nconst SG_N: u32 = BN / WN;\nconst THREADS: u32 = {SUBGROUP}u * SG_M * SG_N;\n",
-                self.bm, self.bn, self.bk, self.wm, self.wn
+                "enable f16;\nenable wgpu_cooperative_matrix;\nconst BM: u32 = {}u;\nconst BN: u32 = {}u;\nconst BK: u32 = {}u;\nconst WM: u32 = {}u;\nconst WN: u32 = {}u;\nconst SG_M: u32 = BM / WM;\nconst SG_N: u32 = BN / WN;\nconst THREADS: u32 = {SUBGROUP}u * SG_M * SG_N;\nconst A_ROWS: u32 = {};\nconst LDA: u32 = {};\nconst LDB: u32 = {};\n",
+                self.bm, self.bn, self.bk, self.wm, self.wn, a_rows, lda, ldb
             ),
             module,
             prologue: SCALED_PROLOGUE.to_string(),
@@ -170,6 +182,23 @@ fn stage_b(k: u32, n: u32, v: f32) {{
         }
         .render()
     }
+}
+
+/// Floats between the 16 columns of a subgroup's epilogue scratch beyond its WM pixels. With columns WM floats
+/// apart (a multiple of 32 banks), the lanes of a `coopStore` that hold the same row of different columns hit the
+/// same memory bank; 4 more spreads them over all 32 (docs/PERFORMANCE.md, e3: kb57 6% faster).
+const SCRATCH_PAD: u32 = 4;
+
+/// The epilogue's scratch in workgroup memory (see [`epilogue`]): per subgroup, 16 columns of C_LD floats.
+pub(crate) fn scratch() -> String {
+    format!(
+        "const C_LD: u32 = WM + {SCRATCH_PAD}u;\nvar<workgroup> c_tile: array<f32, SG_M * SG_N * C_LD * 16u>; // per subgroup: 16 channels x C_LD pixels\n"
+    )
+}
+
+/// Bytes of [`scratch`] for `subgroups` subgroups of WM = `wm` pixels.
+pub(crate) fn scratch_bytes(subgroups: u32, wm: u32) -> u32 {
+    4 * subgroups * (wm + SCRATCH_PAD) * 16
 }
 
 /// The declarations of a subgroup's mi x nj named f32 accumulators `acc_<i>_<j>` (no array of matrices: arrays
@@ -186,7 +215,8 @@ pub(crate) fn products(mi: u32, nj: u32) -> (String, String) {
 }
 
 /// The epilogue of a subgroup's WM x (16 nj) accumulators: per 16-channel column, each subgroup stores its
-/// WM x 16 block into its scratch in `c_tile` (column-major: pixel fastest), then lane l handles pixels l, l + 32,
+/// WM x 16 block into its scratch in `c_tile` (column-major: pixel fastest, columns C_LD apart, see
+/// [`scratch`]), then lane l handles pixels l, l + 32,
 /// ... of it for each channel c, so consecutive lanes write consecutive output pixels. `pixel(r)` is the WGSL
 /// expression of run r's pixel (bound once to `px<r>`), `store(j, r, v)` the statement storing value `v` of run r
 /// in column j at channel offset `c`. Expects `sg`, `lane` and the constant WM in the shader.
@@ -196,7 +226,7 @@ pub(crate) fn epilogue(
     pixel: impl Fn(u32) -> String,
     store: impl Fn(u32, u32, &str) -> String,
 ) -> String {
-    let mut epi = String::from("    let scratch = sg * WM * 16u;\n");
+    let mut epi = String::from("    let scratch = sg * C_LD * 16u;\n");
     for r in 0..wm / 32 {
         epi += &format!("    let px{r} = {};\n", pixel(r));
     }
@@ -204,13 +234,13 @@ pub(crate) fn epilogue(
         for i in 0..wm / 16 {
             // naga 30 needs every coopStore argument bound to a `let` (its SPIR-V writer panics otherwise).
             epi += &format!(
-                "    {{\n        let t = acc_{i}_{j};\n        let off = scratch + {}u;\n        let st = WM;\n        coopStore(t, &c_tile[off], st);\n    }}\n",
+                "    {{\n        let t = acc_{i}_{j};\n        let off = scratch + {}u;\n        let st = C_LD;\n        coopStore(t, &c_tile[off], st);\n    }}\n",
                 16 * i
             );
         }
         epi += "    workgroupBarrier();\n    for (var c = 0u; c < 16u; c++) {\n";
         for r in 0..wm / 32 {
-            epi += &format!("        {}\n", store(j, r, &format!("c_tile[scratch + c * WM + lane + {}u]", 32 * r)));
+            epi += &format!("        {}\n", store(j, r, &format!("c_tile[scratch + c * C_LD + lane + {}u]", 32 * r)));
         }
         epi += "    }\n    workgroupBarrier();\n";
     }

@@ -75,9 +75,9 @@ impl NhwcTile {
     pub fn name(&self) -> String {
         format!("coopnhwc_{}x{}_{}x{}", self.bm(), self.bn(), self.wm, self.wn)
     }
-    /// The epilogue's scratch: WM x 16 f32 per subgroup.
+    /// The epilogue's scratch (`coop::scratch`): 16 padded columns of WM f32 per subgroup.
     pub fn workgroup_bytes(&self) -> u32 {
-        4 * self.sg_m * self.sg_n * self.wm * 16
+        coop::scratch_bytes(self.sg_m * self.sg_n, self.wm)
     }
     /// The generator's layout rules: whole 16 x 16 matrices, and 32-pixel runs for the epilogue's lanes.
     pub fn is_consistent(&self) -> bool {
@@ -146,8 +146,8 @@ impl NhwcTile {
             |j, r, v| format!("store(px{r}, n0 + {}u + c, {v});", 16 * j),
         );
         let header = format!(
-            "enable f16;\nenable wgpu_cooperative_matrix;\nconst WM: u32 = {}u;\nconst WN: u32 = {}u;\nconst SG_M: u32 = {}u;\nconst SG_N: u32 = {}u;\nconst BM: u32 = SG_M * WM;\nconst BN: u32 = SG_N * WN;\nconst THREADS: u32 = {SUBGROUP}u * SG_M * SG_N;\n",
-            self.wm, self.wn, self.sg_m, self.sg_n
+            "enable f16;\nenable wgpu_cooperative_matrix;\nconst WM: u32 = {}u;\nconst WN: u32 = {}u;\nconst SG_M: u32 = {}u;\nconst SG_N: u32 = {}u;\nconst BM: u32 = SG_M * WM;\nconst BN: u32 = SG_N * WN;\nconst THREADS: u32 = {SUBGROUP}u * SG_M * SG_N;\n{}",
+            self.wm, self.wn, self.sg_m, self.sg_n, coop::scratch()
         );
         let body = SHADER
             .replace("//#MODULE\n", SCALED_MODULE)
