@@ -9,10 +9,14 @@
 // (m = (n * H_P + i) * W_P + j), the input pixel under output pixel m and tap (a, b) is
 // m + BASE + a*D_H*W_P + b*D_W for every m, BASE = (first_h + before_h) * W_P + first_w + before_w: the whole
 // phase is a 1-D convolution of the flat pixel index. So the A operand of a K step (16 consecutive pixels x 16
-// channels of one tap) is a row-major 16 x 16 matrix at stride C_IN in the padded input, and the B operand (16
-// channels x 16 output channels of one tap) a row-major matrix at stride C_OUT in the phase's part of the packed
-// weight (shaders/pack_weights_f16.wgsl): both load with `coopLoadT` directly from storage, and the neighbouring
-// subgroups and taps that read the same lines find them in L1/L2. Pixels with i >= PH_H or j >= PH_W (the
+// channels of one tap) is a row-major 16 x 16 matrix at stride PIXEL_STRIDE in the padded input, and the B
+// operand (16 channels x 16 output channels of one tap) a row-major matrix at stride W_ROW in the phase's part of
+// the packed weight (shaders/pack_weights_f16.wgsl): both load with `coopLoadT` directly from storage, and the
+// neighbouring subgroups and taps that read the same lines find them in L1/L2. Both strides are the row's values
+// plus 8 halves (16 bytes): rows a multiple of 128 bytes apart (64 or 128 channels) fall in the same L1 banks, and
+// a load's 16 rows are then served one bank pass each; shifted by 16 bytes per row, 8 rows share a pass. With
+// these strides the tensor-core ceiling with loads from storage at this kernel's addresses went from 114 to 237
+// TFLOP/s on the H100 (docs/PERFORMANCE.md, e5). Pixels with i >= PH_H or j >= PH_W (the
 // padding's extra rows and columns: 1.5-3% more work on the stride-1 benchmark cases, 3% on up2x's phases, 56%
 // on dcgan's 8 x 8 images) are computed from padding and never stored. On the H100 this form ran about 2x the
 // rate of the staged GEMM kernel's cooperative-matrix variant at stride 1 (docs/PERFORMANCE.md, c1). A phase
@@ -43,6 +47,8 @@ override PH_H: u32;    // the phase's output rows and columns
 override PH_W: u32;
 override BASE: u32;    // input pixel of packed tap (0, 0) relative to the output pixel (see above)
 override W_OFF: u32;   // the phase's packed weight, in halves from the start
+override PIXEL_STRIDE: u32; // halves between the padded input's pixels (C_IN + 8, see above)
+override W_ROW: u32;   // halves between the packed weight's rows (C_OUT + 8)
 
 struct Dispatch {
     m_begin: u32,        // first padded pixel of this dispatch (its first sample * H_P * W_P)
@@ -106,8 +112,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let n0 = (wg % n_tiles) * BN + (sg / SG_M) * WN;
 //#ACC_DECL
     for (var tap = 0u; tap < K_H * K_W; tap++) {
-        let a_base = (m0 + BASE + (tap / K_W) * D_H * W_P + (tap % K_W) * D_W) * C_IN;
-        let b_base = W_OFF + tap * C_IN * C_OUT + n0;
+        let a_base = (m0 + BASE + (tap / K_W) * D_H * W_P + (tap % K_W) * D_W) * PIXEL_STRIDE;
+        let b_base = W_OFF + tap * C_IN * W_ROW + n0;
         for (var c0 = 0u; c0 < C_IN; c0 += 16u) {
 //#MATH
         }

@@ -1,7 +1,9 @@
 // nhwc_f16.wgsl: the input of the padded-NHWC cooperative-matrix kernel (shaders/coop_nhwc.wgsl, precision
 // `fast`): the f32 NCHW input, scaled by its power of two (shaders/scale.wgsl), as f16 in NHWC order, each image
 // in H_P rows of W_P pixels of C_IN channels with the input starting at row PAD_T and column PAD_L: zeros around
-// it, and input rows or columns past H_P or W_P (which no output reads: padding crops them) left out. A workgroup moves 32 padded pixels x 32 channels of
+// it, and input rows or columns past H_P or W_P (which no output reads: padding crops them) left out. Pixels are
+// PIXEL_STRIDE halves apart (C_IN + 8: see shaders/coop_nhwc.wgsl); the halves past C_IN are never written or
+// read. A workgroup moves 32 padded pixels x 32 channels of
 // one padded row through workgroup memory: read along the input's rows (coalesced), written along the
 // channels (coalesced). One dispatch per input chunk (its samples: the uniform's sample range).
 
@@ -14,6 +16,7 @@ override PAD_T: u32;
 override PAD_L: u32;
 override H_P: u32;
 override W_P: u32;
+override PIXEL_STRIDE: u32;
 
 struct Params {
     first_sample: u32,   // the chunk's first sample (index into the whole padded tensor)
@@ -61,7 +64,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         let c = c0 + lane;
         if (wp < W_P && c < C_IN) {
             let p = (u.first_sample + n) * H_P + row % H_P;
-            xp[(p * W_P + wp) * C_IN + c] = f16(tile[lane * (BLOCK + 1u) + i] * scale);
+            xp[(p * W_P + wp) * PIXEL_STRIDE + c] = f16(tile[lane * (BLOCK + 1u) + i] * scale);
         }
     }
 }

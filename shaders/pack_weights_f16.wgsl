@@ -3,7 +3,9 @@
 // taps as [tap][ic][oc] f16 at W_OFF, scaled by its power of two (shaders/scale.wgsl), the taps flipped: packed
 // tap t = a * T_W + b holds kernel element (LAST_H - a*KSTEP_H, LAST_W - b*KSTEP_W), the one that pairs an output
 // pixel of the phase with the input pixel a*D_H rows and b*D_W columns after that of packed tap (0, 0). At stride
-// 1 the phase has every tap (T = K, LAST = K - 1, KSTEP = 1). One invocation per packed value.
+// 1 the phase has every tap (T = K, LAST = K - 1, KSTEP = 1). Rows of C_OUT values are W_ROW halves apart (C_OUT
+// + 8: see shaders/coop_nhwc.wgsl); the halves past C_OUT are never written or read. One invocation per packed
+// value.
 
 enable f16;
 
@@ -18,6 +20,7 @@ override LAST_W: u32;
 override KSTEP_H: u32; // kernel elements between the phase's taps
 override KSTEP_W: u32;
 override W_OFF: u32;   // the phase's place in the packed weight, in halves
+override W_ROW: u32;   // halves between rows (ic) of the packed weight
 
 struct Params {
     dispatch_width: u32, // workgroups per grid row
@@ -43,5 +46,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let t = i / (C_OUT * C_IN);
     let kh = LAST_H - (t / T_W) * KSTEP_H;
     let kw = LAST_W - (t % T_W) * KSTEP_W;
-    wp[W_OFF + i] = f16(w[((ic * C_OUT + oc) * K_H + kh) * K_W + kw] * scale);
+    wp[W_OFF + (t * C_IN + ic) * W_ROW + oc] = f16(w[((ic * C_OUT + oc) * K_H + kh) * K_W + kw] * scale);
 }

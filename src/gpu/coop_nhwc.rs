@@ -24,6 +24,19 @@ const SCALE_FUNCTIONS: &str = include_str!("../../shaders/scale.wgsl");
 const PREP_WORKGROUP_SIZE: usize = 256;
 /// Pixels x channels per workgroup of the input's preparation (`BLOCK` x `BLOCK` in the shader).
 const PREP_BLOCK: usize = 32;
+/// Halves after each row of the operands' layouts (the padded input's pixels, the packed weight's rows), so that
+/// the 16 rows of a tensor-core load do not fall in the same L1 banks (`shaders/coop_nhwc.wgsl`; e5).
+const ROW_PAD: usize = 8;
+
+/// Halves between the padded input's pixels.
+fn pixel_stride(shape: &ConvShape) -> usize {
+    shape.in_channels + ROW_PAD
+}
+
+/// Halves between the packed weight's rows (one input channel of one tap).
+fn weight_row(shape: &ConvShape) -> usize {
+    shape.out_channels + ROW_PAD
+}
 
 /// A workgroup of SG_M x SG_N subgroups, each computing WM pixels x WN output channels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -126,13 +139,13 @@ impl NhwcTile {
         let mut math = String::new();
         for i in 0..mi {
             math += &format!(
-                "            let a{i} = coopLoadT<coop_mat16x16<f16, A>>(&xp[a_base + {}u * C_IN + c0], C_IN);\n",
+                "            let a{i} = coopLoadT<coop_mat16x16<f16, A>>(&xp[a_base + {}u * PIXEL_STRIDE + c0], PIXEL_STRIDE);\n",
                 16 * i
             );
         }
         for j in 0..nj {
             math += &format!(
-                "            let b{j} = coopLoadT<coop_mat16x16<f16, B>>(&wp[b_base + c0 * C_OUT + {}u], C_OUT);\n",
+                "            let b{j} = coopLoadT<coop_mat16x16<f16, B>>(&wp[b_base + c0 * W_ROW + {}u], W_ROW);\n",
                 16 * j
             );
         }
@@ -257,7 +270,7 @@ impl Geometry {
                     first: [first_offset(h), first_offset(w)],
                     weight_offset,
                 });
-                weight_offset += taps_h * taps_w * shape.in_channels * shape.out_channels;
+                weight_offset += taps_h * taps_w * shape.in_channels * weight_row(shape);
             }
         }
         Geometry { before, padded, phases }
@@ -273,12 +286,12 @@ impl Geometry {
     fn padded_bytes(&self, shape: &ConvShape, tile: &NhwcTile) -> u128 {
         let reach = self.phases.iter().map(|p| p.reach(self)).max().unwrap_or(0);
         let pixels = shape.batch as u128 * self.sample_pixels() as u128 + tile.bm() as u128 + reach as u128;
-        (pixels * shape.in_channels as u128 * 2).next_multiple_of(4)
+        (pixels * pixel_stride(shape) as u128 * 2).next_multiple_of(4)
     }
 
-    /// Halves of the packed weight: every tap of the kernel, once (each belongs to one phase).
+    /// Halves of the packed weight: every tap of the kernel, once (each belongs to one phase), in padded rows.
     fn weight_values(&self, shape: &ConvShape) -> usize {
-        shape.kernel[0] * shape.kernel[1] * shape.in_channels * shape.out_channels
+        shape.kernel[0] * shape.kernel[1] * shape.in_channels * weight_row(shape)
     }
 }
 
@@ -317,6 +330,8 @@ fn phase_constants(shape: &ConvShape, g: &Geometry, p: &Phase, has_bias: bool) -
         ("PH_W", p.count[1]),
         ("BASE", p.base(g)),
         ("W_OFF", p.weight_offset),
+        ("PIXEL_STRIDE", pixel_stride(shape)),
+        ("W_ROW", weight_row(shape)),
     ])
 }
 
@@ -392,6 +407,7 @@ pub(crate) fn encode(
             ("PAD_L", g.before[1]),
             ("H_P", g.padded[0]),
             ("W_P", g.padded[1]),
+            ("PIXEL_STRIDE", pixel_stride(shape)),
         ]);
         let module = ctx.module_with(INPUT_SHADER_NAME, input_shader)?;
         let pipeline =
@@ -427,6 +443,7 @@ pub(crate) fn encode(
                 ("KSTEP_H", p.kstep[0]),
                 ("KSTEP_W", p.kstep[1]),
                 ("W_OFF", p.weight_offset),
+                ("W_ROW", weight_row(shape)),
             ]);
             let pipeline =
                 ctx.pipeline(format!("pack_f16 {:?} {consts:?}", ctx.options().shader_checks), &module, &consts)?;
@@ -482,15 +499,23 @@ mod tests {
         let (cin, cout, [kh_n, kw_n]) = (shape.in_channels, shape.out_channels, shape.kernel);
         let [h, wd] = shape.in_hw;
         let [hp, wp] = g.padded;
-        let pixels = (g.padded_bytes(shape, &tile) / 2) as usize / cin;
-        let mut xp = vec![0.0f64; pixels * cin];
+        let (ps, row) = (pixel_stride(shape), weight_row(shape));
+        let pixels = (g.padded_bytes(shape, &tile) / 2) as usize / ps;
+        // Padding is zero; the halves past each pixel's channels and each weight row's are never written (NaN
+        // here, so that a read of one shows in the result).
+        let mut xp = vec![f64::NAN; pixels * ps];
+        for (i, v) in xp.iter_mut().enumerate() {
+            if i % ps < cin {
+                *v = 0.0;
+            }
+        }
         for n in 0..shape.batch {
             for r in 0..hp {
                 for col in 0..wp {
                     let (ih, iw) = (r as i64 - g.before[0] as i64, col as i64 - g.before[1] as i64);
                     if (0..h as i64).contains(&ih) && (0..wd as i64).contains(&iw) {
                         for c in 0..cin {
-                            xp[((n * hp + r) * wp + col) * cin + c] =
+                            xp[((n * hp + r) * wp + col) * ps + c] =
                                 x[((n * cin + c) * h + ih as usize) * wd + iw as usize] as f64;
                         }
                     }
@@ -503,8 +528,9 @@ mod tests {
                 let (oc, ic, t) = (i % cout, (i / cout) % cin, i / (cout * cin));
                 let kh = p.last[0] - (t / p.taps[1]) * p.kstep[0];
                 let kw = p.last[1] - (t % p.taps[1]) * p.kstep[1];
-                assert!(wpk[p.weight_offset + i].is_nan(), "packed value {i} written twice");
-                wpk[p.weight_offset + i] = w[((ic * cout + oc) * kh_n + kh) * kw_n + kw] as f64;
+                let at = p.weight_offset + (t * cin + ic) * row + oc;
+                assert!(wpk[at].is_nan(), "packed value {i} written twice");
+                wpk[at] = w[((ic * cout + oc) * kh_n + kh) * kw_n + kw] as f64;
             }
         }
         let [ho, wo] = shape.out_hw;
@@ -524,7 +550,7 @@ mod tests {
                         let a = m + base + (tap / k_w) * d_h * wp + (tap % k_w) * d_w;
                         assert!(a < pixels, "read past the padded input: pixel {a} of {pixels}");
                         for ic in 0..cin {
-                            sum += xp[a * cin + ic] * wpk[w_off + (tap * cin + ic) * cout + oc];
+                            sum += xp[a * ps + ic] * wpk[w_off + (tap * cin + ic) * row + oc];
                         }
                     }
                     let o = ((n * cout + oc) * ho + k("R_H") + k("S_H") * i) * wo + k("R_W") + k("S_W") * j;
