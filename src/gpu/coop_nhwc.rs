@@ -63,8 +63,9 @@ pub const TILES: &[NhwcTile] = &[
     tile(64, 32, 4, 1),
 ];
 
-/// The tile for a shape before tuning, the H100's winners in docs/PERFORMANCE.md (c1): 128 pixels x 64 channels
-/// where the output channels are a multiple of 64, 128 x 32 where they are of 32; none otherwise.
+/// The tile for a shape before tuning, the H100's winners in docs/PERFORMANCE.md (c1; again in e7 with the padded
+/// strides): 128 pixels x 64 channels where the output channels are a multiple of 64, 128 x 32 where they are of 32;
+/// none otherwise.
 pub fn pick_tile(shape: &ConvShape) -> Option<NhwcTile> {
     if shape.out_channels.is_multiple_of(64) {
         Some(tile(64, 64, 2, 1))

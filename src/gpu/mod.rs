@@ -258,12 +258,12 @@ pub fn shader_sources() -> Vec<(&'static str, String, String)> {
 /// precision), else a heuristic (for `fast` where it keeps to exact kernels: the exact winner of the tuning
 /// cache when there is one).
 ///
-/// The heuristic for `fast` follows the H100 measurements of docs/PERFORMANCE.md (f4, f5, g7, n3, c1-c11): at
-/// stride 1 the padded-NHWC cooperative-matrix kernel wherever it takes the shape (one group, input channels a
+/// The heuristic for `fast` follows the H100 measurements of docs/PERFORMANCE.md (f4, f5, g7, n3, c1-c11, e6-e7):
+/// at stride 1 the padded-NHWC cooperative-matrix kernel wherever it takes the shape (one group, input channels a
 /// multiple of 16 and output channels of 32, its padded f16 input within one binding, not a shape for the rows
-/// kernel; kb57, kb65, kb69, kb71, kb78: 1.1-1.4x faster than the best exact kernel). Elsewhere the staged
+/// kernel; kb57, kb65, kb69, kb71, kb78: 1.2-1.9x faster than the best exact kernel). Elsewhere the staged
 /// cooperative-matrix kernel on problems with at least 64 input and output channels per group (the strided
-/// decoders up2x and dcgan: about 1.8x faster than the best exact kernel) unless the shape
+/// decoders up2x and dcgan: 1.7x and 2.4x faster than the best exact kernel) unless the shape
 /// is one for the rows kernel (few products per output) or one for the exact Winograd kernel with fewer than 128
 /// output channels per group; with fewer channels (kb75, kb81) the exact kernels measured fastest, and `fast`
 /// takes them (its error is then f32's). The f16-operand register kernels never won. `convt tune --precision
@@ -307,10 +307,11 @@ pub fn select(ctx: &GpuContext, shape: &ConvShape, has_bias: bool, precision: Pr
     let tensor_cores = !gather && !winograd_beats_coop && shape.in_per_group() >= 64 && shape.out_per_group() >= 64;
     // At stride 1 `fast` takes the padded-NHWC kernel wherever it computes the shape (not the gather kernel's
     // shapes): its operands load straight from storage, and it measured faster than every other kernel on the five
-    // stride-1 cases (kb57 9.3 ms against 10.7 for the exact Winograd kernel, kb65 4.1 against 5.9, kb69 5.8
-    // against 8.2 for the staged cooperative-matrix kernel, kb71 1.5 against 1.6, kb78 2.3 against 3.1:
-    // docs/PERFORMANCE.md, c1-c6). Per stride phase it lost to the staged kernel on the strided decoders (up2x
-    // 1.56 ms against 1.46, dcgan 0.79 against 0.53: c11), so only the tuner gives it strided shapes.
+    // stride-1 cases (kb57 8.0 ms against 10.8 for the exact Winograd kernel, kb65 3.1 against 5.9, kb69 4.1
+    // against 6.3 for the staged cooperative-matrix kernel, kb71 1.4 against 1.7, kb78 1.9 against 3.1:
+    // docs/PERFORMANCE.md, e2 and e6). Per stride phase it lost to the staged kernel on the strided decoders (up2x
+    // 1.40-1.47 ms against 1.36, dcgan 0.60-0.66 against 0.41: e7; c11 before the padded rows), so only the tuner
+    // gives it strided shapes.
     let stride_1 = shape.stride == [1, 1];
     let nhwc =
         coop_nhwc::pick_tile(shape).map(Strategy::CoopNhwc).filter(|s| stride_1 && !gather && s.computes(ctx, shape));
