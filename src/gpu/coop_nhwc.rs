@@ -371,31 +371,28 @@ struct WeightParams {
     _pad: [u32; 3],
 }
 
-/// Encodes the preparation of both operands and the kernel over every output chunk into `pass`; the scratch
-/// buffers go into `in_flight`.
+/// The kernel's operands, prepared on the GPU: both tensors' largest magnitudes (which set their power-of-two
+/// scales, slot 0 the input's, slot 1 the weight's), the padded f16 NHWC input and the packed f16 weight.
+struct Prepared {
+    maxima: wgpu::Buffer,
+    input: wgpu::Buffer,
+    weight: wgpu::Buffer,
+}
+
+/// Encodes the preparation of both operands into `pass`; the scratch buffers go into `in_flight`.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn encode(
+fn encode_preparation(
     ctx: &GpuContext,
     shape: &ConvShape,
     tile: &NhwcTile,
+    g: &Geometry,
     input: &GpuTensor,
     weight: &GpuTensor,
-    bias: Option<&GpuTensor>,
-    output: &GpuTensor,
     pass: &mut wgpu::ComputePass<'_>,
     in_flight: &mut InFlight,
-) -> Result<()> {
-    if !tile.fits(&ctx.device.limits()) || !ctx.has_coop_f16() {
-        return Err(ConvtError::InvalidArgument(format!("kernel {} does not run on this adapter", tile.name())));
-    }
-    tile.check(ctx, shape)?;
-    if shape.batch == 0 || shape.out_hw[0] * shape.out_hw[1] == 0 {
-        return Ok(());
-    }
-    let g = Geometry::of(shape);
+) -> Result<Prepared> {
     let (cin, cout) = (shape.in_channels, shape.out_channels);
     let maxima = absmax::encode(ctx, &[input, weight], pass)?;
-
     ctx.scoped(|| {
         // The input, padded, as f16 NHWC: one dispatch per input chunk (whole samples, `check`).
         // Within one binding (`check`), so it fits u64.
@@ -453,6 +450,37 @@ pub(crate) fn encode(
             dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &[w, &wpk, &maxima], wgrid, 1);
         }
 
+        Ok(Prepared { maxima, input: xp, weight: wpk })
+    })
+}
+
+/// Encodes the preparation of both operands and the kernel over every output chunk into `pass`; the scratch
+/// buffers go into `in_flight`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn encode(
+    ctx: &GpuContext,
+    shape: &ConvShape,
+    tile: &NhwcTile,
+    input: &GpuTensor,
+    weight: &GpuTensor,
+    bias: Option<&GpuTensor>,
+    output: &GpuTensor,
+    pass: &mut wgpu::ComputePass<'_>,
+    in_flight: &mut InFlight,
+) -> Result<()> {
+    if !tile.fits(&ctx.device.limits()) || !ctx.has_coop_f16() {
+        return Err(ConvtError::InvalidArgument(format!("kernel {} does not run on this adapter", tile.name())));
+    }
+    tile.check(ctx, shape)?;
+    if shape.batch == 0 || shape.out_hw[0] * shape.out_hw[1] == 0 {
+        return Ok(());
+    }
+    let g = Geometry::of(shape);
+    let cout = shape.out_channels;
+    let Prepared { maxima, input: xp, weight: wpk } =
+        encode_preparation(ctx, shape, tile, &g, input, weight, pass, in_flight)?;
+
+    ctx.scoped(|| {
         // The products, one dispatch per phase and output chunk (whole samples).
         let name = tile.name();
         let module = ctx.module_with(&name, || tile.source())?;
@@ -490,11 +518,10 @@ mod tests {
     use crate::ConvTranspose2dParams;
     use rand::{Rng, SeedableRng};
 
-    /// What the three shaders compute, in f64 on the CPU, index for index: the padded NHWC input
-    /// (nhwc_f16.wgsl), each phase's packed weight (pack_weights_f16.wgsl) and each phase's products and stores
-    /// (coop_nhwc.wgsl, one pixel at a time, every read checked against the padded buffer's length). Each output
-    /// element must be stored exactly once.
-    fn emulate(shape: &ConvShape, x: &[f32], w: &[f32], bias: &[f32]) -> Vec<f64> {
+    /// The operands as the preparation shaders lay them out (nhwc_f16.wgsl, pack_weights_f16.wgsl), unscaled, in
+    /// f64: the padded NHWC input (zero margins) and the packed weight. Halves no shader writes (past each pixel's
+    /// channels and each weight row's, past the last sample) are NaN, so that a read of one shows.
+    fn expected_operands(shape: &ConvShape, x: &[f32], w: &[f32]) -> (Vec<f64>, Vec<f64>) {
         let tile = TILES[0];
         let g = Geometry::of(shape);
         let (cin, cout, [kh_n, kw_n]) = (shape.in_channels, shape.out_channels, shape.kernel);
@@ -502,10 +529,8 @@ mod tests {
         let [hp, wp] = g.padded;
         let (ps, row) = (pixel_stride(shape), weight_row(shape));
         let pixels = (g.padded_bytes(shape, &tile) / 2) as usize / ps;
-        // Padding is zero; the halves past each pixel's channels and each weight row's are never written (NaN
-        // here, so that a read of one shows in the result).
         let mut xp = vec![f64::NAN; pixels * ps];
-        for (i, v) in xp.iter_mut().enumerate() {
+        for (i, v) in xp.iter_mut().enumerate().take(shape.batch * hp * wp * ps) {
             if i % ps < cin {
                 *v = 0.0;
             }
@@ -534,6 +559,20 @@ mod tests {
                 wpk[at] = w[((ic * cout + oc) * kh_n + kh) * kw_n + kw] as f64;
             }
         }
+        (xp, wpk)
+    }
+
+    /// What the three shaders compute, in f64 on the CPU, index for index: the padded NHWC input
+    /// (nhwc_f16.wgsl), each phase's packed weight (pack_weights_f16.wgsl) and each phase's products and stores
+    /// (coop_nhwc.wgsl, one pixel at a time, every read checked against the padded buffer's length). Each output
+    /// element must be stored exactly once.
+    fn emulate(shape: &ConvShape, x: &[f32], w: &[f32], bias: &[f32]) -> Vec<f64> {
+        let g = Geometry::of(shape);
+        let (cin, cout) = (shape.in_channels, shape.out_channels);
+        let [hp, wp] = g.padded;
+        let (ps, row) = (pixel_stride(shape), weight_row(shape));
+        let (xp, wpk) = expected_operands(shape, x, w);
+        let pixels = xp.len() / ps;
         let [ho, wo] = shape.out_hw;
         let mut out = vec![f64::NAN; shape.batch * cout * ho * wo];
         for p in &g.phases {
@@ -561,6 +600,95 @@ mod tests {
             }
         }
         out
+    }
+
+    /// The bytes of `buffer`, read back through a staging buffer.
+    fn read_back(ctx: &GpuContext, buffer: &wgpu::Buffer) -> Vec<u8> {
+        let staging = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: None,
+            size: buffer.size(),
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut encoder = ctx.device.create_command_encoder(&Default::default());
+        encoder.copy_buffer_to_buffer(buffer, 0, &staging, 0, buffer.size());
+        ctx.queue.submit([encoder.finish()]);
+        crate::gpu::buffers::map_for_reading(ctx, &staging).unwrap();
+        let bytes = staging.get_mapped_range(..).unwrap().to_vec();
+        staging.unmap();
+        bytes
+    }
+
+    #[test]
+    fn preparation_shaders_lay_out_the_operands() {
+        // The two preparation shaders run wherever the adapter has f16 (Mesa's software driver too), unlike the
+        // kernel, which needs tensor cores. Their output against `expected_operands` (which the CPU emulation
+        // checks against the float64 reference): every value a shader must write, scaled by its tensor's power of
+        // two and rounded to f16; the margins zero. The pool hands the shaders buffers filled with NaN first,
+        // so a value not written shows.
+        let ctx = GpuContext::new().expect("the GPU tests need an adapter");
+        if !ctx.has_f16() {
+            eprintln!("{}: no SHADER_F16, so the preparation shaders cannot run here", ctx.adapter_info().name);
+            return;
+        }
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        // in_hw, kernel, stride, padding, output_padding, dilation; input and output channels; magnitude of x
+        type Case = ([[i64; 2]; 6], [usize; 2], f32);
+        let cases: &[Case] = &[
+            ([[5, 7], [3, 5], [1, 1], [1, 4], [0, 0], [2, 1]], [16, 32], 1e3),
+            ([[4, 6], [4, 4], [2, 2], [1, 1], [0, 0], [1, 1]], [32, 64], 1e-6),
+            ([[3, 5], [2, 3], [4, 2], [0, 3], [3, 1], [2, 4]], [48, 32], 1.0),
+        ];
+        for &([in_hw, kernel, stride, padding, output_padding, dilation], [cin, cout], magnitude) in cases {
+            let (in_hw, kernel) = (in_hw.map(|v| v as usize), kernel.map(|v| v as usize));
+            let params = ConvTranspose2dParams { stride, padding, output_padding, dilation, groups: 1 };
+            let batch = 2;
+            let shape =
+                params.resolve(&[batch, cin, in_hw[0], in_hw[1]], &[cin, cout, kernel[0], kernel[1]], None).unwrap();
+            let mut draw = |n: usize, m: f32| (0..n).map(|_| m * rng.random_range(-1.0f32..1.0)).collect::<Vec<_>>();
+            let (x, w) =
+                (draw(batch * cin * in_hw[0] * in_hw[1], magnitude), draw(cin * cout * kernel[0] * kernel[1], 0.1));
+            let upload = |dims: Vec<usize>, data: &[f32]| {
+                GpuTensor::upload(&ctx, &crate::Tensor::new(dims, data.to_vec()).unwrap()).unwrap()
+            };
+            let (xg, wg) = (upload(shape.input_dims(), &x), upload(shape.weight_dims(), &w));
+            let (tile, g) = (TILES[0], Geometry::of(&shape));
+            let sizes =
+                [g.padded_bytes(&shape, &tile) as u64, (g.weight_values(&shape) * 2).next_multiple_of(4) as u64];
+            let poisoned: Vec<_> = sizes.iter().map(|&size| ctx.pool.get(&ctx.device, size, STORAGE)).collect();
+            for b in &poisoned {
+                ctx.queue.write_buffer(b, 0, &vec![0xff; b.size() as usize]); // f16 NaN
+            }
+            drop(poisoned); // back to the pool, for the preparation to take
+            let created = ctx.pool.stats().0;
+            let mut encoder = ctx.device.create_command_encoder(&Default::default());
+            let mut in_flight = InFlight::default();
+            let prepared = {
+                let mut pass = encoder.begin_compute_pass(&Default::default());
+                encode_preparation(&ctx, &shape, &tile, &g, &xg, &wg, &mut pass, &mut in_flight).unwrap()
+            };
+            ctx.queue.submit([encoder.finish()]);
+            assert_eq!(ctx.pool.stats().0, created, "the preparation did not take the poisoned buffers");
+
+            let halves = |bytes: Vec<u8>| -> Vec<f64> {
+                bytes.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f64()).collect()
+            };
+            let maxima: Vec<u32> = bytemuck::cast_slice(&read_back(&ctx, &prepared.maxima)).to_vec();
+            let (got_x, got_w) = (halves(read_back(&ctx, &prepared.input)), halves(read_back(&ctx, &prepared.weight)));
+            let (want_x, want_w) = expected_operands(&shape, &x, &w);
+            for (name, got, want, values, slot) in [("input", got_x, want_x, &x, 0), ("weight", got_w, want_w, &w, 1)] {
+                let largest = values.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                assert_eq!(maxima[slot], largest.to_bits(), "{name}'s largest magnitude");
+                // The scale brings the largest magnitude into [2^14, 2^15) (shaders/scale.wgsl).
+                let scale = 2f64.powi(14 - (largest as f64).log2().floor() as i32);
+                for (i, (g, want)) in got.iter().zip(&want).enumerate().filter(|(_, (_, w))| !w.is_nan()) {
+                    let want = want * scale;
+                    // Rounding to f16: half an ulp, 2^-11 relative for normal values, 2^-25 for subnormal ones.
+                    let bound = want.abs() * 2f64.powi(-11) + 2f64.powi(-25);
+                    assert!((g - want).abs() <= bound, "{shape:?}: {name} half {i}: {g} against {want}");
+                }
+            }
+        }
     }
 
     #[test]
