@@ -16,7 +16,7 @@
 // plus 8 halves (16 bytes): rows a multiple of 128 bytes apart (64 or 128 channels) fall in the same L1 banks, and
 // a load's 16 rows are then served one bank pass each; shifted by 16 bytes per row, 8 rows share a pass. With
 // these strides the tensor-core ceiling with loads from storage at this kernel's addresses went from 114 to 237
-// TFLOP/s on the H100 (docs/PERFORMANCE.md, e5). Pixels with i >= PH_H or j >= PH_W (the
+// TFLOP/s on the H100 (docs/PERFORMANCE.md, k5). Pixels with i >= PH_H or j >= PH_W (the
 // padding's extra rows and columns: 1.5-3% more work on the stride-1 benchmark cases, 3% on up2x's phases, 56%
 // on dcgan's 8 x 8 images) are computed from padding and never stored. On the H100 this form ran about 2x the
 // rate of the staged GEMM kernel's cooperative-matrix variant at stride 1 (docs/PERFORMANCE.md, c1). A phase

@@ -48,11 +48,11 @@ pub const COOP_TILES: &[CoopTile] = &[
     coop_t(128, 128, 16, 32, 32),
     coop_t(64, 64, 16, 32, 32),
     coop_t(128, 64, 16, 32, 16),
-    // 128x128x32 with 32x32 subgroups and 128x64x32 with 32x16 no longer fit 48 KiB with padded rows (e2).
+    // 128x128x32 with 32x32 subgroups and 128x64x32 with 32x16 no longer fit 48 KiB with padded rows (k2).
 ];
 
 /// The default cooperative-matrix tile for a shape (before tuning), the H100's winners in docs/PERFORMANCE.md
-/// (e2, with padded rows): 128x128 tiles with K steps of 32 and 64x64 per subgroup from 128 output channels per
+/// (k2, with padded rows): 128x128 tiles with K steps of 32 and 64x64 per subgroup from 128 output channels per
 /// group (up2x, dcgan), else 128x64 with 64x32 per subgroup (measured on kb65).
 pub fn pick_tile(shape: &crate::params::ConvShape) -> CoopTile {
     if shape.out_per_group() >= 128 {
@@ -65,7 +65,7 @@ pub fn pick_tile(shape: &crate::params::ConvShape) -> CoopTile {
 /// Halves between neighbouring staged rows beyond the rows' own length. A 16 x 16 operand load reads 16 rows of
 /// 32 bytes; rows a multiple of 128 bytes apart fall in the same memory banks, so the load is serialised 8-way.
 /// 8 more halves (16 bytes) shift each row by four banks: c13's tensor-core ceiling with loads from workgroup
-/// memory went from 237 to 614 TFLOP/s, the kernel up to 1.8x faster (docs/PERFORMANCE.md, e1-e2).
+/// memory went from 237 to 614 TFLOP/s, the kernel up to 1.8x faster (docs/PERFORMANCE.md, k1-k2).
 const STAGE_PAD: u32 = 8;
 
 impl CoopTile {
@@ -186,7 +186,7 @@ fn stage_b(k: u32, n: u32, v: f32) {{
 
 /// Floats between the 16 columns of a subgroup's epilogue scratch beyond its WM pixels. With columns WM floats
 /// apart (a multiple of 32 banks), the lanes of a `coopStore` that hold the same row of different columns hit the
-/// same memory bank; 4 more spreads them over all 32 (docs/PERFORMANCE.md, e3: kb57 6% faster).
+/// same memory bank; 4 more spreads them over all 32 (docs/PERFORMANCE.md, k3: kb57 6% faster).
 const SCRATCH_PAD: u32 = 4;
 
 /// The epilogue's scratch in workgroup memory (see [`epilogue`]): per subgroup, 16 columns of C_LD floats.

@@ -25,7 +25,7 @@ const PREP_WORKGROUP_SIZE: usize = 256;
 /// Pixels x channels per workgroup of the input's preparation (`BLOCK` x `BLOCK` in the shader).
 const PREP_BLOCK: usize = 32;
 /// Halves after each row of the operands' layouts (the padded input's pixels, the packed weight's rows), so that
-/// the 16 rows of a tensor-core load do not fall in the same L1 banks (`shaders/coop_nhwc.wgsl`; e5).
+/// the 16 rows of a tensor-core load do not fall in the same L1 banks (`shaders/coop_nhwc.wgsl`; k5).
 const ROW_PAD: usize = 8;
 
 /// Halves between the padded input's pixels.
@@ -63,7 +63,7 @@ pub const TILES: &[NhwcTile] = &[
     tile(64, 32, 4, 1),
 ];
 
-/// The tile for a shape before tuning, the H100's winners in docs/PERFORMANCE.md (c1; again in e7 with the padded
+/// The tile for a shape before tuning, the H100's winners in docs/PERFORMANCE.md (c1; again in k7 with the padded
 /// strides): 128 pixels x 64 channels where the output channels are a multiple of 64, 128 x 32 where they are of 32;
 /// none otherwise.
 pub fn pick_tile(shape: &ConvShape) -> Option<NhwcTile> {

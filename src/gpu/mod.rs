@@ -258,7 +258,7 @@ pub fn shader_sources() -> Vec<(&'static str, String, String)> {
 /// precision), else a heuristic (for `fast` where it keeps to exact kernels: the exact winner of the tuning
 /// cache when there is one).
 ///
-/// The heuristic for `fast` follows the H100 measurements of docs/PERFORMANCE.md (f4, f5, g7, n3, c1-c11, e6-e7):
+/// The heuristic for `fast` follows the H100 measurements of docs/PERFORMANCE.md (f4, f5, g7, n3, c1-c11, k6-k7):
 /// at stride 1 the padded-NHWC cooperative-matrix kernel wherever it takes the shape (one group, input channels a
 /// multiple of 16 and output channels of 32, its padded f16 input within one binding, not a shape for the rows
 /// kernel; kb57, kb65, kb69, kb71, kb78: 1.2-1.9x faster than the best exact kernel). Elsewhere the staged
@@ -309,8 +309,8 @@ pub fn select(ctx: &GpuContext, shape: &ConvShape, has_bias: bool, precision: Pr
     // shapes): its operands load straight from storage, and it measured faster than every other kernel on the five
     // stride-1 cases (kb57 8.0 ms against 10.8 for the exact Winograd kernel, kb65 3.1 against 5.9, kb69 4.1
     // against 6.3 for the staged cooperative-matrix kernel, kb71 1.4 against 1.7, kb78 1.9 against 3.1:
-    // docs/PERFORMANCE.md, e2 and e6). Per stride phase it lost to the staged kernel on the strided decoders (up2x
-    // 1.40-1.47 ms against 1.36, dcgan 0.60-0.66 against 0.41: e7; c11 before the padded rows), so only the tuner
+    // docs/PERFORMANCE.md, k2 and k6). Per stride phase it lost to the staged kernel on the strided decoders (up2x
+    // 1.40-1.47 ms against 1.36, dcgan 0.60-0.66 against 0.41: k7; c11 before the padded rows), so only the tuner
     // gives it strided shapes.
     let stride_1 = shape.stride == [1, 1];
     let nhwc =
