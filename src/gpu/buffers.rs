@@ -311,25 +311,8 @@ impl GpuTensor {
         let mut data = vec![0f32; self.numel()];
         for c in &self.chunks {
             let bytes = (c.planes * self.plane_elems * 4) as u64;
-            let staging = ctx.scoped(|| {
-                let staging =
-                    ctx.pool.get(&ctx.device, bytes, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
-                let mut encoder = ctx.device.create_command_encoder(&Default::default());
-                encoder.copy_buffer_to_buffer(&c.buffer, 0, &staging, 0, bytes);
-                ctx.queue.submit([encoder.finish()]);
-                Ok(staging)
-            })?;
-            let mut staging = staging;
-            staging.reusable = false; // until it is unmapped again
-            map_for_reading(ctx, &staging)?;
-            {
-                let view =
-                    staging.get_mapped_range(..).map_err(|e| ConvtError::Gpu(format!("reading back a result: {e}")))?;
-                let dst = &mut data[c.first_plane * self.plane_elems..][..c.planes * self.plane_elems];
-                dst.copy_from_slice(bytemuck::cast_slice(&view));
-            }
-            staging.unmap();
-            staging.reusable = true;
+            let dst = &mut data[c.first_plane * self.plane_elems..][..c.planes * self.plane_elems];
+            read_back(ctx, &c.buffer, bytes, |view| dst.copy_from_slice(bytemuck::cast_slice(view)))?;
         }
         Tensor::new(self.shape.clone(), data)
     }
@@ -358,6 +341,32 @@ impl GpuTensor {
             }),
         }
     }
+}
+
+/// Copies the first `bytes` of `buffer` into a pooled MAP_READ staging buffer, waits for the GPU, and hands the
+/// mapped bytes to `read`.
+pub(crate) fn read_back<T>(
+    ctx: &GpuContext,
+    buffer: &wgpu::Buffer,
+    bytes: u64,
+    read: impl FnOnce(&[u8]) -> T,
+) -> Result<T> {
+    let mut staging = ctx.scoped(|| {
+        let staging = ctx.pool.get(&ctx.device, bytes, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
+        let mut encoder = ctx.device.create_command_encoder(&Default::default());
+        encoder.copy_buffer_to_buffer(buffer, 0, &staging, 0, bytes);
+        ctx.queue.submit([encoder.finish()]);
+        Ok(staging)
+    })?;
+    staging.reusable = false; // until it is unmapped again
+    map_for_reading(ctx, &staging)?;
+    let value = {
+        let view = staging.get_mapped_range(..).map_err(|e| ConvtError::Gpu(format!("reading back a result: {e}")))?;
+        read(&view)
+    };
+    staging.unmap();
+    staging.reusable = true;
+    Ok(value)
 }
 
 /// Maps a MAP_READ buffer whose copy has been submitted, waiting for the GPU (bounded by the context's timeout).

@@ -294,6 +294,11 @@ impl Geometry {
     fn weight_values(&self, shape: &ConvShape) -> usize {
         shape.kernel[0] * shape.kernel[1] * shape.in_channels * weight_row(shape)
     }
+
+    /// Bytes of the packed f16 weight.
+    fn weight_bytes(&self, shape: &ConvShape) -> u64 {
+        (self.weight_values(shape) as u64 * 2).next_multiple_of(4)
+    }
 }
 
 /// The input offset of a phase's first packed tap (taps flipped): the smallest, off - (taps - 1) * istep.
@@ -424,8 +429,7 @@ fn encode_preparation(
         }
 
         // The weight as f16 [phase][tap][ic][oc], each phase's taps flipped: one dispatch per phase with taps.
-        let values = g.weight_values(shape);
-        let wpk = in_flight.keep(ctx.pool.get(&ctx.device, ((values * 2).next_multiple_of(4)) as u64, STORAGE));
+        let wpk = in_flight.keep(ctx.pool.get(&ctx.device, g.weight_bytes(shape), STORAGE));
         let module = ctx.module_with(WEIGHT_SHADER_NAME, weight_shader)?;
         let w = weight.single_buffer("weight", ctx)?;
         for p in g.phases.iter().filter(|p| p.has_taps()) {
@@ -515,6 +519,7 @@ pub(crate) fn encode(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gpu::buffers::read_back;
     use crate::ConvTranspose2dParams;
     use rand::{Rng, SeedableRng};
 
@@ -602,23 +607,6 @@ mod tests {
         out
     }
 
-    /// The bytes of `buffer`, read back through a staging buffer.
-    fn read_back(ctx: &GpuContext, buffer: &wgpu::Buffer) -> Vec<u8> {
-        let staging = ctx.device.create_buffer(&wgpu::BufferDescriptor {
-            label: None,
-            size: buffer.size(),
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        let mut encoder = ctx.device.create_command_encoder(&Default::default());
-        encoder.copy_buffer_to_buffer(buffer, 0, &staging, 0, buffer.size());
-        ctx.queue.submit([encoder.finish()]);
-        crate::gpu::buffers::map_for_reading(ctx, &staging).unwrap();
-        let bytes = staging.get_mapped_range(..).unwrap().to_vec();
-        staging.unmap();
-        bytes
-    }
-
     #[test]
     fn preparation_shaders_lay_out_the_operands() {
         // The two preparation shaders run wherever the adapter has f16 (Mesa's software driver too), unlike the
@@ -653,8 +641,7 @@ mod tests {
             };
             let (xg, wg) = (upload(shape.input_dims(), &x), upload(shape.weight_dims(), &w));
             let (tile, g) = (TILES[0], Geometry::of(&shape));
-            let sizes =
-                [g.padded_bytes(&shape, &tile) as u64, (g.weight_values(&shape) * 2).next_multiple_of(4) as u64];
+            let sizes = [g.padded_bytes(&shape, &tile) as u64, g.weight_bytes(&shape)];
             let poisoned: Vec<_> = sizes.iter().map(|&size| ctx.pool.get(&ctx.device, size, STORAGE)).collect();
             for b in &poisoned {
                 ctx.queue.write_buffer(b, 0, &vec![0xff; b.size() as usize]); // f16 NaN
@@ -673,8 +660,9 @@ mod tests {
             let halves = |bytes: Vec<u8>| -> Vec<f64> {
                 bytes.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f64()).collect()
             };
-            let maxima: Vec<u32> = bytemuck::cast_slice(&read_back(&ctx, &prepared.maxima)).to_vec();
-            let (got_x, got_w) = (halves(read_back(&ctx, &prepared.input)), halves(read_back(&ctx, &prepared.weight)));
+            let read = |b: &wgpu::Buffer| read_back(&ctx, b, b.size(), <[u8]>::to_vec).unwrap();
+            let maxima: Vec<u32> = bytemuck::cast_slice(&read(&prepared.maxima)).to_vec();
+            let (got_x, got_w) = (halves(read(&prepared.input)), halves(read(&prepared.weight)));
             let (want_x, want_w) = expected_operands(&shape, &x, &w);
             for (name, got, want, values, slot) in [("input", got_x, want_x, &x, 0), ("weight", got_w, want_w, &w, 1)] {
                 let largest = values.iter().fold(0.0f32, |m, v| m.max(v.abs()));
