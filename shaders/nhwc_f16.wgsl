@@ -2,10 +2,12 @@
 // `fast`): the f32 NCHW input, scaled by its power of two (shaders/scale.wgsl), as f16 in NHWC order, each image
 // in H_P rows of W_P pixels of C_IN channels with the input starting at row PAD_T and column PAD_L: zeros around
 // it, and input rows or columns past H_P or W_P (which no output reads: padding crops them) left out. Pixels are
-// PIXEL_STRIDE halves apart (C_IN + 8: see shaders/coop_nhwc.wgsl); the halves past C_IN are never written or
-// read. A workgroup moves 32 padded pixels x 32 channels of
-// one padded row through workgroup memory: read along the input's rows (coalesced), written along the
-// channels (coalesced). One dispatch per input chunk (its samples: the uniform's sample range).
+// PIXEL_STRIDE halves apart (C_IN + 8: see shaders/coop_nhwc.wgsl); the 8 halves past C_IN are written as zeros
+// (never read: writing them makes every 32-byte sector of the padded pixels whole, so that no partial sector is
+// written back). A workgroup moves 32 padded pixels x 32 channels of one padded row through workgroup memory:
+// read along the input's rows (coalesced), written along the channels, 4 halves per invocation (8-byte stores;
+// the workgroup of the last channels writes the pad too). C_IN is a multiple of 16 (the kernel's `check`). One
+// dispatch per input chunk (its samples: the uniform's sample range).
 
 enable f16;
 
@@ -27,7 +29,7 @@ struct Params {
 
 @group(0) @binding(0) var<uniform> u: Params;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read_write> xp: array<f16>;
+@group(0) @binding(2) var<storage, read_write> xp: array<vec4<f16>>; // 4 channels of a pixel each
 @group(0) @binding(3) var<storage, read> op_max: array<u32>;
 
 const BLOCK: u32 = 32u;
@@ -59,12 +61,21 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         tile[i * (BLOCK + 1u) + lane] = v;
     }
     workgroupBarrier();
-    for (var i = lid / BLOCK; i < BLOCK; i += 8u) {
-        let wp = wp0 + i;
-        let c = c0 + lane;
-        if (wp < W_P && c < C_IN) {
-            let p = (u.first_sample + n) * H_P + row % H_P;
-            xp[(p * W_P + wp) * PIXEL_STRIDE + c] = f16(tile[lane * (BLOCK + 1u) + i] * scale);
+    // Invocation (pixel i, quad q) writes channels c0 + 4q .. + 3 of pixel i; quads 8 and 9 are the pad when this
+    // block ends exactly at C_IN.
+    let i = lid / 8u;
+    let wp = wp0 + i;
+    let p = (u.first_sample + n) * H_P + row % H_P;
+    for (var q = lid % 8u; q < BLOCK / 4u + 2u; q += 8u) {
+        let c = c0 + 4u * q;
+        if (wp < W_P && c < PIXEL_STRIDE && (q < BLOCK / 4u || c >= C_IN)) {
+            var v = vec4<f16>();
+            if (c < C_IN) {
+                let t = 4u * q * (BLOCK + 1u) + i;
+                v = vec4<f16>(vec4<f32>(tile[t], tile[t + BLOCK + 1u], tile[t + 2u * (BLOCK + 1u)],
+                                        tile[t + 3u * (BLOCK + 1u)]) * scale);
+            }
+            xp[((p * W_P + wp) * PIXEL_STRIDE + c) / 4u] = v;
         }
     }
 }

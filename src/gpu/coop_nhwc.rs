@@ -287,7 +287,8 @@ impl Geometry {
     fn padded_bytes(&self, shape: &ConvShape, tile: &NhwcTile) -> u128 {
         let reach = self.phases.iter().map(|p| p.reach(self)).max().unwrap_or(0);
         let pixels = shape.batch as u128 * self.sample_pixels() as u128 + tile.bm() as u128 + reach as u128;
-        (pixels * pixel_stride(shape) as u128 * 2).next_multiple_of(4)
+        // Whole vec4<f16>s: shaders/nhwc_f16.wgsl writes the pixels 4 halves (8 bytes) at a time.
+        (pixels * pixel_stride(shape) as u128 * 2).next_multiple_of(8)
     }
 
     /// Halves of the packed weight: every tap of the kernel, once (each belongs to one phase), in padded rows.
