@@ -1,14 +1,21 @@
 // nhwc_f16.wgsl: the input of the padded-NHWC cooperative-matrix kernel (shaders/coop_nhwc.wgsl, precision
-// `fast`): the f32 NCHW input, scaled by its power of two (shaders/scale.wgsl), as f16 in NHWC order, each image
-// in H_P rows of W_P pixels of C_IN channels with the input starting at row PAD_T and column PAD_L: zeros around
-// it, and input rows or columns past H_P or W_P (which no output reads: padding crops them) left out. Pixels are
-// PIXEL_STRIDE halves apart (C_IN + 8: see shaders/coop_nhwc.wgsl); the 8 halves past C_IN are written as zeros
-// (never read: writing them makes every 32-byte sector of the padded pixels whole, so that no partial sector is
-// written back). A workgroup moves 32 padded pixels x 32 channels of one padded row through workgroup memory:
-// read along the input's rows (coalesced), written along the channels, 4 halves per invocation (8-byte stores;
-// the workgroup of the last channels writes the pad too). C_IN is a multiple of 16 (the kernel's `check`). One
-// dispatch per input chunk (its samples: the uniform's sample range).
-
+// `fast`): the f32 NCHW input, scaled by a power of two, as f16 in NHWC order, each image in H_P rows of W_P pixels
+// of C_IN channels with the input starting at row PAD_T and column PAD_L: zeros around it, and input rows or
+// columns past H_P or W_P (which no output reads: padding crops them) left out. Pixels are PIXEL_STRIDE halves
+// apart (C_IN + 8: see shaders/coop_nhwc.wgsl); the 8 halves past C_IN are written as zeros (never read: writing
+// them makes every 32-byte sector of the padded pixels whole, so that no partial sector is written back). A
+// workgroup moves 32 padded pixels x 32 channels of one padded row through workgroup memory: read along the
+// input's rows (coalesced), written along the channels, 4 halves per invocation (8-byte stores; the workgroup of
+// the last channels writes the pad too). C_IN is a multiple of 16 (the kernel's `check`). One dispatch per input
+// chunk (its samples: the uniform's sample range).
+//
+// The scale, in two passes so that the input is read once when its magnitudes are ordinary (a separate pass for
+// the largest magnitude cost 6-12% of the whole convolution, docs/PERFORMANCE.md k8):
+// - the first pass (FIXUP false) scales by 2^GUESS and takes the input's largest finite magnitude into op_max[0]
+//   (as f32 bits, one atomic per workgroup, as shaders/absmax.wgsl does);
+// - shaders/scale_check.wgsl then keeps 2^GUESS where it loses nothing (shaders/scale_check.wgsl says when) and
+//   otherwise dispatches this shader again (FIXUP true, indirectly), scaling by the exponent op_max[0] asks for
+//   (shaders/scale.wgsl).
 enable f16;
 
 override C_IN: u32;
@@ -19,6 +26,8 @@ override PAD_L: u32;
 override H_P: u32;
 override W_P: u32;
 override PIXEL_STRIDE: u32;
+override FIXUP: bool;
+override GUESS: i32;
 
 struct Params {
     first_sample: u32,   // the chunk's first sample (index into the whole padded tensor)
@@ -30,14 +39,19 @@ struct Params {
 @group(0) @binding(0) var<uniform> u: Params;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read_write> xp: array<vec4<f16>>; // 4 channels of a pixel each
-@group(0) @binding(3) var<storage, read> op_max: array<u32>;
+@group(0) @binding(3) var<storage, read_write> op_max: array<atomic<u32>>;
 
 const BLOCK: u32 = 32u;
 var<workgroup> tile: array<f32, BLOCK * (BLOCK + 1u)>; // [channel][pixel], rows padded against bank conflicts
+var<workgroup> largest: atomic<u32>; // the block's largest finite magnitude, as f32 bits (first pass)
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let scale = ldexp(1.0, min(scale_exponent(op_max[0]), 127));
+    var k = GUESS;
+    if (FIXUP) {
+        k = min(scale_exponent(atomicLoad(&op_max[0])), 127);
+    }
+    let scale = ldexp(1.0, k);
     let col_blocks = (W_P + BLOCK - 1u) / BLOCK;
     let ch_blocks = (C_IN + BLOCK - 1u) / BLOCK;
     let wg = wid.y * u.dispatch_width + wid.x;
@@ -51,16 +65,27 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let n = row / H_P;
     let h = i32(row % H_P) - i32(PAD_T);
     let lane = lid % BLOCK;
+    if (!FIXUP && lid == 0u) {
+        atomicStore(&largest, 0u); // before the barrier below, and every atomicMax after it
+    }
+    var m = 0u;
     for (var i = lid / BLOCK; i < BLOCK; i += 8u) {
         let c = c0 + i;
         let w = i32(wp0 + lane) - i32(PAD_L);
         var v = 0.0;
         if (c < C_IN && h >= 0 && h < i32(IN_H) && w >= 0 && w < i32(IN_W)) {
             v = x[((n * C_IN + c) * IN_H + u32(h)) * IN_W + u32(w)];
+            let b = bitcast<u32>(v) & 0x7fffffffu;
+            if (b < 0x7f800000u) {
+                m = max(m, b); // non-finite values pass through as themselves and do not set the scale
+            }
         }
         tile[i * (BLOCK + 1u) + lane] = v;
     }
     workgroupBarrier();
+    if (!FIXUP) {
+        atomicMax(&largest, m);
+    }
     // Invocation (pixel i, quad q) writes channels c0 + 4q .. + 3 of pixel i; quads 8 and 9 are the pad when this
     // block ends exactly at C_IN.
     let i = lid / 8u;
@@ -76,6 +101,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                                         tile[t + 3u * (BLOCK + 1u)]) * scale);
             }
             xp[((p * W_P + wp) * PIXEL_STRIDE + c) / 4u] = v;
+        }
+    }
+    if (!FIXUP) {
+        workgroupBarrier();
+        if (lid == 0u) {
+            atomicMax(&op_max[0], atomicLoad(&largest));
         }
     }
 }

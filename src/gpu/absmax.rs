@@ -30,17 +30,29 @@ pub(crate) fn encode(
     tensors: &[&GpuTensor],
     pass: &mut wgpu::ComputePass<'_>,
 ) -> Result<wgpu::Buffer> {
+    let slots: Vec<(usize, &GpuTensor)> = tensors.iter().copied().enumerate().collect();
+    encode_slots(ctx, &slots, pass)
+}
+
+/// Encodes the maximum of each (slot, tensor) into that slot of a new zeroed buffer of u32 f32-bits (at least 4
+/// slots; the ones no tensor names stay 0).
+pub(crate) fn encode_slots(
+    ctx: &GpuContext,
+    tensors: &[(usize, &GpuTensor)],
+    pass: &mut wgpu::ComputePass<'_>,
+) -> Result<wgpu::Buffer> {
     let module = ctx.module(SHADER_NAME, SHADER)?;
     let consts = [("WORKGROUP_SIZE", WORKGROUP_SIZE as f64)];
     let pipeline = ctx.pipeline(format!("absmax {:?}", ctx.options().shader_checks), &module, &consts)?;
     ctx.scoped(|| {
-        let zeros = vec![0u32; tensors.len().max(4)];
+        let slots = tensors.iter().map(|&(slot, _)| slot + 1).max().unwrap_or(0).max(4);
+        let zeros = vec![0u32; slots];
         let maxima = ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
             label: Some("convt operand maxima"),
             contents: bytemuck::cast_slice(&zeros),
             usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
         });
-        for (slot, t) in tensors.iter().enumerate() {
+        for &(slot, t) in tensors {
             for c in t.chunks() {
                 let count = c.planes * t.plane_elems();
                 if count == 0 {

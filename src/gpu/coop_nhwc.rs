@@ -10,8 +10,9 @@ use crate::gpu::buffers::{GpuTensor, InFlight, STORAGE};
 use crate::gpu::context::GpuContext;
 use crate::gpu::coop::{self, SUBGROUP};
 use crate::gpu::gemm::{SCALED_MODULE, SCALED_PROLOGUE};
-use crate::gpu::kernel::{axis_phase, check_index_range, dispatch_buffers, grid, AxisPhase, Operands};
+use crate::gpu::kernel::{axis_phase, bind_buffers, check_index_range, dispatch_buffers, grid, AxisPhase, Operands};
 use crate::params::ConvShape;
+use wgpu::util::DeviceExt;
 
 pub const SHADER_NAME: &str = "coop_nhwc.wgsl";
 pub const SHADER: &str = include_str!("../../shaders/coop_nhwc.wgsl");
@@ -19,7 +20,14 @@ pub const INPUT_SHADER_NAME: &str = "nhwc_f16.wgsl";
 pub const INPUT_SHADER: &str = include_str!("../../shaders/nhwc_f16.wgsl");
 pub const WEIGHT_SHADER_NAME: &str = "pack_weights_f16.wgsl";
 pub const WEIGHT_SHADER: &str = include_str!("../../shaders/pack_weights_f16.wgsl");
+pub const SCALE_CHECK_SHADER_NAME: &str = "scale_check.wgsl";
+pub const SCALE_CHECK_SHADER: &str = include_str!("../../shaders/scale_check.wgsl");
 const SCALE_FUNCTIONS: &str = include_str!("../../shaders/scale.wgsl");
+/// The exponent the input's first preparation pass scales by (shaders/nhwc_f16.wgsl), and how far below the exact
+/// one it may lie and be kept (shaders/scale_check.wgsl): largest magnitudes in [2^-5, 2^6) keep 2^9, so inputs of
+/// ordinary magnitude are read once.
+const GUESS_EXPONENT: i32 = 9;
+const GUESS_SLACK: i32 = 10;
 /// Workgroup size of the two preparation shaders.
 const PREP_WORKGROUP_SIZE: usize = 256;
 /// Pixels x channels per workgroup of the input's preparation (`BLOCK` x `BLOCK` in the shader).
@@ -176,6 +184,9 @@ impl NhwcTile {
 /// The preparation shaders with the scale functions they call.
 pub fn input_shader() -> String {
     format!("{INPUT_SHADER}\n{SCALE_FUNCTIONS}")
+}
+pub fn scale_check_shader() -> String {
+    format!("{SCALE_CHECK_SHADER}\n{SCALE_FUNCTIONS}")
 }
 pub fn weight_shader() -> String {
     format!("{WEIGHT_SHADER}\n{SCALE_FUNCTIONS}")
@@ -369,6 +380,14 @@ struct InputParams {
     _pad: u32,
 }
 
+/// The uniform block `Params` of `shaders/scale_check.wgsl`, field for field.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct CheckParams {
+    chunks: u32,
+    _pad: [u32; 3],
+}
+
 /// The uniform block `Params` of `shaders/pack_weights_f16.wgsl`, field for field.
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -377,8 +396,9 @@ struct WeightParams {
     _pad: [u32; 3],
 }
 
-/// The kernel's operands, prepared on the GPU: both tensors' largest magnitudes (which set their power-of-two
-/// scales, slot 0 the input's, slot 1 the weight's), the padded f16 NHWC input and the packed f16 weight.
+/// The kernel's operands, prepared on the GPU: as f32 bits, slot 1 the weight's largest magnitude and slot 0 the
+/// input's or, where the guessed scale held, 2^(14 - GUESS_EXPONENT) (each sets its tensor's power-of-two scale,
+/// shaders/scale.wgsl), the padded f16 NHWC input and the packed f16 weight.
 struct Prepared {
     maxima: wgpu::Buffer,
     input: wgpu::Buffer,
@@ -398,35 +418,64 @@ fn encode_preparation(
     in_flight: &mut InFlight,
 ) -> Result<Prepared> {
     let (cin, cout) = (shape.in_channels, shape.out_channels);
-    let maxima = absmax::encode(ctx, &[input, weight], pass)?;
+    // Slot 1: the weight's largest magnitude; slot 0, the input's, comes from the input's first pass.
+    let maxima = absmax::encode_slots(ctx, &[(1, weight)], pass)?;
     ctx.scoped(|| {
-        // The input, padded, as f16 NHWC: one dispatch per input chunk (whole samples, `check`).
-        // Within one binding (`check`), so it fits u64.
+        // The input, padded, as f16 NHWC: one dispatch per input chunk (whole samples, `check`), at scale
+        // 2^GUESS_EXPONENT; then the scale check, and the same again at the exact scale where the guess does not
+        // hold (an indirect dispatch per chunk, of the first pass's workgroups or none). Within one binding
+        // (`check`), so the size fits u64.
         let xp = in_flight.keep(ctx.pool.get(&ctx.device, g.padded_bytes(shape, tile) as u64, STORAGE));
-        let consts = override_values(&[
-            ("C_IN", cin),
-            ("IN_H", shape.in_hw[0]),
-            ("IN_W", shape.in_hw[1]),
-            ("PAD_T", g.before[0]),
-            ("PAD_L", g.before[1]),
-            ("H_P", g.padded[0]),
-            ("W_P", g.padded[1]),
-            ("PIXEL_STRIDE", pixel_stride(shape)),
-        ]);
         let module = ctx.module_with(INPUT_SHADER_NAME, input_shader)?;
-        let pipeline =
-            ctx.pipeline(format!("nhwc_f16 {:?} {consts:?}", ctx.options().shader_checks), &module, &consts)?;
+        let pipeline = |fixup: bool| {
+            let mut consts = override_values(&[
+                ("C_IN", cin),
+                ("IN_H", shape.in_hw[0]),
+                ("IN_W", shape.in_hw[1]),
+                ("PAD_T", g.before[0]),
+                ("PAD_L", g.before[1]),
+                ("H_P", g.padded[0]),
+                ("W_P", g.padded[1]),
+                ("PIXEL_STRIDE", pixel_stride(shape)),
+            ]);
+            consts.extend([("FIXUP", f64::from(u8::from(fixup))), ("GUESS", GUESS_EXPONENT as f64)]);
+            ctx.pipeline(format!("nhwc_f16 {:?} {consts:?}", ctx.options().shader_checks), &module, &consts)
+        };
+        let (first, fixup) = (pipeline(false)?, pipeline(true)?);
         let blocks = g.padded[1].div_ceil(PREP_BLOCK) * cin.div_ceil(PREP_BLOCK);
-        for c in input.chunks() {
-            let samples = c.planes / cin;
-            let igrid = grid(ctx, samples * g.padded[0] * blocks);
-            let u = InputParams {
-                first_sample: (c.first_plane / cin) as u32,
-                samples: samples as u32,
-                dispatch_width: igrid.0,
-                _pad: 0,
-            };
-            dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &[&c.buffer, &xp, &maxima], igrid, 1);
+        let chunks: Vec<_> = input
+            .chunks()
+            .iter()
+            .map(|c| {
+                let samples = c.planes / cin;
+                let igrid = grid(ctx, samples * g.padded[0] * blocks);
+                let u = InputParams {
+                    first_sample: (c.first_plane / cin) as u32,
+                    samples: samples as u32,
+                    dispatch_width: igrid.0,
+                    _pad: 0,
+                };
+                (c, igrid, u)
+            })
+            .collect();
+        for (c, igrid, u) in &chunks {
+            dispatch_buffers(ctx, pass, &first, bytemuck::bytes_of(u), &[&c.buffer, &xp, &maxima], *igrid, 1);
+        }
+        let counts: Vec<u32> = chunks.iter().flat_map(|(_, (x, y), _)| [*x, *y, 1]).collect();
+        let counts = ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some("convt scale fix-up workgroups"),
+            contents: bytemuck::cast_slice(&counts),
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::INDIRECT,
+        });
+        let module = ctx.module_with(SCALE_CHECK_SHADER_NAME, scale_check_shader)?;
+        let consts = [("GUESS", GUESS_EXPONENT as f64), ("SLACK", GUESS_SLACK as f64)];
+        let check =
+            ctx.pipeline(format!("scale_check {:?} {consts:?}", ctx.options().shader_checks), &module, &consts)?;
+        let u = CheckParams { chunks: chunks.len() as u32, _pad: [0; 3] };
+        dispatch_buffers(ctx, pass, &check, bytemuck::bytes_of(&u), &[&maxima, &counts], (1, 1), 1);
+        for (i, (c, _, u)) in chunks.iter().enumerate() {
+            bind_buffers(ctx, pass, &fixup, bytemuck::bytes_of(u), &[&c.buffer, &xp, &maxima]);
+            pass.dispatch_workgroups_indirect(&counts, (12 * i) as u64);
         }
 
         // The weight as f16 [phase][tap][ic][oc], each phase's taps flipped: one dispatch per phase with taps.
@@ -667,9 +716,14 @@ mod tests {
             let (want_x, want_w) = expected_operands(&shape, &x, &w);
             for (name, got, want, values, slot) in [("input", got_x, want_x, &x, 0), ("weight", got_w, want_w, &w, 1)] {
                 let largest = values.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-                assert_eq!(maxima[slot], largest.to_bits(), "{name}'s largest magnitude");
-                // The scale brings the largest magnitude into [2^14, 2^15) (shaders/scale.wgsl).
-                let scale = 2f64.powi(14 - (largest as f64).log2().floor() as i32);
+                // The exact scale brings the largest magnitude into [2^14, 2^15) (shaders/scale.wgsl); the
+                // input keeps the guessed one where it lies at most GUESS_SLACK below (shaders/scale_check.wgsl).
+                let exact = 14 - (largest as f64).log2().floor() as i32;
+                let guessed = slot == 0 && (exact - GUESS_SLACK..=exact).contains(&GUESS_EXPONENT);
+                let (k, slot_value) =
+                    if guessed { (GUESS_EXPONENT, 2f32.powi(14 - GUESS_EXPONENT)) } else { (exact, largest) };
+                assert_eq!(maxima[slot], slot_value.to_bits(), "{name}'s largest magnitude (guess kept: {guessed})");
+                let scale = 2f64.powi(k);
                 for (i, (g, want)) in got.iter().zip(&want).enumerate().filter(|(_, (_, w))| !w.is_nan()) {
                     let want = want * scale;
                     // Rounding to f16: half an ulp, 2^-11 relative for normal values, 2^-25 for subnormal ones.

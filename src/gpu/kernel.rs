@@ -115,6 +115,18 @@ pub(crate) fn dispatch_buffers(
     (width, height): (u32, u32),
     layers: u32,
 ) {
+    bind_buffers(ctx, pass, pipeline, uniform, buffers);
+    pass.dispatch_workgroups(width, height, layers);
+}
+
+/// Sets `pipeline` with `uniform` bound at binding 0 and `buffers` at bindings 1, 2, ..., for a dispatch to follow.
+pub(crate) fn bind_buffers(
+    ctx: &GpuContext,
+    pass: &mut wgpu::ComputePass<'_>,
+    pipeline: &wgpu::ComputePipeline,
+    uniform: &[u8],
+    buffers: &[&wgpu::Buffer],
+) {
     let uniform = ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
         label: Some("convt dispatch"),
         contents: uniform,
@@ -136,7 +148,6 @@ pub(crate) fn dispatch_buffers(
     });
     pass.set_pipeline(pipeline);
     pass.set_bind_group(0, &bind_group, &[]);
-    pass.dispatch_workgroups(width, height, layers);
 }
 
 /// Encodes a weight-preparation kernel (one invocation per value it writes: the GEMM's packing, the Winograd

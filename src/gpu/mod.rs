@@ -242,6 +242,11 @@ pub fn shader_sources() -> Vec<(&'static str, String, String)> {
     v.extend(coop::COOP_TILES.iter().map(|t| (gemm::SHADER_NAME, t.name(), t.source())));
     v.extend(coop_nhwc::TILES.iter().map(|t| (coop_nhwc::SHADER_NAME, t.name(), t.source())));
     v.push((coop_nhwc::INPUT_SHADER_NAME, coop_nhwc::INPUT_SHADER_NAME.to_string(), coop_nhwc::input_shader()));
+    v.push((
+        coop_nhwc::SCALE_CHECK_SHADER_NAME,
+        coop_nhwc::SCALE_CHECK_SHADER_NAME.to_string(),
+        coop_nhwc::scale_check_shader(),
+    ));
     v.push((coop_nhwc::WEIGHT_SHADER_NAME, coop_nhwc::WEIGHT_SHADER_NAME.to_string(), coop_nhwc::weight_shader()));
     // The scale functions have no entry point of their own: validated inside the shaders that use them.
     v.push((
