@@ -9,13 +9,15 @@
 // the last channels writes the pad too). C_IN is a multiple of 16 (the kernel's `check`). One dispatch per input
 // chunk (its samples: the uniform's sample range).
 //
-// The scale, in two passes so that the input is read once when its magnitudes are ordinary (a separate pass for
-// the largest magnitude cost 6-12% of the whole convolution, docs/PERFORMANCE.md k8):
-// - the first pass (FIXUP false) scales by 2^GUESS and takes the input's largest finite magnitude into op_max[0]
-//   (as f32 bits, one atomic per workgroup, as shaders/absmax.wgsl does);
-// - shaders/scale_check.wgsl then keeps 2^GUESS where it loses nothing (shaders/scale_check.wgsl says when) and
-//   otherwise dispatches this shader again (FIXUP true, indirectly), scaling by the exponent op_max[0] asks for
-//   (shaders/scale.wgsl).
+// The scale, in two passes so that the input is read once where its magnitudes are like the last call's (a
+// separate pass for the largest magnitude cost 6-12% of the whole convolution, docs/PERFORMANCE.md k8):
+// - the first pass (FIXUP false) scales by 2^guess[0], the exponent the last call of this shape on this context
+//   found, and takes the input's largest finite magnitude into op_max[0] (as f32 bits, one atomic per workgroup,
+//   as shaders/absmax.wgsl does);
+// - shaders/scale_check.wgsl then compares the guess with the exponent op_max[0] asks for (shaders/scale.wgsl);
+//   where they differ, it keeps the new exponent as the next guess and this shader runs again (FIXUP true,
+//   dispatched indirectly), scaling by that exponent. The result is the same either way.
+
 enable f16;
 
 override C_IN: u32;
@@ -27,7 +29,6 @@ override H_P: u32;
 override W_P: u32;
 override PIXEL_STRIDE: u32;
 override FIXUP: bool;
-override GUESS: i32;
 
 struct Params {
     first_sample: u32,   // the chunk's first sample (index into the whole padded tensor)
@@ -40,6 +41,7 @@ struct Params {
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read_write> xp: array<vec4<f16>>; // 4 channels of a pixel each
 @group(0) @binding(3) var<storage, read_write> op_max: array<atomic<u32>>;
+@group(0) @binding(4) var<storage, read> guess: array<i32>; // the scale exponent of the first pass
 
 const BLOCK: u32 = 32u;
 var<workgroup> tile: array<f32, BLOCK * (BLOCK + 1u)>; // [channel][pixel], rows padded against bank conflicts
@@ -47,7 +49,7 @@ var<workgroup> largest: atomic<u32>; // the block's largest finite magnitude, as
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    var k = GUESS;
+    var k = guess[0];
     if (FIXUP) {
         k = min(scale_exponent(atomicLoad(&op_max[0])), 127);
     }

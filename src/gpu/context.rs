@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use wgpu::util::DeviceExt;
 
 use crate::error::{ConvtError, Result};
 use crate::gpu::buffers::BufferPool;
@@ -214,6 +215,8 @@ pub struct GpuContext {
     health: Arc<Mutex<DeviceHealth>>,
     modules: Mutex<HashMap<String, Arc<wgpu::ShaderModule>>>,
     pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
+    /// State the kernels keep on the GPU from one call to the next, one i32 each: see [`GpuContext::kept_i32`].
+    kept: Mutex<HashMap<String, wgpu::Buffer>>,
     pub(crate) pool: BufferPool,
     /// Bound where a kernel declares a binding it does not read (a bias the call has not): never written and
     /// never pooled, so any number of calls may bind it at once.
@@ -321,6 +324,7 @@ impl GpuContext {
             health,
             modules: Mutex::new(HashMap::new()),
             pipelines: Mutex::new(HashMap::new()),
+            kept: Mutex::new(HashMap::new()),
             pool: BufferPool::default(),
             tuned,
         })
@@ -428,6 +432,22 @@ impl GpuContext {
         let module = Arc::new(module);
         lock(&self.modules).insert(name.to_owned(), module.clone());
         Ok(module)
+    }
+
+    /// A one-i32 storage buffer kept under `key` for the context's lifetime, holding `initial` when first made: a
+    /// value that one call's shaders leave for the next call's (the padded-NHWC kernel's guess of its input's
+    /// scale). Calls on one queue run in order, so each reads what the one before it wrote.
+    pub(crate) fn kept_i32(&self, key: String, initial: i32) -> wgpu::Buffer {
+        lock(&self.kept)
+            .entry(key)
+            .or_insert_with(|| {
+                self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                    label: Some("convt kept value"),
+                    contents: bytemuck::bytes_of(&initial),
+                    usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+                })
+            })
+            .clone()
     }
 
     /// A compute pipeline for `module` specialised by its override `constants`, cached under `key`.

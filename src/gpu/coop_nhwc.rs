@@ -23,11 +23,9 @@ pub const WEIGHT_SHADER: &str = include_str!("../../shaders/pack_weights_f16.wgs
 pub const SCALE_CHECK_SHADER_NAME: &str = "scale_check.wgsl";
 pub const SCALE_CHECK_SHADER: &str = include_str!("../../shaders/scale_check.wgsl");
 const SCALE_FUNCTIONS: &str = include_str!("../../shaders/scale.wgsl");
-/// The exponent the input's first preparation pass scales by (shaders/nhwc_f16.wgsl), and how far below the exact
-/// one it may lie and be kept (shaders/scale_check.wgsl): largest magnitudes in [2^-5, 2^6) keep 2^9, so inputs of
-/// ordinary magnitude are read once.
-const GUESS_EXPONENT: i32 = 9;
-const GUESS_SLACK: i32 = 10;
+/// The input's scale exponent (shaders/scale.wgsl) the first call of a shape on a context guesses: that of largest
+/// magnitudes in [1, 2). Later calls guess the exponent the call before them found (shaders/scale_check.wgsl).
+const FIRST_SCALE_GUESS: i32 = 14;
 /// Workgroup size of the two preparation shaders.
 const PREP_WORKGROUP_SIZE: usize = 256;
 /// Pixels x channels per workgroup of the input's preparation (`BLOCK` x `BLOCK` in the shader).
@@ -396,9 +394,8 @@ struct WeightParams {
     _pad: [u32; 3],
 }
 
-/// The kernel's operands, prepared on the GPU: as f32 bits, slot 1 the weight's largest magnitude and slot 0 the
-/// input's or, where the guessed scale held, 2^(14 - GUESS_EXPONENT) (each sets its tensor's power-of-two scale,
-/// shaders/scale.wgsl), the padded f16 NHWC input and the packed f16 weight.
+/// The kernel's operands, prepared on the GPU: both tensors' largest magnitudes (which set their power-of-two
+/// scales, slot 0 the input's, slot 1 the weight's), the padded f16 NHWC input and the packed f16 weight.
 struct Prepared {
     maxima: wgpu::Buffer,
     input: wgpu::Buffer,
@@ -421,11 +418,12 @@ fn encode_preparation(
     // Slot 1: the weight's largest magnitude; slot 0, the input's, comes from the input's first pass.
     let maxima = absmax::encode_slots(ctx, &[(1, weight)], pass)?;
     ctx.scoped(|| {
-        // The input, padded, as f16 NHWC: one dispatch per input chunk (whole samples, `check`), at scale
-        // 2^GUESS_EXPONENT; then the scale check, and the same again at the exact scale where the guess does not
-        // hold (an indirect dispatch per chunk, of the first pass's workgroups or none). Within one binding
-        // (`check`), so the size fits u64.
+        // The input, padded, as f16 NHWC: one dispatch per input chunk (whole samples, `check`), at the scale the
+        // last call of this shape found; then the scale check, and the same again at this input's own scale where
+        // that differs (an indirect dispatch per chunk, of the first pass's workgroups or none). Within one
+        // binding (`check`), so the size fits u64.
         let xp = in_flight.keep(ctx.pool.get(&ctx.device, g.padded_bytes(shape, tile) as u64, STORAGE));
+        let guess = ctx.kept_i32(format!("coop_nhwc input scale {shape:?}"), FIRST_SCALE_GUESS);
         let module = ctx.module_with(INPUT_SHADER_NAME, input_shader)?;
         let pipeline = |fixup: bool| {
             let mut consts = override_values(&[
@@ -438,7 +436,7 @@ fn encode_preparation(
                 ("W_P", g.padded[1]),
                 ("PIXEL_STRIDE", pixel_stride(shape)),
             ]);
-            consts.extend([("FIXUP", f64::from(u8::from(fixup))), ("GUESS", GUESS_EXPONENT as f64)]);
+            consts.push(("FIXUP", f64::from(u8::from(fixup))));
             ctx.pipeline(format!("nhwc_f16 {:?} {consts:?}", ctx.options().shader_checks), &module, &consts)
         };
         let (first, fixup) = (pipeline(false)?, pipeline(true)?);
@@ -459,7 +457,7 @@ fn encode_preparation(
             })
             .collect();
         for (c, igrid, u) in &chunks {
-            dispatch_buffers(ctx, pass, &first, bytemuck::bytes_of(u), &[&c.buffer, &xp, &maxima], *igrid, 1);
+            dispatch_buffers(ctx, pass, &first, bytemuck::bytes_of(u), &[&c.buffer, &xp, &maxima, &guess], *igrid, 1);
         }
         let counts: Vec<u32> = chunks.iter().flat_map(|(_, (x, y), _)| [*x, *y, 1]).collect();
         let counts = ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
@@ -468,13 +466,11 @@ fn encode_preparation(
             usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::INDIRECT,
         });
         let module = ctx.module_with(SCALE_CHECK_SHADER_NAME, scale_check_shader)?;
-        let consts = [("GUESS", GUESS_EXPONENT as f64), ("SLACK", GUESS_SLACK as f64)];
-        let check =
-            ctx.pipeline(format!("scale_check {:?} {consts:?}", ctx.options().shader_checks), &module, &consts)?;
+        let check = ctx.pipeline(format!("scale_check {:?}", ctx.options().shader_checks), &module, &[])?;
         let u = CheckParams { chunks: chunks.len() as u32, _pad: [0; 3] };
-        dispatch_buffers(ctx, pass, &check, bytemuck::bytes_of(&u), &[&maxima, &counts], (1, 1), 1);
+        dispatch_buffers(ctx, pass, &check, bytemuck::bytes_of(&u), &[&maxima, &counts, &guess], (1, 1), 1);
         for (i, (c, _, u)) in chunks.iter().enumerate() {
-            bind_buffers(ctx, pass, &fixup, bytemuck::bytes_of(u), &[&c.buffer, &xp, &maxima]);
+            bind_buffers(ctx, pass, &fixup, bytemuck::bytes_of(u), &[&c.buffer, &xp, &maxima, &guess]);
             pass.dispatch_workgroups_indirect(&counts, (12 * i) as u64);
         }
 
@@ -675,7 +671,7 @@ mod tests {
         let cases: &[Case] = &[
             ([[5, 7], [3, 5], [1, 1], [1, 4], [0, 0], [2, 1]], [16, 32], 1e3),
             ([[4, 6], [4, 4], [2, 2], [1, 1], [0, 0], [1, 1]], [32, 64], 1e-6),
-            ([[3, 5], [2, 3], [4, 2], [0, 3], [3, 1], [2, 4]], [48, 32], 1.0),
+            ([[3, 5], [2, 3], [4, 2], [0, 3], [3, 1], [2, 4]], [48, 32], 1.5),
         ];
         for &([in_hw, kernel, stride, padding, output_padding, dilation], [cin, cout], magnitude) in cases {
             let (in_hw, kernel) = (in_hw.map(|v| v as usize), kernel.map(|v| v as usize));
@@ -683,52 +679,61 @@ mod tests {
             let batch = 2;
             let shape =
                 params.resolve(&[batch, cin, in_hw[0], in_hw[1]], &[cin, cout, kernel[0], kernel[1]], None).unwrap();
-            let mut draw = |n: usize, m: f32| (0..n).map(|_| m * rng.random_range(-1.0f32..1.0)).collect::<Vec<_>>();
-            let (x, w) =
-                (draw(batch * cin * in_hw[0] * in_hw[1], magnitude), draw(cin * cout * kernel[0] * kernel[1], 0.1));
-            let upload = |dims: Vec<usize>, data: &[f32]| {
-                GpuTensor::upload(&ctx, &crate::Tensor::new(dims, data.to_vec()).unwrap()).unwrap()
-            };
-            let (xg, wg) = (upload(shape.input_dims(), &x), upload(shape.weight_dims(), &w));
             let (tile, g) = (TILES[0], Geometry::of(&shape));
-            let sizes = [g.padded_bytes(&shape, &tile) as u64, g.weight_bytes(&shape)];
-            let poisoned: Vec<_> = sizes.iter().map(|&size| ctx.pool.get(&ctx.device, size, STORAGE)).collect();
-            for b in &poisoned {
-                ctx.queue.write_buffer(b, 0, &vec![0xff; b.size() as usize]); // f16 NaN
-            }
-            drop(poisoned); // back to the pool, for the preparation to take
-            let created = ctx.pool.stats().0;
-            let mut encoder = ctx.device.create_command_encoder(&Default::default());
-            let mut in_flight = InFlight::default();
-            let prepared = {
-                let mut pass = encoder.begin_compute_pass(&Default::default());
-                encode_preparation(&ctx, &shape, &tile, &g, &xg, &wg, &mut pass, &mut in_flight).unwrap()
-            };
-            ctx.queue.submit([encoder.finish()]);
-            assert_eq!(ctx.pool.stats().0, created, "the preparation did not take the poisoned buffers");
+            // Three calls of the shape: the first pass scales by the last call's exponent (the first call's guess,
+            // then the exponent found), so the second call keeps its first pass's copy and the first and third
+            // (2^20 smaller) are rewritten by the fix-up.
+            for m in [magnitude, magnitude, magnitude * 2f32.powi(-20)] {
+                let mut draw =
+                    |n: usize, m: f32| (0..n).map(|_| m * rng.random_range(-1.0f32..1.0)).collect::<Vec<_>>();
+                let (x, w) =
+                    (draw(batch * cin * in_hw[0] * in_hw[1], m), draw(cin * cout * kernel[0] * kernel[1], 0.1));
+                let upload = |dims: Vec<usize>, data: &[f32]| {
+                    GpuTensor::upload(&ctx, &crate::Tensor::new(dims, data.to_vec()).unwrap()).unwrap()
+                };
+                let (xg, wg) = (upload(shape.input_dims(), &x), upload(shape.weight_dims(), &w));
+                let sizes = [g.padded_bytes(&shape, &tile) as u64, g.weight_bytes(&shape)];
+                let poisoned: Vec<_> = sizes.iter().map(|&size| ctx.pool.get(&ctx.device, size, STORAGE)).collect();
+                for b in &poisoned {
+                    ctx.queue.write_buffer(b, 0, &vec![0xff; b.size() as usize]);
+                    // f16 NaN
+                }
+                drop(poisoned); // back to the pool, for the preparation to take
+                let created = ctx.pool.stats().0;
+                let mut encoder = ctx.device.create_command_encoder(&Default::default());
+                let mut in_flight = InFlight::default();
+                let prepared = {
+                    let mut pass = encoder.begin_compute_pass(&Default::default());
+                    encode_preparation(&ctx, &shape, &tile, &g, &xg, &wg, &mut pass, &mut in_flight).unwrap()
+                };
+                ctx.queue.submit([encoder.finish()]);
+                assert_eq!(ctx.pool.stats().0, created, "the preparation did not take the poisoned buffers");
 
-            let halves = |bytes: Vec<u8>| -> Vec<f64> {
-                bytes.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f64()).collect()
-            };
-            let read = |b: &wgpu::Buffer| read_back(&ctx, b, b.size(), <[u8]>::to_vec).unwrap();
-            let maxima: Vec<u32> = bytemuck::cast_slice(&read(&prepared.maxima)).to_vec();
-            let (got_x, got_w) = (halves(read(&prepared.input)), halves(read(&prepared.weight)));
-            let (want_x, want_w) = expected_operands(&shape, &x, &w);
-            for (name, got, want, values, slot) in [("input", got_x, want_x, &x, 0), ("weight", got_w, want_w, &w, 1)] {
-                let largest = values.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-                // The exact scale brings the largest magnitude into [2^14, 2^15) (shaders/scale.wgsl); the
-                // input keeps the guessed one where it lies at most GUESS_SLACK below (shaders/scale_check.wgsl).
-                let exact = 14 - (largest as f64).log2().floor() as i32;
-                let guessed = slot == 0 && (exact - GUESS_SLACK..=exact).contains(&GUESS_EXPONENT);
-                let (k, slot_value) =
-                    if guessed { (GUESS_EXPONENT, 2f32.powi(14 - GUESS_EXPONENT)) } else { (exact, largest) };
-                assert_eq!(maxima[slot], slot_value.to_bits(), "{name}'s largest magnitude (guess kept: {guessed})");
-                let scale = 2f64.powi(k);
-                for (i, (g, want)) in got.iter().zip(&want).enumerate().filter(|(_, (_, w))| !w.is_nan()) {
-                    let want = want * scale;
-                    // Rounding to f16: half an ulp, 2^-11 relative for normal values, 2^-25 for subnormal ones.
-                    let bound = want.abs() * 2f64.powi(-11) + 2f64.powi(-25);
-                    assert!((g - want).abs() <= bound, "{shape:?}: {name} half {i}: {g} against {want}");
+                let halves = |bytes: Vec<u8>| -> Vec<f64> {
+                    bytes.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f64()).collect()
+                };
+                let read = |b: &wgpu::Buffer| read_back(&ctx, b, b.size(), <[u8]>::to_vec).unwrap();
+                let maxima: Vec<u32> = bytemuck::cast_slice(&read(&prepared.maxima)).to_vec();
+                let (got_x, got_w) = (halves(read(&prepared.input)), halves(read(&prepared.weight)));
+                let (want_x, want_w) = expected_operands(&shape, &x, &w);
+                let guess = read(&ctx.kept_i32(format!("coop_nhwc input scale {shape:?}"), FIRST_SCALE_GUESS));
+                for (name, got, want, values, slot) in
+                    [("input", got_x, want_x, &x, 0), ("weight", got_w, want_w, &w, 1)]
+                {
+                    let largest = values.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                    assert_eq!(maxima[slot], largest.to_bits(), "{name}'s largest magnitude");
+                    // The scale brings the largest magnitude into [2^14, 2^15) (shaders/scale.wgsl).
+                    let k = 14 - (largest as f64).log2().floor() as i32;
+                    if slot == 0 {
+                        assert_eq!(bytemuck::pod_read_unaligned::<i32>(&guess), k, "the next call's guess");
+                    }
+                    let scale = 2f64.powi(k);
+                    for (i, (g, want)) in got.iter().zip(&want).enumerate().filter(|(_, (_, w))| !w.is_nan()) {
+                        let want = want * scale;
+                        // Rounding to f16: half an ulp, 2^-11 relative for normal values, 2^-25 for subnormal ones.
+                        let bound = want.abs() * 2f64.powi(-11) + 2f64.powi(-25);
+                        assert!((g - want).abs() <= bound, "{shape:?}: {name} half {i}: {g} against {want} ({m:e})");
+                    }
                 }
             }
         }
