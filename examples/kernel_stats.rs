@@ -1,4 +1,5 @@
-//! What the Vulkan driver compiled convt's exact kernels into: registers, spills, workgroup memory and whatever
+//! What the Vulkan driver compiled convt's kernels into (the tensor-core ones too where the device has cooperative
+//! matrices): registers, spills, workgroup memory and whatever
 //! else it reports through `VK_KHR_pipeline_executable_properties`, per kernel and suite case.
 //!
 //! A diagnostic for kernel work (docs/PERFORMANCE.md): a register tile that spills, or one whose register count
@@ -8,8 +9,9 @@
 //! the extension nor asks for the statistics.
 //!
 //! ```sh
-//! cargo run --release --example kernel_stats -- [--case kb57 kb69 ...] [--strategy gemm_64x64x16_4x4 ...] [--ir DIR]
+//! cargo run --release --example kernel_stats -- [--case kb57 kb69 ...] [--strategy gemm_64x64x16_4x4 ...] [--fast] [--ir DIR]
 //! ```
+//! Without `--strategy`, every exact candidate, or with `--fast` every candidate of precision `fast`.
 //! `--ir DIR` also writes every internal representation the driver offers (one file per kernel and case; NVIDIA's
 //! 580 driver offers none, Mesa's hardware drivers do). The statistics need a driver with the extension (NVIDIA's
 //! has it; Mesa's software driver does not, and there the kernels are only built). Seen on the H100: register
@@ -76,6 +78,7 @@ fn main() -> Result<()> {
     let mut cases = vec!["kb57".to_string(), "kb69".into(), "kb81".into()];
     let mut names: Vec<String> = Vec::new();
     let mut ir_dir: Option<std::path::PathBuf> = None;
+    let mut fast = false;
     let mut args = std::env::args().skip(1).peekable();
     while let Some(a) = args.next() {
         let mut values = Vec::new();
@@ -85,11 +88,14 @@ fn main() -> Result<()> {
         match a.as_str() {
             "--case" => cases = values,
             "--strategy" => names = values,
+            "--fast" => fast = true,
             "--ir" => ir_dir = values.into_iter().next().map(Into::into),
-            _ => bail!("unknown argument {a} (expected --case, --strategy, --ir)"),
+            _ => bail!("unknown argument {a} (expected --case, --strategy, --fast, --ir)"),
         }
     }
-    let strategies: Vec<Strategy> = if names.is_empty() {
+    let strategies: Vec<Strategy> = if names.is_empty() && fast {
+        Strategy::fast_candidates()
+    } else if names.is_empty() {
         Strategy::candidates()
     } else {
         names
@@ -129,11 +135,32 @@ fn main() -> Result<()> {
         let queues = [vk::DeviceQueueCreateInfo::default().queue_family_index(family).queue_priorities(&priorities)];
         let mut exec =
             vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default().pipeline_executable_info(true);
-        let extensions = [ext.as_ptr()];
+        // The tensor-core kernels need what wgpu enables for them: cooperative matrices, f16 in shaders and in
+        // storage buffers, and the Vulkan memory model (wgpu-hal's vulkan/adapter.rs).
+        let coop_ext = ash::khr::cooperative_matrix::NAME;
+        let has_coop = instance
+            .enumerate_device_extension_properties(pd)?
+            .iter()
+            .any(|e| e.extension_name_as_c_str().ok() == Some(coop_ext));
+        let mut coop = vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default().cooperative_matrix(true);
+        let mut v11 = vk::PhysicalDeviceVulkan11Features::default()
+            .storage_buffer16_bit_access(true)
+            .uniform_and_storage_buffer16_bit_access(true);
+        let mut v12 = vk::PhysicalDeviceVulkan12Features::default()
+            .shader_float16(true)
+            .vulkan_memory_model(true)
+            .vulkan_memory_model_device_scope(true);
+        let mut extensions = Vec::new();
         let mut create = vk::DeviceCreateInfo::default().queue_create_infos(&queues);
         if has {
-            create = create.enabled_extension_names(&extensions).push_next(&mut exec);
+            extensions.push(ext.as_ptr());
+            create = create.push_next(&mut exec);
         }
+        if has_coop {
+            extensions.push(coop_ext.as_ptr());
+            create = create.push_next(&mut coop).push_next(&mut v11).push_next(&mut v12);
+        }
+        create = create.enabled_extension_names(&extensions);
         let device = instance.create_device(pd, &create, None)?;
         let exec_props = ash::khr::pipeline_executable_properties::Device::new(&instance, &device);
 
@@ -141,6 +168,10 @@ fn main() -> Result<()> {
             let case = convt::suite::find(case_name).ok_or_else(|| anyhow!("no case {case_name}"))?;
             let shape = case.params.resolve(&case.input_dims(), &case.weight_dims(), None)?;
             for s in &strategies {
+                if matches!(s, Strategy::Coop(_) | Strategy::CoopNhwc(_)) && !has_coop {
+                    println!("{:<6} {:<24} skipped: this device has no cooperative matrices", case.name, s.name());
+                    continue;
+                }
                 // The Winograd tiles take stride-1 shapes with small enough kernels only.
                 let (source, constants) = match s.shader(&shape, case.bias) {
                     Ok(shader) => shader,
