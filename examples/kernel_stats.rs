@@ -141,7 +141,25 @@ fn main() -> Result<()> {
         let has_coop = instance
             .enumerate_device_extension_properties(pd)?
             .iter()
-            .any(|e| e.extension_name_as_c_str().ok() == Some(coop_ext));
+            .any(|e| e.extension_name_as_c_str().ok() == Some(coop_ext))
+            && {
+                let mut coop = vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default();
+                let mut v11 = vk::PhysicalDeviceVulkan11Features::default();
+                let mut v12 = vk::PhysicalDeviceVulkan12Features::default();
+                let mut all =
+                    vk::PhysicalDeviceFeatures2::default().push_next(&mut coop).push_next(&mut v11).push_next(&mut v12);
+                instance.get_physical_device_features2(pd, &mut all);
+                [
+                    coop.cooperative_matrix,
+                    v11.storage_buffer16_bit_access,
+                    v11.uniform_and_storage_buffer16_bit_access,
+                    v12.shader_float16,
+                    v12.vulkan_memory_model,
+                    v12.vulkan_memory_model_device_scope,
+                ]
+                .iter()
+                .all(|&f| f == vk::TRUE)
+            };
         let mut coop = vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default().cooperative_matrix(true);
         let mut v11 = vk::PhysicalDeviceVulkan11Features::default()
             .storage_buffer16_bit_access(true)

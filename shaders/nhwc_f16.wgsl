@@ -11,9 +11,10 @@
 //
 // The scale, in two passes so that the input is read once where its magnitudes are like the last call's (a
 // separate pass for the largest magnitude cost 6-12% of the whole convolution, docs/PERFORMANCE.md k8):
-// - the first pass (FIXUP false) scales by 2^guess[0], the exponent the last call of this shape on this context
-//   found, and takes the input's largest finite magnitude into op_max[0] (as f32 bits, one atomic per workgroup,
-//   as shaders/absmax.wgsl does);
+// - the first pass (FIXUP false) scales by 2^guess[0], the exponent the last call of this shape (any batch size)
+//   on this context found, and takes the largest finite magnitude of the values it copies into op_max[0] (as f32
+//   bits, one atomic per workgroup, as shaders/absmax.wgsl does; input rows or columns past H_P or W_P, which no
+//   output reads, do not count);
 // - shaders/scale_check.wgsl then compares the guess with the exponent op_max[0] asks for (shaders/scale.wgsl);
 //   where they differ, it keeps the new exponent as the next guess and this shader runs again (FIXUP true,
 //   dispatched indirectly), scaling by that exponent. The result is the same either way.

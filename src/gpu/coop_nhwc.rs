@@ -378,6 +378,12 @@ struct InputParams {
     _pad: u32,
 }
 
+/// Where the context keeps a shape's guess of its input's scale exponent: per layer geometry, not per batch size
+/// (a layer's last batch is often smaller; its inputs' magnitudes are the same).
+fn scale_guess_key(shape: &ConvShape) -> String {
+    format!("coop_nhwc input scale {:?}", ConvShape { batch: 0, ..*shape })
+}
+
 /// The uniform block `Params` of `shaders/scale_check.wgsl`, field for field.
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -398,6 +404,9 @@ struct WeightParams {
 /// scales, slot 0 the input's, slot 1 the weight's), the padded f16 NHWC input and the packed f16 weight.
 struct Prepared {
     maxima: wgpu::Buffer,
+    /// The input's fix-up dispatches (x, y, z workgroups per input chunk): zero where the guessed scale held.
+    #[cfg_attr(not(test), allow(dead_code))] // the preparation test reads it: which path ran
+    fixup_counts: wgpu::Buffer,
     input: wgpu::Buffer,
     weight: wgpu::Buffer,
 }
@@ -423,7 +432,7 @@ fn encode_preparation(
         // that differs (an indirect dispatch per chunk, of the first pass's workgroups or none). Within one
         // binding (`check`), so the size fits u64.
         let xp = in_flight.keep(ctx.pool.get(&ctx.device, g.padded_bytes(shape, tile) as u64, STORAGE));
-        let guess = ctx.kept_i32(format!("coop_nhwc input scale {shape:?}"), FIRST_SCALE_GUESS);
+        let guess = ctx.kept_i32(scale_guess_key(shape), FIRST_SCALE_GUESS);
         let module = ctx.module_with(INPUT_SHADER_NAME, input_shader)?;
         let pipeline = |fixup: bool| {
             let mut consts = override_values(&[
@@ -463,7 +472,7 @@ fn encode_preparation(
         let counts = ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
             label: Some("convt scale fix-up workgroups"),
             contents: bytemuck::cast_slice(&counts),
-            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::INDIRECT,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::INDIRECT | wgpu::BufferUsages::COPY_SRC,
         });
         let module = ctx.module_with(SCALE_CHECK_SHADER_NAME, scale_check_shader)?;
         let check = ctx.pipeline(format!("scale_check {:?}", ctx.options().shader_checks), &module, &[])?;
@@ -500,7 +509,7 @@ fn encode_preparation(
             dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &[w, &wpk, &maxima], wgrid, 1);
         }
 
-        Ok(Prepared { maxima, input: xp, weight: wpk })
+        Ok(Prepared { maxima, fixup_counts: counts, input: xp, weight: wpk })
     })
 }
 
@@ -527,7 +536,7 @@ pub(crate) fn encode(
     }
     let g = Geometry::of(shape);
     let cout = shape.out_channels;
-    let Prepared { maxima, input: xp, weight: wpk } =
+    let Prepared { maxima, input: xp, weight: wpk, .. } =
         encode_preparation(ctx, shape, tile, &g, input, weight, pass, in_flight)?;
 
     ctx.scoped(|| {
@@ -672,6 +681,9 @@ mod tests {
             ([[5, 7], [3, 5], [1, 1], [1, 4], [0, 0], [2, 1]], [16, 32], 1e3),
             ([[4, 6], [4, 4], [2, 2], [1, 1], [0, 0], [1, 1]], [32, 64], 1e-6),
             ([[3, 5], [2, 3], [4, 2], [0, 3], [3, 1], [2, 4]], [48, 32], 1.5),
+            // Padding crops input rows and columns; the input's last value, in a cropped column, is 1e4 times the
+            // others' magnitude: the copy neither writes it nor takes it for the scale.
+            ([[6, 7], [1, 1], [1, 1], [1, 2], [0, 0], [1, 1]], [16, 32], 40.0),
         ];
         for &([in_hw, kernel, stride, padding, output_padding, dilation], [cin, cout], magnitude) in cases {
             let (in_hw, kernel) = (in_hw.map(|v| v as usize), kernel.map(|v| v as usize));
@@ -681,13 +693,18 @@ mod tests {
                 params.resolve(&[batch, cin, in_hw[0], in_hw[1]], &[cin, cout, kernel[0], kernel[1]], None).unwrap();
             let (tile, g) = (TILES[0], Geometry::of(&shape));
             // Three calls of the shape: the first pass scales by the last call's exponent (the first call's guess,
-            // then the exponent found), so the second call keeps its first pass's copy and the first and third
-            // (2^20 smaller) are rewritten by the fix-up.
+            // then the exponent found), so the second call keeps its first pass's copy, the third (2^20 smaller)
+            // is rewritten by the fix-up, and the first is kept or rewritten as its magnitude meets the first
+            // guess or not (1.5 does; the others do not).
+            let mut guess_before = FIRST_SCALE_GUESS;
             for m in [magnitude, magnitude, magnitude * 2f32.powi(-20)] {
                 let mut draw =
                     |n: usize, m: f32| (0..n).map(|_| m * rng.random_range(-1.0f32..1.0)).collect::<Vec<_>>();
-                let (x, w) =
+                let (mut x, w) =
                     (draw(batch * cin * in_hw[0] * in_hw[1], m), draw(cin * cout * kernel[0] * kernel[1], 0.1));
+                if kernel == [1, 1] {
+                    *x.last_mut().unwrap() = 1e4 * m;
+                }
                 let upload = |dims: Vec<usize>, data: &[f32]| {
                     GpuTensor::upload(&ctx, &crate::Tensor::new(dims, data.to_vec()).unwrap()).unwrap()
                 };
@@ -716,9 +733,17 @@ mod tests {
                 let maxima: Vec<u32> = bytemuck::cast_slice(&read(&prepared.maxima)).to_vec();
                 let (got_x, got_w) = (halves(read(&prepared.input)), halves(read(&prepared.weight)));
                 let (want_x, want_w) = expected_operands(&shape, &x, &w);
-                let guess = read(&ctx.kept_i32(format!("coop_nhwc input scale {shape:?}"), FIRST_SCALE_GUESS));
+                let guess = read(&ctx.kept_i32(scale_guess_key(&shape), FIRST_SCALE_GUESS));
+                let counts: Vec<u32> = bytemuck::cast_slice(&read(&prepared.fixup_counts)).to_vec();
+                // The input's largest magnitude is that of the values the copy reads (not those in input rows or
+                // columns that padding crops past the padded image: the last case's huge value); the weight's, of
+                // all its values.
+                let copied: Vec<f32> = want_x.iter().filter(|v| !v.is_nan()).map(|&v| v as f32).collect();
+                if kernel == [1, 1] {
+                    assert!(copied.iter().all(|v| v.abs() <= m), "the cropped value is in the padded input");
+                }
                 for (name, got, want, values, slot) in
-                    [("input", got_x, want_x, &x, 0), ("weight", got_w, want_w, &w, 1)]
+                    [("input", got_x, want_x, &copied, 0), ("weight", got_w, want_w, &w, 1)]
                 {
                     let largest = values.iter().fold(0.0f32, |m, v| m.max(v.abs()));
                     assert_eq!(maxima[slot], largest.to_bits(), "{name}'s largest magnitude");
@@ -726,6 +751,13 @@ mod tests {
                     let k = 14 - (largest as f64).log2().floor() as i32;
                     if slot == 0 {
                         assert_eq!(bytemuck::pod_read_unaligned::<i32>(&guess), k, "the next call's guess");
+                        // The fix-up dispatches workgroups exactly where the guess missed.
+                        assert_eq!(
+                            counts[0] != 0,
+                            guess_before != k,
+                            "fix-up workgroups {counts:?}, guessed {guess_before}, needed {k}"
+                        );
+                        guess_before = k;
                     }
                     let scale = 2f64.powi(k);
                     for (i, (g, want)) in got.iter().zip(&want).enumerate().filter(|(_, (_, w))| !w.is_nan()) {

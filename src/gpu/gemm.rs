@@ -116,7 +116,7 @@ impl Parts {
 }
 
 /// The module-scope code of the f16-operand variants: the operand maxima (binding 5, written by
-/// shaders/absmax.wgsl) and the scaling by powers of two. Each operand's scale 2^k has k capped at 127, so it is
+/// shaders/absmax.wgsl; the padded-NHWC kernel's input maximum by its copy, shaders/nhwc_f16.wgsl) and the scaling by powers of two. Each operand's scale 2^k has k capped at 127, so it is
 /// one normal f32 and staging a value costs one exact multiplication (k would exceed 127 only for a tensor
 /// whose largest magnitude is below 2^-113; with the cap, every normal f32 value of it still lands in f16's
 /// normal range). The products' inverse scale can lie beyond f32's exponents; it is applied once per output,
