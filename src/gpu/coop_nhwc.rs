@@ -712,8 +712,8 @@ mod tests {
                 let sizes = [g.padded_bytes(&shape, &tile) as u64, g.weight_bytes(&shape)];
                 let poisoned: Vec<_> = sizes.iter().map(|&size| ctx.pool.get(&ctx.device, size, STORAGE)).collect();
                 for b in &poisoned {
+                    // 0xffff is an f16 NaN.
                     ctx.queue.write_buffer(b, 0, &vec![0xff; b.size() as usize]);
-                    // f16 NaN
                 }
                 drop(poisoned); // back to the pool, for the preparation to take
                 let created = ctx.pool.stats().0;
