@@ -25,8 +25,17 @@
 // Tiling. A workgroup of SG_M x SG_N subgroups computes BM = SG_M * WM pixels x BN = SG_N * WN output
 // channels; each subgroup a WM x WN block as (WM/16) x (WN/16) named f32 accumulators (generated: ACC_DECL,
 // MATH). Neighbouring workgroups take the channel tiles of the same pixels (they share A in L2). The epilogue
-// (EPILOGUE, generated) moves each accumulator column through workgroup memory so that the lanes store
-// consecutive output pixels of the phase (coalesced at stride 1), unscaled, with the bias added.
+// (EPILOGUE, generated) moves each accumulator column through workgroup memory, 32 pixels at a time, so that the
+// lanes store consecutive output pixels of the phase (coalesced at stride 1), unscaled, with the bias added.
+//
+// Two K loops, one per tile kind (the generator keeps one section). Direct: every fragment loads from storage.
+// Staged rows: the taps of one kernel row read the same input pixels shifted by D_W, so the workgroup copies the
+// BM + (taps - 1) * D_W pixels of up to TAPS_PER_STAGE taps (STAGE_C channels at a time) into workgroup memory once
+// and loads their A fragments from there, in the padded layout (B stays in storage). That halves the loads from
+// storage, which bound the direct loop (docs/PERFORMANCE.md, s1: its products alone run 4x faster). Workgroup
+// memory is kept small: on the H100's driver all workgroups on a multiprocessor share about 48 KiB of it, so every
+// KiB a workgroup declares can cost a workgroup per multiprocessor (s2). With 128 x 128 tiles (four subgroups
+// sharing the staged rows) this form beat the direct one on kb69 (s4); with 64 output channels it lost.
 
 override C_IN: u32;
 override C_OUT: u32;
@@ -111,6 +120,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let m0 = m_tile + (sg % SG_M) * WM;
     let n0 = (wg % n_tiles) * BN + (sg / SG_M) * WN;
 //#ACC_DECL
+//#DIRECT_BEGIN
+    // Direct: every fragment loaded from storage (A: pixel a_base / PIXEL_STRIDE of the padded input).
     for (var tap = 0u; tap < K_H * K_W; tap++) {
         let a_base = (m0 + BASE + (tap / K_W) * D_H * W_P + (tap % K_W) * D_W) * PIXEL_STRIDE;
         let b_base = W_OFF + tap * C_IN * W_ROW + n0;
@@ -118,5 +129,41 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 //#MATH
         }
     }
+//#DIRECT_END
+//#STAGED_BEGIN
+    // Staged rows: the taps of one kernel row read the same input pixels shifted by D_W, so the workgroup copies
+    // the pixels its tile needs for TAPS_PER_STAGE taps of a row (BM plus the shifts, STAGE_C channels) into
+    // workgroup memory once, and every A fragment of those taps loads from there (B still from storage).
+    let sg_row = (sg % SG_M) * WM; // this subgroup's first pixel in the staged rows
+    for (var a = 0u; a < K_H; a++) {
+        for (var b0 = 0u; b0 < K_W; b0 += TAPS_PER_STAGE) {
+            let taps = min(TAPS_PER_STAGE, K_W - b0);
+            let first_pixel = m_tile + BASE + a * D_H * W_P + b0 * D_W;
+            let pixels = BM + (taps - 1u) * D_W; // at most STAGE_PIXELS (TAPS_PER_STAGE is chosen so)
+            for (var cc = 0u; cc < C_IN; cc += STAGE_C) {
+                workgroupBarrier(); // every fragment of the last stage is loaded
+                for (var i = lid; i < pixels * STAGE_QUADS; i += THREADS) {
+                    let p = i / STAGE_QUADS;
+                    let q = i % STAGE_QUADS;
+                    // 4 channels of a pixel: (first_pixel + p) * PIXEL_STRIDE + cc is a multiple of 8 halves.
+                    let v = xp4[((first_pixel + p) * PIXEL_STRIDE + cc) / 4u + q];
+                    let s = p * STAGE_STRIDE + 4u * q;
+                    a_stage[s] = v.x;
+                    a_stage[s + 1u] = v.y;
+                    a_stage[s + 2u] = v.z;
+                    a_stage[s + 3u] = v.w;
+                }
+                workgroupBarrier();
+                for (var b = 0u; b < taps; b++) {
+                    let a_base = (b * D_W + sg_row) * STAGE_STRIDE;
+                    let b_base = W_OFF + ((a * K_W + b0 + b) * C_IN + cc) * W_ROW + n0;
+                    for (var c0 = 0u; c0 < STAGE_C; c0 += 16u) {
+//#MATH
+                    }
+                }
+            }
+        }
+    }
+//#STAGED_END
 //#EPILOGUE
 }

@@ -428,6 +428,9 @@ fn padded_nhwc_kernel_takes_every_stride_with_every_option() {
         problem([2, 16, 6, 10], [16, 32, 3, 5], [2, 3], [1, 2], [0, 0], [2, 1], true),
         problem([2, 32, 4, 7], [32, 64, 3, 3], [5, 5], [1, 1], [0, 0], [2, 2], true),
         problem([1, 16, 5, 4], [16, 32, 2, 3], [4, 2], [0, 3], [3, 1], [2, 4], true),
+        // Staged tiles: input channels staged in slices (96: three of 32), a kernel row's taps in two stages
+        // (dilation 9 along W: two taps within the staged rows' halo of 16 pixels).
+        problem([2, 96, 6, 20], [96, 64, 2, 3], [1, 1], [0, 1], [0, 0], [1, 9], true),
     ];
     let ctx = common::ctx();
     let tiles: Vec<gpu::coop_nhwc::NhwcTile> = fast_kernels(ctx)

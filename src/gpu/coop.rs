@@ -51,12 +51,14 @@ pub const COOP_TILES: &[CoopTile] = &[
     // 128x128x32 with 32x32 subgroups and 128x64x32 with 32x16 no longer fit 48 KiB with padded rows (k2).
 ];
 
-/// The default cooperative-matrix tile for a shape (before tuning), the H100's winners in docs/PERFORMANCE.md
-/// (k2, with padded rows): 128x128 tiles with K steps of 32 and 64x64 per subgroup from 128 output channels per
-/// group (up2x, dcgan), else 128x64 with 64x32 per subgroup (measured on kb65).
+/// The default cooperative-matrix tile for a shape (before tuning), the H100's winners in docs/PERFORMANCE.md:
+/// 128x128 tiles with K steps of 16 and 64x64 per subgroup from 128 output channels per group (up2x, dcgan; s3:
+/// with the smaller epilogue scratch this tile takes 17.5 KiB of workgroup memory and runs two workgroups per
+/// multiprocessor, up2x 1.10 ms and dcgan 0.315 against 1.42 and 0.42 for K steps of 32, whose 26 KiB allow one),
+/// else 128x64 with 64x32 per subgroup (measured on kb65).
 pub fn pick_tile(shape: &crate::params::ConvShape) -> CoopTile {
     if shape.out_per_group() >= 128 {
-        coop(128, 128, 32, 64, 64)
+        coop(128, 128, 16, 64, 64)
     } else {
         coop(128, 64, 16, 64, 32)
     }
@@ -91,7 +93,7 @@ impl GemmKernel for CoopTile {
     /// Workgroup memory: the f16 A and B steps (rows padded), and each subgroup's scratch for the epilogue.
     fn workgroup_bytes(&self) -> u32 {
         let (a_rows, lda, ldb) = self.staged_layout();
-        2 * (a_rows * lda + self.bk * ldb) + scratch_bytes(self.subgroups(), self.wm)
+        2 * (a_rows * lda + self.bk * ldb) + scratch_bytes(self.subgroups())
     }
     /// The layout rules of the shader (see its opening comment) and of this generator.
     fn is_consistent(&self) -> bool {
@@ -184,21 +186,25 @@ fn stage_b(k: u32, n: u32, v: f32) {{
     }
 }
 
-/// Floats between the 16 columns of a subgroup's epilogue scratch beyond its WM pixels. With columns WM floats
-/// apart (a multiple of 32 banks), the lanes of a `coopStore` that hold the same row of different columns hit the
-/// same memory bank; 4 more spreads them over all 32 (docs/PERFORMANCE.md, k3: kb57 6% faster).
+/// Floats between the 16 columns of a subgroup's epilogue scratch beyond its pixels. With columns 32 floats
+/// apart (32 banks), the lanes of a `coopStore` that hold the same row of different columns hit the same memory
+/// bank; 4 more spreads them over all 32 (docs/PERFORMANCE.md, k3: kb57 6% faster).
 const SCRATCH_PAD: u32 = 4;
+/// Pixels the epilogue moves through the scratch at once: one store of 32 lanes, 32 consecutive pixels.
+const EPILOGUE_PIXELS: u32 = 32;
 
-/// The epilogue's scratch in workgroup memory (see [`epilogue`]): per subgroup, 16 columns of C_LD floats.
+/// The epilogue's scratch in workgroup memory (see [`epilogue`]): per subgroup, 16 columns of C_LD floats. Kept
+/// small: on the H100's driver every workgroup's memory counts against about 48 KiB per multiprocessor, so it
+/// decides how many workgroups run at once (docs/PERFORMANCE.md, s2).
 pub(crate) fn scratch() -> String {
     format!(
-        "const C_LD: u32 = WM + {SCRATCH_PAD}u;\nvar<workgroup> c_tile: array<f32, SG_M * SG_N * C_LD * 16u>; // per subgroup: 16 channels x C_LD pixels\n"
+        "const C_LD: u32 = {EPILOGUE_PIXELS}u + {SCRATCH_PAD}u;\nvar<workgroup> c_tile: array<f32, SG_M * SG_N * C_LD * 16u>; // per subgroup: 16 channels x C_LD pixels\n"
     )
 }
 
-/// Bytes of [`scratch`] for `subgroups` subgroups of WM = `wm` pixels.
-pub(crate) fn scratch_bytes(subgroups: u32, wm: u32) -> u32 {
-    4 * subgroups * (wm + SCRATCH_PAD) * 16
+/// Bytes of [`scratch`] for `subgroups` subgroups.
+pub(crate) fn scratch_bytes(subgroups: u32) -> u32 {
+    4 * subgroups * (EPILOGUE_PIXELS + SCRATCH_PAD) * 16
 }
 
 /// The declarations of a subgroup's mi x nj named f32 accumulators `acc_<i>_<j>` (no array of matrices: arrays
@@ -214,12 +220,12 @@ pub(crate) fn products(mi: u32, nj: u32) -> (String, String) {
     (decl, math)
 }
 
-/// The epilogue of a subgroup's WM x (16 nj) accumulators: per 16-channel column, each subgroup stores its
-/// WM x 16 block into its scratch in `c_tile` (column-major: pixel fastest, columns C_LD apart, see
-/// [`scratch`]), then lane l handles pixels l, l + 32,
-/// ... of it for each channel c, so consecutive lanes write consecutive output pixels. `pixel(r)` is the WGSL
-/// expression of run r's pixel (bound once to `px<r>`), `store(j, r, v)` the statement storing value `v` of run r
-/// in column j at channel offset `c`. Expects `sg`, `lane` and the constant WM in the shader.
+/// The epilogue of a subgroup's WM x (16 nj) accumulators: per 16-channel column j and run r of 32 pixels, the
+/// subgroup stores that 32 x 16 block (two accumulators) into its scratch in `c_tile` (column-major: pixel
+/// fastest, columns C_LD apart, see [`scratch`]), then lane l stores pixel 32 r + l of it for each channel c, so
+/// consecutive lanes write consecutive output pixels. `pixel(r)` is the WGSL expression of run r's pixel (bound
+/// once to `px<r>`), `store(j, r, v)` the statement storing value `v` of run r in column j at channel offset
+/// `c`. Expects `sg`, `lane` and the constant WM in the shader.
 pub(crate) fn epilogue(
     wm: u32,
     nj: u32,
@@ -231,18 +237,19 @@ pub(crate) fn epilogue(
         epi += &format!("    let px{r} = {};\n", pixel(r));
     }
     for j in 0..nj {
-        for i in 0..wm / 16 {
-            // naga 30 needs every coopStore argument bound to a `let` (its SPIR-V writer panics otherwise).
-            epi += &format!(
-                "    {{\n        let t = acc_{i}_{j};\n        let off = scratch + {}u;\n        let st = C_LD;\n        coopStore(t, &c_tile[off], st);\n    }}\n",
-                16 * i
-            );
+        for r in 0..wm / EPILOGUE_PIXELS {
+            for h in 0..EPILOGUE_PIXELS / 16 {
+                let i = r * EPILOGUE_PIXELS / 16 + h;
+                // naga 30 needs every coopStore argument bound to a `let` (its SPIR-V writer panics otherwise).
+                epi += &format!(
+                    "    {{\n        let t = acc_{i}_{j};\n        let off = scratch + {}u;\n        let st = C_LD;\n        coopStore(t, &c_tile[off], st);\n    }}\n",
+                    16 * h
+                );
+            }
+            epi += "    workgroupBarrier();\n    for (var c = 0u; c < 16u; c++) {\n";
+            epi += &format!("        {}\n", store(j, r, "c_tile[scratch + c * C_LD + lane]"));
+            epi += "    }\n    workgroupBarrier();\n";
         }
-        epi += "    workgroupBarrier();\n    for (var c = 0u; c < 16u; c++) {\n";
-        for r in 0..wm / 32 {
-            epi += &format!("        {}\n", store(j, r, &format!("c_tile[scratch + c * C_LD + lane + {}u]", 32 * r)));
-        }
-        epi += "    }\n    workgroupBarrier();\n";
     }
     epi
 }

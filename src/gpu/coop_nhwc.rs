@@ -44,20 +44,49 @@ fn weight_row(shape: &ConvShape) -> usize {
     shape.out_channels + ROW_PAD
 }
 
-/// A workgroup of SG_M x SG_N subgroups, each computing WM pixels x WN output channels.
+/// Input pixels the staged rows hold beyond the tile's BM: the shifts of the taps staged together
+/// (`TAPS_PER_STAGE` taps of a kernel row, D_W pixels apart, fit within it).
+const STAGE_HALO: u32 = 16;
+/// The most input channels staged at once (wider inputs are staged in slices of this many or fewer).
+/// 32 rather than 64: the staged rows' workgroup memory counts against the multiprocessor's (docs/PERFORMANCE.md,
+/// s2-s4: with 64 channels a 128 x 128 tile's rows took 37 KiB and ran one workgroup per multiprocessor).
+const MAX_STAGE_C: usize = 32;
+
+/// A workgroup of SG_M x SG_N subgroups, each computing WM pixels x WN output channels; `staged`: the A operand
+/// loaded from input rows staged in workgroup memory per kernel row instead of straight from storage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct NhwcTile {
     pub wm: u32,
     pub wn: u32,
     pub sg_m: u32,
     pub sg_n: u32,
+    pub staged: bool,
 }
 
 const fn tile(wm: u32, wn: u32, sg_m: u32, sg_n: u32) -> NhwcTile {
-    NhwcTile { wm, wn, sg_m, sg_n }
+    NhwcTile { wm, wn, sg_m, sg_n, staged: false }
 }
 
-/// Every tile the selector may choose: 64 x 64 per subgroup (64+ output channels), 64 x 32 (32-channel outputs).
+const fn staged(wm: u32, wn: u32, sg_m: u32, sg_n: u32) -> NhwcTile {
+    NhwcTile { wm, wn, sg_m, sg_n, staged: true }
+}
+
+/// Input channels staged at once: all of them up to `MAX_STAGE_C`, else the largest of `MAX_STAGE_C`, its halves
+/// down to 16 that divides them (the tiles take multiples of 16).
+fn stage_channels(shape: &ConvShape) -> usize {
+    let c = shape.in_channels;
+    if c <= MAX_STAGE_C {
+        return c;
+    }
+    let mut s = MAX_STAGE_C;
+    while s > 16 && !c.is_multiple_of(s) {
+        s /= 2;
+    }
+    s
+}
+
+/// Every tile the selector may choose: 64 x 64 per subgroup (64+ output channels), 64 x 32 (32-channel outputs);
+/// each direct and with staged rows (`staged`).
 /// Larger subgroup blocks (96 x 64, 128 x 32) measured slower or within 2% (docs/PERFORMANCE.md, c7), smaller ones
 /// (32 x 64, 32 x 32) 1.2-1.4x slower (c10).
 pub const TILES: &[NhwcTile] = &[
@@ -67,19 +96,26 @@ pub const TILES: &[NhwcTile] = &[
     tile(64, 64, 2, 2),
     tile(64, 32, 2, 1),
     tile(64, 32, 4, 1),
+    staged(64, 64, 2, 1),
+    staged(64, 64, 2, 2),
+    staged(64, 32, 2, 1),
 ];
 
-/// The tile for a shape before tuning, the H100's winners in docs/PERFORMANCE.md (c1; again in k7 with the padded
-/// strides): 128 pixels x 64 channels where the output channels are a multiple of 64, 128 x 32 where they are of 32;
-/// none otherwise.
-pub fn pick_tile(shape: &ConvShape) -> Option<NhwcTile> {
-    if shape.out_channels.is_multiple_of(64) {
-        Some(tile(64, 64, 2, 1))
-    } else if shape.out_channels.is_multiple_of(32) {
-        Some(tile(64, 32, 2, 1))
-    } else {
-        None
+/// The tiles for a shape before tuning, best first, the H100's winners in docs/PERFORMANCE.md: 128 pixels x 128
+/// channels with staged rows where the output channels are a multiple of 128 (s4: kb69 3.62 ms against 3.81 for
+/// the direct 128 x 64 tile), 128 x 64 direct where they are of 64 (c1, k7; s4: its staged form lost on kb65),
+/// 128 x 32 where they are of 32; none otherwise. The selector takes the first that runs on the adapter.
+pub fn pick_tiles(shape: &ConvShape) -> Vec<NhwcTile> {
+    let mut tiles = Vec::new();
+    if shape.out_channels.is_multiple_of(128) {
+        tiles.push(staged(64, 64, 2, 2));
     }
+    if shape.out_channels.is_multiple_of(64) {
+        tiles.push(tile(64, 64, 2, 1));
+    } else if shape.out_channels.is_multiple_of(32) {
+        tiles.push(tile(64, 32, 2, 1));
+    }
+    tiles
 }
 
 impl NhwcTile {
@@ -93,11 +129,18 @@ impl NhwcTile {
         SUBGROUP * self.sg_m * self.sg_n
     }
     pub fn name(&self) -> String {
-        format!("coopnhwc_{}x{}_{}x{}", self.bm(), self.bn(), self.wm, self.wn)
+        let rows = if self.staged { "_rows" } else { "" };
+        format!("coopnhwc_{}x{}_{}x{}{rows}", self.bm(), self.bn(), self.wm, self.wn)
     }
-    /// The epilogue's scratch (`coop::scratch`): 16 padded columns of WM f32 per subgroup.
+    /// Input pixels the staged rows hold.
+    fn stage_pixels(&self) -> u32 {
+        self.bm() + STAGE_HALO
+    }
+    /// The epilogue's scratch (`coop::scratch`): 16 padded columns of 32 f32 per subgroup; and for staged tiles
+    /// the staged rows (padded like the input's pixels).
     pub fn workgroup_bytes(&self) -> u32 {
-        coop::scratch_bytes(self.sg_m * self.sg_n, self.wm)
+        let stage = if self.staged { self.stage_pixels() * (MAX_STAGE_C + ROW_PAD) as u32 * 2 } else { 0 };
+        coop::scratch_bytes(self.sg_m * self.sg_n) + stage
     }
     /// The generator's layout rules: whole 16 x 16 matrices, and 32-pixel runs for the epilogue's lanes.
     pub fn is_consistent(&self) -> bool {
@@ -143,10 +186,12 @@ impl NhwcTile {
     /// The shader: `shaders/coop_nhwc.wgsl` with this tile's constants and generated parts.
     pub fn source(&self) -> String {
         let (mi, nj) = (self.wm / 16, self.wn / 16);
+        // A from the staged rows or from the padded input itself; the same layout either way, rows padded.
+        let (a_src, a_stride) = if self.staged { ("a_stage", "STAGE_STRIDE") } else { ("xp", "PIXEL_STRIDE") };
         let mut math = String::new();
         for i in 0..mi {
             math += &format!(
-                "            let a{i} = coopLoadT<coop_mat16x16<f16, A>>(&xp[a_base + {}u * PIXEL_STRIDE + c0], PIXEL_STRIDE);\n",
+                "            let a{i} = coopLoadT<coop_mat16x16<f16, A>>(&{a_src}[a_base + {}u * {a_stride} + c0], {a_stride});\n",
                 16 * i
             );
         }
@@ -165,17 +210,44 @@ impl NhwcTile {
             |r| format!("out_pixel(m0 + lane + {}u)", 32 * r),
             |j, r, v| format!("store(px{r}, n0 + {}u + c, {v});", 16 * j),
         );
-        let header = format!(
+        let mut header = format!(
             "enable f16;\nenable wgpu_cooperative_matrix;\nconst WM: u32 = {}u;\nconst WN: u32 = {}u;\nconst SG_M: u32 = {}u;\nconst SG_N: u32 = {}u;\nconst BM: u32 = SG_M * WM;\nconst BN: u32 = SG_N * WN;\nconst THREADS: u32 = {SUBGROUP}u * SG_M * SG_N;\n{}",
             self.wm, self.wn, self.sg_m, self.sg_n, coop::scratch()
         );
-        let body = SHADER
+        if self.staged {
+            header += &format!(
+                "override TAPS_PER_STAGE: u32; // taps of a kernel row staged together\noverride STAGE_C: u32;        // input channels staged at once\noverride STAGE_QUADS: u32;    // STAGE_C / 4: the copy's vec4<f16> per staged pixel\noverride STAGE_STRIDE: u32;   // halves between staged pixels (STAGE_C + 8)\nvar<workgroup> a_stage: array<f16, {}u>; // {} pixels x up to {} channels, padded\n",
+                self.stage_pixels() * (MAX_STAGE_C + ROW_PAD) as u32,
+                self.stage_pixels(),
+                MAX_STAGE_C
+            );
+        }
+        let (keep, drop) = if self.staged { ("STAGED", "DIRECT") } else { ("DIRECT", "STAGED") };
+        let body = without_section(SHADER, drop)
+            .replace(&format!("//#{keep}_BEGIN\n"), "")
+            .replace(&format!("//#{keep}_END\n"), "");
+        // Staged tiles read the padded input only in the stage's copy, 4 halves at a time.
+        let body = if self.staged { body.replace(INPUT_BINDING, STAGED_INPUT_BINDING) } else { body };
+        let body = body
             .replace("//#MODULE\n", SCALED_MODULE)
             .replace("//#PROLOGUE\n", SCALED_PROLOGUE)
             .replace("//#ACC_DECL\n", &decl)
             .replace("//#MATH\n", &math)
             .replace("//#EPILOGUE\n", &epi);
         format!("{header}{body}")
+    }
+}
+
+/// The padded input's binding in `shaders/coop_nhwc.wgsl`, and as staged tiles declare it.
+const INPUT_BINDING: &str = "@group(0) @binding(1) var<storage, read> xp: array<f16>;";
+const STAGED_INPUT_BINDING: &str = "@group(0) @binding(1) var<storage, read> xp4: array<vec4<f16>>;";
+
+/// `text` without the lines from `//#<name>_BEGIN` to `//#<name>_END`.
+fn without_section(text: &str, name: &str) -> String {
+    let (begin, end) = (format!("//#{name}_BEGIN\n"), format!("//#{name}_END\n"));
+    match (text.find(&begin), text.find(&end)) {
+        (Some(b), Some(e)) if b < e => format!("{}{}", &text[..b], &text[e + end.len()..]),
+        _ => text.to_string(),
     }
 }
 
@@ -318,37 +390,60 @@ fn first_offset(p: &AxisPhase) -> i64 {
 
 /// The kernel's override constants for a shape, per stride phase with outputs (the first phase's for
 /// inspection: `Strategy::shader`).
-pub fn constants(shape: &ConvShape, has_bias: bool) -> Vec<(&'static str, f64)> {
+pub fn constants(tile: &NhwcTile, shape: &ConvShape, has_bias: bool) -> Vec<(&'static str, f64)> {
     let g = Geometry::of(shape);
-    g.phases.first().map(|p| phase_constants(shape, &g, p, has_bias)).unwrap_or_default()
+    g.phases.first().map(|p| phase_constants(tile, shape, &g, p, has_bias)).unwrap_or_default()
 }
 
-fn phase_constants(shape: &ConvShape, g: &Geometry, p: &Phase, has_bias: bool) -> Vec<(&'static str, f64)> {
+fn phase_constants(
+    tile: &NhwcTile,
+    shape: &ConvShape,
+    g: &Geometry,
+    p: &Phase,
+    has_bias: bool,
+) -> Vec<(&'static str, f64)> {
     // A phase without taps runs no K step (K_H = 0); K_W stays 1, so that nothing divides by zero.
     let taps = if p.has_taps() { p.taps } else { [0, 1] };
-    override_values(&[
-        ("C_IN", shape.in_channels),
-        ("C_OUT", shape.out_channels),
-        ("K_H", taps[0]),
-        ("K_W", taps[1]),
-        ("D_H", p.istep[0]),
-        ("D_W", p.istep[1]),
-        ("H_P", g.padded[0]),
-        ("W_P", g.padded[1]),
-        ("OUT_H", shape.out_hw[0]),
-        ("OUT_W", shape.out_hw[1]),
-        ("HAS_BIAS", has_bias as usize),
-        ("S_H", shape.stride[0]),
-        ("S_W", shape.stride[1]),
-        ("R_H", p.r[0]),
-        ("R_W", p.r[1]),
-        ("PH_H", p.count[0]),
-        ("PH_W", p.count[1]),
-        ("BASE", p.base(g)),
-        ("W_OFF", p.weight_offset),
-        ("PIXEL_STRIDE", pixel_stride(shape)),
-        ("W_ROW", weight_row(shape)),
-    ])
+    let staged = if tile.staged {
+        let c = stage_channels(shape);
+        // Taps D_W pixels apart: as many as keep their shifts within the halo.
+        vec![
+            ("TAPS_PER_STAGE", STAGE_HALO as usize / p.istep[1].max(1) + 1),
+            ("STAGE_C", c),
+            ("STAGE_QUADS", c / 4),
+            ("STAGE_STRIDE", c + ROW_PAD),
+        ]
+    } else {
+        Vec::new()
+    };
+    override_values(
+        &[
+            ("C_IN", shape.in_channels),
+            ("C_OUT", shape.out_channels),
+            ("K_H", taps[0]),
+            ("K_W", taps[1]),
+            ("D_H", p.istep[0]),
+            ("D_W", p.istep[1]),
+            ("H_P", g.padded[0]),
+            ("W_P", g.padded[1]),
+            ("OUT_H", shape.out_hw[0]),
+            ("OUT_W", shape.out_hw[1]),
+            ("HAS_BIAS", has_bias as usize),
+            ("S_H", shape.stride[0]),
+            ("S_W", shape.stride[1]),
+            ("R_H", p.r[0]),
+            ("R_W", p.r[1]),
+            ("PH_H", p.count[0]),
+            ("PH_W", p.count[1]),
+            ("BASE", p.base(g)),
+            ("W_OFF", p.weight_offset),
+            ("PIXEL_STRIDE", pixel_stride(shape)),
+            ("W_ROW", weight_row(shape)),
+        ]
+        .into_iter()
+        .chain(staged)
+        .collect::<Vec<_>>(),
+    )
 }
 
 /// Override constants as the pipeline takes them.
@@ -546,7 +641,7 @@ pub(crate) fn encode(
         let ops = Operands::new(ctx, &wpk, bias)?;
         let n_tiles = cout / tile.bn() as usize;
         for p in &g.phases {
-            let consts = phase_constants(shape, &g, p, bias.is_some());
+            let consts = phase_constants(tile, shape, &g, p, bias.is_some());
             let pipeline =
                 ctx.pipeline(format!("{name} {:?} {consts:?}", ctx.options().shader_checks), &module, &consts)?;
             for c in output.chunks() {
@@ -625,8 +720,10 @@ mod tests {
     /// What the three shaders compute, in f64 on the CPU, index for index: the padded NHWC input
     /// (nhwc_f16.wgsl), each phase's packed weight (pack_weights_f16.wgsl) and each phase's products and stores
     /// (coop_nhwc.wgsl, one pixel at a time, every read checked against the padded buffer's length). Each output
-    /// element must be stored exactly once.
-    fn emulate(shape: &ConvShape, x: &[f32], w: &[f32], bias: &[f32]) -> Vec<f64> {
+    /// element must be stored exactly once. For a staged tile, A is read where the staged rows put it: each
+    /// stage's copy (its pixels and channel slice) checked against the buffer and the stage's capacity, and every
+    /// value taken from the stage row and channel the kernel loads.
+    fn emulate(tile: &NhwcTile, shape: &ConvShape, x: &[f32], w: &[f32], bias: &[f32]) -> Vec<f64> {
         let g = Geometry::of(shape);
         let (cin, cout) = (shape.in_channels, shape.out_channels);
         let [hp, wp] = g.padded;
@@ -636,9 +733,42 @@ mod tests {
         let [ho, wo] = shape.out_hw;
         let mut out = vec![f64::NAN; shape.batch * cout * ho * wo];
         for p in &g.phases {
-            let c = phase_constants(shape, &g, p, true);
+            let c = phase_constants(tile, shape, &g, p, true);
             let k = |name: &str| c.iter().find(|(n, _)| *n == name).unwrap().1 as usize;
             let (k_h, k_w, d_h, d_w, base, w_off) = (k("K_H"), k("K_W"), k("D_H"), k("D_W"), k("BASE"), k("W_OFF"));
+            let bm = tile.bm() as usize;
+            // The staged rows of the tile at m_tile for taps b0.. of kernel row a: (first pixel, pixels).
+            let stage = |m_tile: usize, a: usize, b0: usize| {
+                let taps = k("TAPS_PER_STAGE").min(k_w - b0);
+                (m_tile + base + a * d_h * wp + b0 * d_w, bm + (taps - 1) * d_w)
+            };
+            if tile.staged {
+                let (sc, stride) = (k("STAGE_C"), k("STAGE_STRIDE"));
+                assert!(cin.is_multiple_of(sc) && sc % 4 == 0 && stride == sc + ROW_PAD && sc <= MAX_STAGE_C);
+                for m_tile in (0..shape.batch * hp * wp).step_by(bm) {
+                    for a in 0..k_h {
+                        for b0 in (0..k_w).step_by(k("TAPS_PER_STAGE")) {
+                            let (first, n) = stage(m_tile, a, b0);
+                            assert!(n <= tile.stage_pixels() as usize, "stage of {n} pixels");
+                            assert!(first + n <= pixels, "stage copy past the padded input: {first} + {n} of {pixels}");
+                        }
+                    }
+                }
+            }
+            // Input pixel and channel of A for output pixel m, tap, input channel ic.
+            let a_value = |m: usize, tap: usize, ic: usize| -> f64 {
+                let (a, b) = (tap / k_w, tap % k_w);
+                if !tile.staged {
+                    return xp[(m + base + a * d_h * wp + b * d_w) * ps + ic];
+                }
+                let (m_tile, tpc, sc) = (m / bm * bm, k("TAPS_PER_STAGE"), k("STAGE_C"));
+                let b0 = b / tpc * tpc;
+                let (first, n) = stage(m_tile, a, b0);
+                let row = (b - b0) * d_w + (m - m_tile); // a_base / STAGE_STRIDE + the fragment's row
+                assert!(row < n, "staged row {row} of {n}");
+                let (cc, c) = (ic / sc * sc, ic % sc); // the slice staged, the channel in it
+                xp[(first + row) * ps + cc + c]
+            };
             for m in 0..shape.batch * hp * wp {
                 let (n, i, j) = (m / (hp * wp), (m % (hp * wp)) / wp, m % wp);
                 if i >= k("PH_H") || j >= k("PH_W") {
@@ -650,7 +780,7 @@ mod tests {
                         let a = m + base + (tap / k_w) * d_h * wp + (tap % k_w) * d_w;
                         assert!(a < pixels, "read past the padded input: pixel {a} of {pixels}");
                         for ic in 0..cin {
-                            sum += xp[a * ps + ic] * wpk[w_off + (tap * cin + ic) * row + oc];
+                            sum += a_value(m, tap, ic) * wpk[w_off + (tap * cin + ic) * row + oc];
                         }
                     }
                     let o = ((n * cout + oc) * ho + k("R_H") + k("S_H") * i) * wo + k("R_W") + k("S_W") * j;
@@ -772,6 +902,26 @@ mod tests {
     }
 
     #[test]
+    fn tiles_meet_the_layout_rules_and_the_defaults_are_candidates() {
+        for t in TILES {
+            assert!(t.is_consistent() && t.workgroup_bytes() <= 49152, "{t:?}");
+            let source = t.source();
+            assert!(!source.contains("//#"), "{t:?}");
+            // A staged tile reads the padded input only through the staged rows' copy (4 halves at a time).
+            assert_eq!(source.contains(STAGED_INPUT_BINDING), t.staged, "{t:?}");
+            assert_eq!(source.contains(INPUT_BINDING), !t.staged, "{t:?}");
+            assert_eq!(source.contains("a_stage"), t.staged, "{t:?}");
+        }
+        let params = ConvTranspose2dParams::default();
+        for (cout, picks) in [(16, 0), (32, 1), (64, 1), (128, 2), (256, 2)] {
+            let shape = params.resolve(&[1, 64, 8, 8], &[64, cout, 3, 3], None).unwrap();
+            let tiles = pick_tiles(&shape);
+            assert_eq!(tiles.len(), picks, "{shape:?}");
+            assert!(tiles.iter().all(|t| TILES.contains(t) && shape.out_channels.is_multiple_of(t.bn() as usize)));
+        }
+    }
+
+    #[test]
     fn phases_compute_the_transposed_convolution() {
         // Strides 1-5 with kernels smaller and larger than the stride (phases without taps store the bias),
         // dilation sharing a factor with the stride, padding beyond dilation * (kernel - 1), output padding,
@@ -791,21 +941,33 @@ mod tests {
             // A stride far beyond the output (2^31 - 4, the largest the index check lets through here): only the
             // phases that hold outputs are enumerated, so this returns at once.
             [[1, 2], [2, 2], [(1 << 31) - 4, 3], [0, 1], [0, 0], [1, 1]],
+            // Staged tiles: taps of a kernel row staged in two parts (D_W = 9: 2 taps within the halo of 16
+            // pixels), one at a time (D_W = 17), input channels in slices (96: 3 slices of 32).
+            [[4, 20], [2, 3], [1, 1], [0, 1], [0, 0], [1, 9]],
+            [[3, 40], [1, 3], [1, 1], [0, 0], [0, 0], [1, 17]],
+            [[5, 6], [3, 5], [1, 1], [1, 2], [0, 0], [1, 1]],
         ];
-        for &[in_hw, kernel, stride, padding, output_padding, dilation] in cases {
+        let staged_tile = TILES.iter().find(|t| t.staged).unwrap();
+        for (case, &[in_hw, kernel, stride, padding, output_padding, dilation]) in cases.iter().enumerate() {
             let (in_hw, kernel) = (in_hw.map(|v| v as usize), kernel.map(|v| v as usize));
             let params = ConvTranspose2dParams { stride, padding, output_padding, dilation, groups: 1 };
-            let (cin, cout, batch) = (16, 32, 2);
+            let (cin, cout, batch) = (if case + 1 == cases.len() { 96 } else { 16 }, 32, 2);
             let shape = params
                 .resolve(&[batch, cin, in_hw[0], in_hw[1]], &[cin, cout, kernel[0], kernel[1]], Some(&[cout]))
                 .unwrap();
             let mut draw = |n: usize| (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect::<Vec<_>>();
             let (x, w, b) =
                 (draw(batch * cin * in_hw[0] * in_hw[1]), draw(cin * cout * kernel[0] * kernel[1]), draw(cout));
-            let got = emulate(&shape, &x, &w, &b);
             let want = crate::cpu::conv_transpose2d_f64(&shape, &x, &w, Some(&b));
-            for (i, (g, r)) in got.iter().zip(&want).enumerate() {
-                assert!((g - r).abs() <= 1e-9 * (1.0 + r.abs()), "{shape:?}: output {i}: {g} against {r}");
+            for tile in [&TILES[0], staged_tile] {
+                let got = emulate(tile, &shape, &x, &w, &b);
+                for (i, (g, r)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        (g - r).abs() <= 1e-9 * (1.0 + r.abs()),
+                        "{}, {shape:?}: output {i}: {g} against {r}",
+                        tile.name()
+                    );
+                }
             }
         }
     }

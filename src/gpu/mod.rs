@@ -137,7 +137,7 @@ impl Strategy {
             Strategy::Rows(r) => (r.source(), r.constants(shape, has_bias)?),
             Strategy::Gemm(t) => (t.source(), kernel::shape_constants(shape, has_bias)),
             Strategy::Coop(t) => (t.source(), kernel::shape_constants(shape, has_bias)),
-            Strategy::CoopNhwc(t) => (t.source(), coop_nhwc::constants(shape, has_bias)),
+            Strategy::CoopNhwc(t) => (t.source(), coop_nhwc::constants(t, shape, has_bias)),
             Strategy::Winograd(t) => winograd::shader(t, shape, has_bias)?,
         })
     }
@@ -311,15 +311,18 @@ pub fn select(ctx: &GpuContext, shape: &ConvShape, has_bias: bool, precision: Pr
     let winograd_beats_coop = matches!(heuristic, Strategy::Winograd(_)) && shape.out_per_group() < 128;
     let tensor_cores = !gather && !winograd_beats_coop && shape.in_per_group() >= 64 && shape.out_per_group() >= 64;
     // At stride 1 `fast` takes the padded-NHWC kernel wherever it computes the shape (not the gather kernel's
-    // shapes): its operands load straight from storage, and it measured faster than every other kernel on the five
-    // stride-1 cases (kb57 8.0 ms against 10.8 for the exact Winograd kernel, kb65 3.1 against 5.9, kb69 4.1
-    // against 6.3 for the staged cooperative-matrix kernel, kb71 1.4 against 1.7, kb78 1.9 against 3.1:
-    // docs/PERFORMANCE.md, k2 and k6). Per stride phase it lost to the staged kernel on the strided decoders (up2x
-    // 1.40-1.47 ms against 1.36, dcgan 0.60-0.66 against 0.41: k7; c11 before the padded rows), so only the tuner
-    // gives it strided shapes.
+    // shapes): its operands load straight from storage (or, with 128 output channels, its input rows from
+    // workgroup memory), and it measured faster than every other kernel on the five stride-1 cases (kb57 8.0 ms
+    // against 10.8 for the exact Winograd kernel, kb65 3.1 against 5.9, kb69 4.1 against 6.3 for the staged
+    // cooperative-matrix kernel, kb71 1.4 against 1.7, kb78 1.9 against 3.1: docs/PERFORMANCE.md, k2 and k6). Per
+    // stride phase it lost to the staged kernel on the strided decoders (up2x 1.40-1.47 ms against 1.36, dcgan
+    // 0.60-0.66 against 0.41: k7; since s3 the staged kernel takes 1.10 and 0.31), so only the tuner gives it
+    // strided shapes.
     let stride_1 = shape.stride == [1, 1];
-    let nhwc =
-        coop_nhwc::pick_tile(shape).map(Strategy::CoopNhwc).filter(|s| stride_1 && !gather && s.computes(ctx, shape));
+    let nhwc = coop_nhwc::pick_tiles(shape)
+        .into_iter()
+        .map(Strategy::CoopNhwc)
+        .find(|s| stride_1 && !gather && s.computes(ctx, shape));
     match (precision, nhwc) {
         (Precision::Fast, Some(nhwc)) => nhwc,
         (Precision::Fast, None) if tensor_cores && coop.runs_on(ctx) => coop,
