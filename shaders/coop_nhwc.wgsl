@@ -1,5 +1,6 @@
 // coop_nhwc.wgsl: one stride phase of a transposed convolution on tensor cores (precision `fast`), its f16
-// operands read straight from storage: no workgroup-memory staging, no barriers in the loop.
+// operands read straight from storage (direct tiles) or its input rows staged in workgroup memory once per kernel
+// row (staged-rows tiles, `_rows`; see "Two K loops" below).
 //
 // Why this form. A stride phase (output rows R_H + S_H*i, columns R_W + S_W*j) is a stride-1 correlation of the
 // input with the phase's taps (src/gpu/kernel.rs, `axis_phase`), flipped so that packed tap (a, b) reads input
@@ -11,8 +12,9 @@
 // phase is a 1-D convolution of the flat pixel index. So the A operand of a K step (16 consecutive pixels x 16
 // channels of one tap) is a row-major 16 x 16 matrix at stride PIXEL_STRIDE in the padded input, and the B
 // operand (16 channels x 16 output channels of one tap) a row-major matrix at stride W_ROW in the phase's part of
-// the packed weight (shaders/pack_weights_f16.wgsl): both load with `coopLoadT` directly from storage, and the
-// neighbouring subgroups and taps that read the same lines find them in L1/L2. Both strides are the row's values
+// the packed weight (shaders/pack_weights_f16.wgsl): both load with `coopLoadT` (the direct tiles' A and every
+// tile's B directly from storage), and the neighbouring subgroups and taps that read the same lines find them in
+// L1/L2. Both strides are the row's values
 // plus 8 halves (16 bytes): rows a multiple of 128 bytes apart (64 or 128 channels) fall in the same L1 banks, and
 // a load's 16 rows are then served one bank pass each; shifted by 16 bytes per row, 8 rows share a pass. With
 // these strides the tensor-core ceiling with loads from storage at this kernel's addresses went from 114 to 237
@@ -136,10 +138,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     // workgroup memory once, and every A fragment of those taps loads from there (B still from storage).
     let sg_row = (sg % SG_M) * WM; // this subgroup's first pixel in the staged rows
     for (var a = 0u; a < K_H; a++) {
-        for (var b0 = 0u; b0 < K_W; b0 += TAPS_PER_STAGE) {
-            let taps = min(TAPS_PER_STAGE, K_W - b0);
-            let first_pixel = m_tile + BASE + a * D_H * W_P + b0 * D_W;
-            let pixels = BM + (taps - 1u) * D_W; // at most STAGE_PIXELS (TAPS_PER_STAGE is chosen so)
+        for (var first_tap = 0u; first_tap < K_W; first_tap += TAPS_PER_STAGE) {
+            let taps = min(TAPS_PER_STAGE, K_W - first_tap);
+            let first_pixel = m_tile + BASE + a * D_H * W_P + first_tap * D_W;
+            // At most the staged rows' capacity, BM + the halo (NhwcTile::stage_pixels; TAPS_PER_STAGE is chosen so).
+            let pixels = BM + (taps - 1u) * D_W;
             for (var cc = 0u; cc < C_IN; cc += STAGE_C) {
                 workgroupBarrier(); // every fragment of the last stage is loaded
                 for (var i = lid; i < pixels * STAGE_QUADS; i += THREADS) {
@@ -156,7 +159,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 workgroupBarrier();
                 for (var b = 0u; b < taps; b++) {
                     let a_base = (b * D_W + sg_row) * STAGE_STRIDE;
-                    let b_base = W_OFF + ((a * K_W + b0 + b) * C_IN + cc) * W_ROW + n0;
+                    let b_base = W_OFF + ((a * K_W + first_tap + b) * C_IN + cc) * W_ROW + n0;
                     for (var c0 = 0u; c0 < STAGE_C; c0 += 16u) {
 //#MATH
                     }

@@ -429,8 +429,10 @@ fn padded_nhwc_kernel_takes_every_stride_with_every_option() {
         problem([2, 32, 4, 7], [32, 64, 3, 3], [5, 5], [1, 1], [0, 0], [2, 2], true),
         problem([1, 16, 5, 4], [16, 32, 2, 3], [4, 2], [0, 3], [3, 1], [2, 4], true),
         // Staged tiles: input channels staged in slices (96: three of 32), a kernel row's taps in two stages
-        // (dilation 9 along W: two taps within the staged rows' halo of 16 pixels).
+        // (dilation 9 along W: two taps within the staged rows' halo of 16 pixels; dilation 16: two taps that fill
+        // the staged rows to their capacity, with 128 output channels for the 128 x 128 tile).
         problem([2, 96, 6, 20], [96, 64, 2, 3], [1, 1], [0, 1], [0, 0], [1, 9], true),
+        problem([2, 96, 4, 40], [96, 128, 1, 3], [1, 1], [0, 1], [0, 0], [1, 16], true),
     ];
     let ctx = common::ctx();
     let tiles: Vec<gpu::coop_nhwc::NhwcTile> = fast_kernels(ctx)

@@ -1,8 +1,9 @@
 //! The padded-NHWC cooperative-matrix kernel (precision `fast` on tensor cores, any stride), `shaders/coop_nhwc.wgsl`
 //! (its opening comment explains the form): the input is first rewritten as scaled f16 in padded NHWC order
 //! (`shaders/nhwc_f16.wgsl`) and the weight as scaled f16 [phase][tap][ic][oc] (`shaders/pack_weights_f16.wgsl`),
-//! so that every tensor-core operand loads straight from storage; then one dispatch per stride phase and output
-//! chunk. One module per [`NhwcTile`].
+//! so that every tensor-core operand loads straight from storage (or, for the staged-rows tiles, the input's from
+//! rows the workgroup copies into workgroup memory); then one dispatch per stride phase and output chunk. One
+//! module per [`NhwcTile`].
 
 use crate::error::{ConvtError, Result};
 use crate::gpu::absmax;
@@ -86,7 +87,7 @@ fn stage_channels(shape: &ConvShape) -> usize {
 }
 
 /// Every tile the selector may choose: 64 x 64 per subgroup (64+ output channels), 64 x 32 (32-channel outputs);
-/// each direct and with staged rows (`staged`).
+/// direct, and the three two-row shapes also with staged rows (`staged`).
 /// Larger subgroup blocks (96 x 64, 128 x 32) measured slower or within 2% (docs/PERFORMANCE.md, c7), smaller ones
 /// (32 x 64, 32 x 32) 1.2-1.4x slower (c10).
 pub const TILES: &[NhwcTile] = &[
@@ -720,9 +721,10 @@ mod tests {
     /// What the three shaders compute, in f64 on the CPU, index for index: the padded NHWC input
     /// (nhwc_f16.wgsl), each phase's packed weight (pack_weights_f16.wgsl) and each phase's products and stores
     /// (coop_nhwc.wgsl, one pixel at a time, every read checked against the padded buffer's length). Each output
-    /// element must be stored exactly once. For a staged tile, A is read where the staged rows put it: each
-    /// stage's copy (its pixels and channel slice) checked against the buffer and the stage's capacity, and every
-    /// value taken from the stage row and channel the kernel loads.
+    /// element must be stored exactly once. For a staged tile, the staged rows' bounds as the shader computes them
+    /// (each stage's pixels against the tile's capacity and the padded input, channel slices dividing the input
+    /// channels, every fragment row within its stage) and A read through the stage's row and slice; that index
+    /// equals the direct one, so what this adds over the direct emulation is the bounds.
     fn emulate(tile: &NhwcTile, shape: &ConvShape, x: &[f32], w: &[f32], bias: &[f32]) -> Vec<f64> {
         let g = Geometry::of(shape);
         let (cin, cout) = (shape.in_channels, shape.out_channels);
@@ -737,18 +739,18 @@ mod tests {
             let k = |name: &str| c.iter().find(|(n, _)| *n == name).unwrap().1 as usize;
             let (k_h, k_w, d_h, d_w, base, w_off) = (k("K_H"), k("K_W"), k("D_H"), k("D_W"), k("BASE"), k("W_OFF"));
             let bm = tile.bm() as usize;
-            // The staged rows of the tile at m_tile for taps b0.. of kernel row a: (first pixel, pixels).
-            let stage = |m_tile: usize, a: usize, b0: usize| {
-                let taps = k("TAPS_PER_STAGE").min(k_w - b0);
-                (m_tile + base + a * d_h * wp + b0 * d_w, bm + (taps - 1) * d_w)
+            // The staged rows of the tile at m_tile for taps first_tap.. of kernel row a: (first pixel, pixels).
+            let stage = |m_tile: usize, a: usize, first_tap: usize| {
+                let taps = k("TAPS_PER_STAGE").min(k_w - first_tap);
+                (m_tile + base + a * d_h * wp + first_tap * d_w, bm + (taps - 1) * d_w)
             };
             if tile.staged {
                 let (sc, stride) = (k("STAGE_C"), k("STAGE_STRIDE"));
                 assert!(cin.is_multiple_of(sc) && sc % 4 == 0 && stride == sc + ROW_PAD && sc <= MAX_STAGE_C);
                 for m_tile in (0..shape.batch * hp * wp).step_by(bm) {
                     for a in 0..k_h {
-                        for b0 in (0..k_w).step_by(k("TAPS_PER_STAGE")) {
-                            let (first, n) = stage(m_tile, a, b0);
+                        for first_tap in (0..k_w).step_by(k("TAPS_PER_STAGE")) {
+                            let (first, n) = stage(m_tile, a, first_tap);
                             assert!(n <= tile.stage_pixels() as usize, "stage of {n} pixels");
                             assert!(first + n <= pixels, "stage copy past the padded input: {first} + {n} of {pixels}");
                         }
@@ -762,9 +764,9 @@ mod tests {
                     return xp[(m + base + a * d_h * wp + b * d_w) * ps + ic];
                 }
                 let (m_tile, tpc, sc) = (m / bm * bm, k("TAPS_PER_STAGE"), k("STAGE_C"));
-                let b0 = b / tpc * tpc;
-                let (first, n) = stage(m_tile, a, b0);
-                let row = (b - b0) * d_w + (m - m_tile); // a_base / STAGE_STRIDE + the fragment's row
+                let first_tap = b / tpc * tpc;
+                let (first, n) = stage(m_tile, a, first_tap);
+                let row = (b - first_tap) * d_w + (m - m_tile); // a_base / STAGE_STRIDE + the fragment's row
                 assert!(row < n, "staged row {row} of {n}");
                 let (cc, c) = (ic / sc * sc, ic % sc); // the slice staged, the channel in it
                 xp[(first + row) * ps + cc + c]
@@ -942,12 +944,17 @@ mod tests {
             // phases that hold outputs are enumerated, so this returns at once.
             [[1, 2], [2, 2], [(1 << 31) - 4, 3], [0, 1], [0, 0], [1, 1]],
             // Staged tiles: taps of a kernel row staged in two parts (D_W = 9: 2 taps within the halo of 16
-            // pixels), one at a time (D_W = 17), input channels in slices (96: 3 slices of 32).
+            // pixels), one at a time (D_W = 17), stages filled to their capacity (D_W = 16: two taps 16 pixels
+            // apart; the last case: D_W = 8, three taps), input channels in slices (96: 3 slices of 32).
             [[4, 20], [2, 3], [1, 1], [0, 1], [0, 0], [1, 9]],
             [[3, 40], [1, 3], [1, 1], [0, 0], [0, 0], [1, 17]],
-            [[5, 6], [3, 5], [1, 1], [1, 2], [0, 0], [1, 1]],
+            [[3, 40], [1, 3], [1, 1], [0, 0], [0, 0], [1, 16]],
+            [[5, 40], [3, 5], [1, 1], [1, 2], [0, 0], [1, 8]],
         ];
-        let staged_tile = TILES.iter().find(|t| t.staged).unwrap();
+        // A staged tile that takes the 32 output channels below; the cases' dilations 8 and 16 fill its staged rows
+        // to their capacity at this halo.
+        let staged_tile = TILES.iter().find(|t| t.staged && t.bn() == 32).unwrap();
+        assert_eq!(STAGE_HALO, 16);
         for (case, &[in_hw, kernel, stride, padding, output_padding, dilation]) in cases.iter().enumerate() {
             let (in_hw, kernel) = (in_hw.map(|v| v as usize), kernel.map(|v| v as usize));
             let params = ConvTranspose2dParams { stride, padding, output_padding, dilation, groups: 1 };
