@@ -137,10 +137,14 @@ impl NhwcTile {
     fn stage_pixels(&self) -> u32 {
         self.bm() + STAGE_HALO
     }
+    /// Halves of the staged rows (`a_stage`): their pixels, each padded like the input's, at the widest stage.
+    fn stage_halves(&self) -> u32 {
+        self.stage_pixels() * (MAX_STAGE_C + ROW_PAD) as u32
+    }
     /// The epilogue's scratch (`coop::scratch`): 16 padded columns of 32 f32 per subgroup; and for staged tiles
     /// the staged rows (padded like the input's pixels).
     pub fn workgroup_bytes(&self) -> u32 {
-        let stage = if self.staged { self.stage_pixels() * (MAX_STAGE_C + ROW_PAD) as u32 * 2 } else { 0 };
+        let stage = if self.staged { self.stage_halves() * 2 } else { 0 };
         coop::scratch_bytes(self.sg_m * self.sg_n) + stage
     }
     /// The generator's layout rules: whole 16 x 16 matrices, and 32-pixel runs for the epilogue's lanes.
@@ -218,7 +222,7 @@ impl NhwcTile {
         if self.staged {
             header += &format!(
                 "override TAPS_PER_STAGE: u32; // taps of a kernel row staged together\noverride STAGE_C: u32;        // input channels staged at once\noverride STAGE_QUADS: u32;    // STAGE_C / 4: the copy's vec4<f16> per staged pixel\noverride STAGE_STRIDE: u32;   // halves between staged pixels (STAGE_C + 8)\nvar<workgroup> a_stage: array<f16, {}u>; // {} pixels x up to {} channels, padded\n",
-                self.stage_pixels() * (MAX_STAGE_C + ROW_PAD) as u32,
+                self.stage_halves(),
                 self.stage_pixels(),
                 MAX_STAGE_C
             );
@@ -405,46 +409,40 @@ fn phase_constants(
 ) -> Vec<(&'static str, f64)> {
     // A phase without taps runs no K step (K_H = 0); K_W stays 1, so that nothing divides by zero.
     let taps = if p.has_taps() { p.taps } else { [0, 1] };
-    let staged = if tile.staged {
+    let mut values = vec![
+        ("C_IN", shape.in_channels),
+        ("C_OUT", shape.out_channels),
+        ("K_H", taps[0]),
+        ("K_W", taps[1]),
+        ("D_H", p.istep[0]),
+        ("D_W", p.istep[1]),
+        ("H_P", g.padded[0]),
+        ("W_P", g.padded[1]),
+        ("OUT_H", shape.out_hw[0]),
+        ("OUT_W", shape.out_hw[1]),
+        ("HAS_BIAS", has_bias as usize),
+        ("S_H", shape.stride[0]),
+        ("S_W", shape.stride[1]),
+        ("R_H", p.r[0]),
+        ("R_W", p.r[1]),
+        ("PH_H", p.count[0]),
+        ("PH_W", p.count[1]),
+        ("BASE", p.base(g)),
+        ("W_OFF", p.weight_offset),
+        ("PIXEL_STRIDE", pixel_stride(shape)),
+        ("W_ROW", weight_row(shape)),
+    ];
+    if tile.staged {
         let c = stage_channels(shape);
         // Taps D_W pixels apart: as many as keep their shifts within the halo.
-        vec![
+        values.extend([
             ("TAPS_PER_STAGE", STAGE_HALO as usize / p.istep[1].max(1) + 1),
             ("STAGE_C", c),
             ("STAGE_QUADS", c / 4),
             ("STAGE_STRIDE", c + ROW_PAD),
-        ]
-    } else {
-        Vec::new()
-    };
-    override_values(
-        &[
-            ("C_IN", shape.in_channels),
-            ("C_OUT", shape.out_channels),
-            ("K_H", taps[0]),
-            ("K_W", taps[1]),
-            ("D_H", p.istep[0]),
-            ("D_W", p.istep[1]),
-            ("H_P", g.padded[0]),
-            ("W_P", g.padded[1]),
-            ("OUT_H", shape.out_hw[0]),
-            ("OUT_W", shape.out_hw[1]),
-            ("HAS_BIAS", has_bias as usize),
-            ("S_H", shape.stride[0]),
-            ("S_W", shape.stride[1]),
-            ("R_H", p.r[0]),
-            ("R_W", p.r[1]),
-            ("PH_H", p.count[0]),
-            ("PH_W", p.count[1]),
-            ("BASE", p.base(g)),
-            ("W_OFF", p.weight_offset),
-            ("PIXEL_STRIDE", pixel_stride(shape)),
-            ("W_ROW", weight_row(shape)),
-        ]
-        .into_iter()
-        .chain(staged)
-        .collect::<Vec<_>>(),
-    )
+        ]);
+    }
+    override_values(&values)
 }
 
 /// Override constants as the pipeline takes them.
