@@ -5,9 +5,11 @@
 // apart (C_IN + 8: see shaders/coop_nhwc.wgsl); the 8 halves past C_IN are written as zeros (never read: writing
 // them makes every 32-byte sector of the padded pixels whole, so that no partial sector is written back). A
 // workgroup moves 32 padded pixels x 32 channels of one padded row through workgroup memory: read along the
-// input's rows (coalesced), written along the channels, 4 halves per invocation (8-byte stores; the workgroup of
-// the last channels writes the pad too). C_IN is a multiple of 16 (the kernel's `check`). One dispatch per input
-// chunk (its samples: the uniform's sample range).
+// input's rows (coalesced), written along the channels, 4 halves per invocation (8-byte stores; the block of the
+// last channels writes the pad too). Each workgroup moves BLOCKS_PER_WG consecutive blocks (channels fastest) and
+// takes one atomic for all of them: on the H100, 4 blocks per workgroup ran the copy up to 17% faster than one
+// (docs/PERFORMANCE.md, q4-q5; the blocks' order did not matter). C_IN is a multiple of 16 (the kernel's `check`).
+// One dispatch per input chunk (its samples: the uniform's sample range).
 //
 // The scale, in two passes so that the input is read once where its magnitudes are like the last call's (a
 // separate pass for the largest magnitude cost 6-12% of the whole convolution, docs/PERFORMANCE.md k8):
@@ -30,6 +32,7 @@ override H_P: u32;
 override W_P: u32;
 override PIXEL_STRIDE: u32;
 override FIXUP: bool;
+override BLOCKS_PER_WG: u32; // blocks of 32 pixels x 32 channels per workgroup
 
 struct Params {
     first_sample: u32,   // the chunk's first sample (index into the whole padded tensor)
@@ -57,56 +60,59 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let scale = ldexp(1.0, k);
     let col_blocks = (W_P + BLOCK - 1u) / BLOCK;
     let ch_blocks = (C_IN + BLOCK - 1u) / BLOCK;
-    let wg = wid.y * u.dispatch_width + wid.x;
-    let row = wg / (col_blocks * ch_blocks); // padded row of the chunk: sample * H_P + hp
-    if (row >= u.samples * H_P) {
+    let blocks = u.samples * H_P * col_blocks * ch_blocks;
+    let first = (wid.y * u.dispatch_width + wid.x) * BLOCKS_PER_WG;
+    if (first >= blocks) {
         return;
     }
-    let rest = wg % (col_blocks * ch_blocks);
-    let c0 = (rest / col_blocks) * BLOCK;
-    let wp0 = (rest % col_blocks) * BLOCK;
-    let n = row / H_P;
-    let h = i32(row % H_P) - i32(PAD_T);
+    let last = min(first + BLOCKS_PER_WG, blocks);
     let lane = lid % BLOCK;
     if (!FIXUP && lid == 0u) {
-        atomicStore(&largest, 0u); // before the barrier below, and every atomicMax after it
+        atomicStore(&largest, 0u); // before the barriers below, and every atomicMax after them
     }
     var m = 0u;
-    for (var i = lid / BLOCK; i < BLOCK; i += 8u) {
-        let c = c0 + i;
-        let w = i32(wp0 + lane) - i32(PAD_L);
-        var v = 0.0;
-        if (c < C_IN && h >= 0 && h < i32(IN_H) && w >= 0 && w < i32(IN_W)) {
-            v = x[((n * C_IN + c) * IN_H + u32(h)) * IN_W + u32(w)];
-            let b = bitcast<u32>(v) & 0x7fffffffu;
-            if (b < 0x7f800000u) {
-                m = max(m, b); // non-finite values pass through as themselves and do not set the scale
+    for (var block = first; block < last; block++) {
+        let row = block / (col_blocks * ch_blocks); // padded row of the chunk: sample * H_P + hp
+        let rest = block % (col_blocks * ch_blocks);
+        let wp0 = (rest / ch_blocks) * BLOCK;
+        let c0 = (rest % ch_blocks) * BLOCK;
+        let n = row / H_P;
+        let h = i32(row % H_P) - i32(PAD_T);
+        for (var i = lid / BLOCK; i < BLOCK; i += 8u) {
+            let c = c0 + i;
+            let w = i32(wp0 + lane) - i32(PAD_L);
+            var v = 0.0;
+            if (c < C_IN && h >= 0 && h < i32(IN_H) && w >= 0 && w < i32(IN_W)) {
+                v = x[((n * C_IN + c) * IN_H + u32(h)) * IN_W + u32(w)];
+                let b = bitcast<u32>(v) & 0x7fffffffu;
+                if (b < 0x7f800000u) {
+                    m = max(m, b); // non-finite values pass through as themselves and do not set the scale
+                }
+            }
+            tile[i * (BLOCK + 1u) + lane] = v;
+        }
+        workgroupBarrier();
+        // Invocation (pixel i, quad q) writes channels c0 + 4q .. + 3 of pixel i; quads 8 and 9 are the pad when
+        // this block ends exactly at C_IN.
+        let i = lid / 8u;
+        let wp = wp0 + i;
+        let p = (u.first_sample + n) * H_P + row % H_P;
+        for (var q = lid % 8u; q < BLOCK / 4u + 2u; q += 8u) {
+            let c = c0 + 4u * q;
+            if (wp < W_P && c < PIXEL_STRIDE && (q < BLOCK / 4u || c >= C_IN)) {
+                var v = vec4<f16>();
+                if (c < C_IN) {
+                    let t = 4u * q * (BLOCK + 1u) + i;
+                    v = vec4<f16>(vec4<f32>(tile[t], tile[t + BLOCK + 1u], tile[t + 2u * (BLOCK + 1u)],
+                                            tile[t + 3u * (BLOCK + 1u)]) * scale);
+                }
+                xp[((p * W_P + wp) * PIXEL_STRIDE + c) / 4u] = v;
             }
         }
-        tile[i * (BLOCK + 1u) + lane] = v;
+        workgroupBarrier(); // the tile is read before the next block overwrites it
     }
-    workgroupBarrier();
     if (!FIXUP) {
         atomicMax(&largest, m);
-    }
-    // Invocation (pixel i, quad q) writes channels c0 + 4q .. + 3 of pixel i; quads 8 and 9 are the pad when this
-    // block ends exactly at C_IN.
-    let i = lid / 8u;
-    let wp = wp0 + i;
-    let p = (u.first_sample + n) * H_P + row % H_P;
-    for (var q = lid % 8u; q < BLOCK / 4u + 2u; q += 8u) {
-        let c = c0 + 4u * q;
-        if (wp < W_P && c < PIXEL_STRIDE && (q < BLOCK / 4u || c >= C_IN)) {
-            var v = vec4<f16>();
-            if (c < C_IN) {
-                let t = 4u * q * (BLOCK + 1u) + i;
-                v = vec4<f16>(vec4<f32>(tile[t], tile[t + BLOCK + 1u], tile[t + 2u * (BLOCK + 1u)],
-                                        tile[t + 3u * (BLOCK + 1u)]) * scale);
-            }
-            xp[((p * W_P + wp) * PIXEL_STRIDE + c) / 4u] = v;
-        }
-    }
-    if (!FIXUP) {
         workgroupBarrier();
         if (lid == 0u) {
             atomicMax(&op_max[0], atomicLoad(&largest));

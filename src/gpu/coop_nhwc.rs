@@ -29,8 +29,11 @@ const SCALE_FUNCTIONS: &str = include_str!("../../shaders/scale.wgsl");
 const FIRST_SCALE_GUESS: i32 = 14;
 /// Workgroup size of the two preparation shaders.
 const PREP_WORKGROUP_SIZE: usize = 256;
-/// Pixels x channels per workgroup of the input's preparation (`BLOCK` x `BLOCK` in the shader).
+/// Pixels x channels of a block of the input's preparation (`BLOCK` x `BLOCK` in the shader).
 const PREP_BLOCK: usize = 32;
+/// Blocks a workgroup of the input's preparation moves, one after the other: 4 measured best of 1-32 on the H100
+/// (docs/PERFORMANCE.md, q4-q5).
+const PREP_BLOCKS_PER_WORKGROUP: usize = 4;
 /// Halves after each row of the operands' layouts (the padded input's pixels, the packed weight's rows), so that
 /// the 16 rows of a tensor-core load do not fall in the same L1 banks (`shaders/coop_nhwc.wgsl`; k5).
 const ROW_PAD: usize = 8;
@@ -540,6 +543,7 @@ fn encode_preparation(
                 ("PIXEL_STRIDE", pixel_stride(shape)),
             ]);
             consts.push(("FIXUP", f64::from(u8::from(fixup))));
+            consts.push(("BLOCKS_PER_WG", PREP_BLOCKS_PER_WORKGROUP as f64));
             ctx.pipeline(format!("nhwc_f16 {:?} {consts:?}", ctx.options().shader_checks), &module, &consts)
         };
         let (first, fixup) = (pipeline(false)?, pipeline(true)?);
@@ -549,7 +553,7 @@ fn encode_preparation(
             .iter()
             .map(|c| {
                 let samples = c.planes / cin;
-                let igrid = grid(ctx, samples * g.padded[0] * blocks);
+                let igrid = grid(ctx, (samples * g.padded[0] * blocks).div_ceil(PREP_BLOCKS_PER_WORKGROUP));
                 let u = InputParams {
                     first_sample: (c.first_plane / cin) as u32,
                     samples: samples as u32,
