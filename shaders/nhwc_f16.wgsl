@@ -4,11 +4,14 @@
 // columns past H_P or W_P (which no output reads: padding crops them) left out. Pixels are PIXEL_STRIDE halves
 // apart (C_IN + 8: see shaders/coop_nhwc.wgsl); the 8 halves past C_IN are written as zeros (never read: writing
 // them makes every 32-byte sector of the padded pixels whole, so that no partial sector is written back). A
-// workgroup moves 32 padded pixels x 32 channels of one padded row through workgroup memory: read along the
-// input's rows (coalesced), written along the channels, 4 halves per invocation (8-byte stores; the block of the
-// last channels writes the pad too). Each workgroup moves BLOCKS_PER_WG consecutive blocks (channels fastest) and
-// takes one atomic for all of them: on the H100, 4 blocks per workgroup ran the copy up to 17% faster than one
-// (docs/PERFORMANCE.md, q4-q5; the blocks' order did not matter). C_IN is a multiple of 16 (the kernel's `check`).
+// workgroup moves blocks of BLOCK_P padded pixels x BLOCK_C channels of one padded row through workgroup memory:
+// read along the input's rows (coalesced), written along the channels, 4 halves per invocation (8-byte stores; the
+// block of the last channels writes the pad too), BLOCKS_PER_WG consecutive blocks (channels fastest) with one
+// atomic for all of them. On the H100 (docs/PERFORMANCE.md, q4-q9) 4 blocks per workgroup ran up to 17% faster
+// than one; blocks with more channels than pixels (longer runs of each pixel written) ran faster and ones with more
+// pixels (longer runs of each input row read) much slower; 16 x 64 blocks, 2 per workgroup, copy kb57's input
+// 11% faster than 32 x 32 blocks, 4 per workgroup (src/gpu/coop_nhwc.rs, `PrepBlock`). C_IN is a multiple of 16
+// (the kernel's `check`).
 // One dispatch per input chunk (its samples: the uniform's sample range).
 //
 // The scale, in two passes so that the input is read once where its magnitudes are like the last call's (a
@@ -32,7 +35,10 @@ override H_P: u32;
 override W_P: u32;
 override PIXEL_STRIDE: u32;
 override FIXUP: bool;
-override BLOCKS_PER_WG: u32; // blocks of 32 pixels x 32 channels per workgroup
+override BLOCK_P: u32;       // padded pixels of a block (along a padded row)
+override BLOCK_C: u32;       // channels of a block, a multiple of 4
+override QUADS: u32;         // BLOCK_C / 4: 4-channel stores per pixel of a block
+override BLOCKS_PER_WG: u32; // blocks per workgroup
 
 struct Params {
     first_sample: u32,   // the chunk's first sample (index into the whole padded tensor)
@@ -47,26 +53,28 @@ struct Params {
 @group(0) @binding(3) var<storage, read_write> op_max: array<atomic<u32>>;
 @group(0) @binding(4) var<storage, read> guess: array<i32>; // the scale exponent of the first pass
 
-const BLOCK: u32 = 32u;
-var<workgroup> tile: array<f32, BLOCK * (BLOCK + 1u)>; // [channel][pixel], rows padded against bank conflicts
+const THREADS: u32 = 256u;
+// The tile holds BLOCK_C rows of BLOCK_P + 1 floats: 16 x 64 blocks (17 x 64 floats) and 32 x 32 (33 x 32) fit.
+const TILE_FLOATS: u32 = 1088u;
+var<workgroup> tile: array<f32, TILE_FLOATS>; // [channel][pixel], rows padded against bank conflicts
 var<workgroup> largest: atomic<u32>; // the block's largest finite magnitude, as f32 bits (first pass)
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(THREADS)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     var k = guess[0];
     if (FIXUP) {
         k = min(scale_exponent(atomicLoad(&op_max[0])), 127);
     }
     let scale = ldexp(1.0, k);
-    let col_blocks = (W_P + BLOCK - 1u) / BLOCK;
-    let ch_blocks = (C_IN + BLOCK - 1u) / BLOCK;
+    let col_blocks = (W_P + BLOCK_P - 1u) / BLOCK_P;
+    let ch_blocks = (C_IN + BLOCK_C - 1u) / BLOCK_C;
     let blocks = u.samples * H_P * col_blocks * ch_blocks;
     let first = (wid.y * u.dispatch_width + wid.x) * BLOCKS_PER_WG;
     if (first >= blocks) {
         return;
     }
     let last = min(first + BLOCKS_PER_WG, blocks);
-    let lane = lid % BLOCK;
+    let lane = lid % BLOCK_P;
     if (!FIXUP && lid == 0u) {
         atomicStore(&largest, 0u); // before the barriers below, and every atomicMax after them
     }
@@ -74,11 +82,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     for (var block = first; block < last; block++) {
         let row = block / (col_blocks * ch_blocks); // padded row of the chunk: sample * H_P + hp
         let rest = block % (col_blocks * ch_blocks);
-        let wp0 = (rest / ch_blocks) * BLOCK;
-        let c0 = (rest % ch_blocks) * BLOCK;
+        let wp0 = (rest / ch_blocks) * BLOCK_P;
+        let c0 = (rest % ch_blocks) * BLOCK_C;
         let n = row / H_P;
         let h = i32(row % H_P) - i32(PAD_T);
-        for (var i = lid / BLOCK; i < BLOCK; i += 8u) {
+        // Read along the input's rows: invocation lid reads pixel `lane` of channels lid / BLOCK_P + k * (THREADS
+        // / BLOCK_P).
+        for (var i = lid / BLOCK_P; i < BLOCK_C; i += THREADS / BLOCK_P) {
             let c = c0 + i;
             let w = i32(wp0 + lane) - i32(PAD_L);
             var v = 0.0;
@@ -89,24 +99,33 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                     m = max(m, b); // non-finite values pass through as themselves and do not set the scale
                 }
             }
-            tile[i * (BLOCK + 1u) + lane] = v;
+            tile[i * (BLOCK_P + 1u) + lane] = v;
         }
         workgroupBarrier();
-        // Invocation (pixel i, quad q) writes channels c0 + 4q .. + 3 of pixel i; quads 8 and 9 are the pad when
-        // this block ends exactly at C_IN.
-        let i = lid / 8u;
-        let wp = wp0 + i;
+        // Written along the channels: slot s stores channels c0 + 4q .. + 3 of pixel i (q = s % QUADS), zeros
+        // past C_IN (the pad, where the block reaches into it); consecutive invocations fill a pixel's channels.
         let p = (u.first_sample + n) * H_P + row % H_P;
-        for (var q = lid % 8u; q < BLOCK / 4u + 2u; q += 8u) {
-            let c = c0 + 4u * q;
-            if (wp < W_P && c < PIXEL_STRIDE && (q < BLOCK / 4u || c >= C_IN)) {
+        for (var s = lid; s < BLOCK_P * QUADS; s += THREADS) {
+            let i = s / QUADS;
+            let c = c0 + 4u * (s % QUADS);
+            let wp = wp0 + i;
+            if (wp < W_P && c < PIXEL_STRIDE) {
                 var v = vec4<f16>();
                 if (c < C_IN) {
-                    let t = 4u * q * (BLOCK + 1u) + i;
-                    v = vec4<f16>(vec4<f32>(tile[t], tile[t + BLOCK + 1u], tile[t + 2u * (BLOCK + 1u)],
-                                            tile[t + 3u * (BLOCK + 1u)]) * scale);
+                    let t = (c - c0) * (BLOCK_P + 1u) + i;
+                    v = vec4<f16>(vec4<f32>(tile[t], tile[t + BLOCK_P + 1u], tile[t + 2u * (BLOCK_P + 1u)],
+                                            tile[t + 3u * (BLOCK_P + 1u)]) * scale);
                 }
                 xp[((p * W_P + wp) * PIXEL_STRIDE + c) / 4u] = v;
+            }
+        }
+        // The pad's two quads, where this block ends exactly at C_IN (otherwise the loop above reached them).
+        if (c0 + BLOCK_C == C_IN) {
+            for (var s = lid; s < BLOCK_P * 2u; s += THREADS) {
+                let wp = wp0 + s / 2u;
+                if (wp < W_P) {
+                    xp[((p * W_P + wp) * PIXEL_STRIDE + C_IN) / 4u + s % 2u] = vec4<f16>();
+                }
             }
         }
         workgroupBarrier(); // the tile is read before the next block overwrites it

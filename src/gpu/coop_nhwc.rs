@@ -29,11 +29,29 @@ const SCALE_FUNCTIONS: &str = include_str!("../../shaders/scale.wgsl");
 const FIRST_SCALE_GUESS: i32 = 14;
 /// Workgroup size of the two preparation shaders.
 const PREP_WORKGROUP_SIZE: usize = 256;
-/// Pixels x channels of a block of the input's preparation (`BLOCK` x `BLOCK` in the shader).
-const PREP_BLOCK: usize = 32;
-/// Blocks a workgroup of the input's preparation moves, one after the other: 4 measured best of 1-32 on the H100
-/// (docs/PERFORMANCE.md, q4-q5).
-const PREP_BLOCKS_PER_WORKGROUP: usize = 4;
+/// The blocks the input's preparation (shaders/nhwc_f16.wgsl) moves through workgroup memory: `pixels` padded
+/// pixels x `channels` channels, `per_workgroup` of them one after the other.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct PrepBlock {
+    pixels: usize,
+    channels: usize,
+    per_workgroup: usize,
+}
+
+impl PrepBlock {
+    /// The H100's best (docs/PERFORMANCE.md, q8-q9, the preparation alone): 16 pixels x 64 channels, 2 blocks per
+    /// workgroup, where the input channels are a multiple of 64 (kb57 1.54 -> 1.38 ms, kb65 and kb69 within 2%
+    /// of 32 x 32 blocks, 4 per workgroup); 32 x 32, 4 per workgroup, otherwise (with 32 input channels, 64-channel
+    /// blocks were half empty and 1.5x slower).
+    fn of(in_channels: usize) -> PrepBlock {
+        if in_channels.is_multiple_of(64) {
+            PrepBlock { pixels: 16, channels: 64, per_workgroup: 2 }
+        } else {
+            PrepBlock { pixels: 32, channels: 32, per_workgroup: 4 }
+        }
+    }
+}
+
 /// Halves after each row of the operands' layouts (the padded input's pixels, the packed weight's rows), so that
 /// the 16 rows of a tensor-core load do not fall in the same L1 banks (`shaders/coop_nhwc.wgsl`; k5).
 const ROW_PAD: usize = 8;
@@ -531,6 +549,7 @@ fn encode_preparation(
         let xp = in_flight.keep(ctx.pool.get(&ctx.device, g.padded_bytes(shape, tile) as u64, STORAGE));
         let guess = ctx.kept_i32(scale_guess_key(shape), FIRST_SCALE_GUESS);
         let module = ctx.module_with(INPUT_SHADER_NAME, input_shader)?;
+        let block = PrepBlock::of(cin);
         let pipeline = |fixup: bool| {
             let mut consts = override_values(&[
                 ("C_IN", cin),
@@ -541,19 +560,22 @@ fn encode_preparation(
                 ("H_P", g.padded[0]),
                 ("W_P", g.padded[1]),
                 ("PIXEL_STRIDE", pixel_stride(shape)),
+                ("BLOCK_P", block.pixels),
+                ("BLOCK_C", block.channels),
+                ("QUADS", block.channels / 4),
+                ("BLOCKS_PER_WG", block.per_workgroup),
             ]);
             consts.push(("FIXUP", f64::from(u8::from(fixup))));
-            consts.push(("BLOCKS_PER_WG", PREP_BLOCKS_PER_WORKGROUP as f64));
             ctx.pipeline(format!("nhwc_f16 {:?} {consts:?}", ctx.options().shader_checks), &module, &consts)
         };
         let (first, fixup) = (pipeline(false)?, pipeline(true)?);
-        let blocks = g.padded[1].div_ceil(PREP_BLOCK) * cin.div_ceil(PREP_BLOCK);
+        let blocks = g.padded[1].div_ceil(block.pixels) * cin.div_ceil(block.channels);
         let chunks: Vec<_> = input
             .chunks()
             .iter()
             .map(|c| {
                 let samples = c.planes / cin;
-                let igrid = grid(ctx, (samples * g.padded[0] * blocks).div_ceil(PREP_BLOCKS_PER_WORKGROUP));
+                let igrid = grid(ctx, (samples * g.padded[0] * blocks).div_ceil(block.per_workgroup));
                 let u = InputParams {
                     first_sample: (c.first_plane / cin) as u32,
                     samples: samples as u32,
@@ -818,6 +840,9 @@ mod tests {
             // Padding crops input rows and columns; the input's last value, in a cropped column, is 1e4 times the
             // others' magnitude: the copy neither writes it nor takes it for the scale.
             ([[6, 7], [1, 1], [1, 1], [1, 2], [0, 0], [1, 1]], [16, 32], 40.0),
+            // 64 and 128 input channels: 16 x 64 blocks (`PrepBlock`), a padded row of 22 pixels (a partial block).
+            ([[3, 20], [2, 3], [1, 1], [0, 0], [0, 0], [1, 1]], [64, 64], 3.0),
+            ([[2, 5], [3, 3], [2, 1], [1, 0], [1, 0], [1, 2]], [128, 64], 0.5),
         ];
         for &([in_hw, kernel, stride, padding, output_padding, dilation], [cin, cout], magnitude) in cases {
             let (in_hw, kernel) = (in_hw.map(|v| v as usize), kernel.map(|v| v as usize));
@@ -903,6 +928,17 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn preparation_blocks_fit_the_shaders_tile() {
+        // The shader's tile (`TILE_FLOATS`) holds `channels` rows of `pixels + 1` floats.
+        const PREP_TILE_FLOATS: usize = 1088;
+        for cin in (16..=1024).step_by(16) {
+            let b = PrepBlock::of(cin);
+            assert!(b.channels * (b.pixels + 1) <= PREP_TILE_FLOATS && b.channels.is_multiple_of(4), "{cin}: {b:?}");
+        }
+        assert!(INPUT_SHADER.contains(&format!("const TILE_FLOATS: u32 = {PREP_TILE_FLOATS}u;")));
     }
 
     #[test]
