@@ -40,7 +40,7 @@ struct PrepBlock {
 
 impl PrepBlock {
     /// The H100's best (docs/PERFORMANCE.md, q8-q9, the preparation alone): 16 pixels x 64 channels, 2 blocks per
-    /// workgroup, where the input channels are a multiple of 64 (kb57 1.54 -> 1.38 ms, kb65 and kb69 within 2%
+    /// workgroup, where the input channels are a multiple of 64 (kb57 1.54 -> 1.38 ms, kb65 and kb69 within 3%
     /// of 32 x 32 blocks, 4 per workgroup); 32 x 32, 4 per workgroup, otherwise (with 32 input channels, 64-channel
     /// blocks were half empty and 1.5x slower).
     fn of(in_channels: usize) -> PrepBlock {
