@@ -54,6 +54,7 @@ struct Params {
 @group(0) @binding(4) var<storage, read> guess: array<i32>; // the scale exponent of the first pass
 
 const THREADS: u32 = 256u;
+const PAD_QUADS: u32 = 2u; // the pad's 8 halves past C_IN, as quads
 // The tile holds BLOCK_C rows of BLOCK_P + 1 floats: 16 x 64 blocks (17 x 64 floats) and 32 x 32 (33 x 32) fit.
 const TILE_FLOATS: u32 = 1088u;
 var<workgroup> tile: array<f32, TILE_FLOATS>; // [channel][pixel], rows padded against bank conflicts
@@ -102,12 +103,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             tile[i * (BLOCK_P + 1u) + lane] = v;
         }
         workgroupBarrier();
-        // Written along the channels: slot s stores channels c0 + 4q .. + 3 of pixel i (q = s % QUADS), zeros
-        // past C_IN (the pad, where the block reaches into it); consecutive invocations fill a pixel's channels.
+        // Written along the channels: slot s stores channels c0 + 4q .. + 3 of pixel i (q = s % quads), zeros
+        // past C_IN; consecutive invocations fill a pixel's channels. The block of the last channels also writes
+        // the pixel's pad (its two quads past C_IN), in the same run: where one block holds all the channels, the
+        // block's pixels are then written as one contiguous run.
+        let quads = select(QUADS, QUADS + PAD_QUADS, c0 + BLOCK_C >= C_IN);
         let p = (u.first_sample + n) * H_P + row % H_P;
-        for (var s = lid; s < BLOCK_P * QUADS; s += THREADS) {
-            let i = s / QUADS;
-            let c = c0 + 4u * (s % QUADS);
+        for (var s = lid; s < BLOCK_P * quads; s += THREADS) {
+            let i = s / quads;
+            let c = c0 + 4u * (s % quads);
             let wp = wp0 + i;
             if (wp < W_P && c < PIXEL_STRIDE) {
                 var v = vec4<f16>();
@@ -117,15 +121,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                                             tile[t + 3u * (BLOCK_P + 1u)]) * scale);
                 }
                 xp[((p * W_P + wp) * PIXEL_STRIDE + c) / 4u] = v;
-            }
-        }
-        // The pad's two quads, where this block ends exactly at C_IN (otherwise the loop above reached them).
-        if (c0 + BLOCK_C == C_IN) {
-            for (var s = lid; s < BLOCK_P * 2u; s += THREADS) {
-                let wp = wp0 + s / 2u;
-                if (wp < W_P) {
-                    xp[((p * W_P + wp) * PIXEL_STRIDE + C_IN) / 4u + s % 2u] = vec4<f16>();
-                }
             }
         }
         workgroupBarrier(); // the tile is read before the next block overwrites it

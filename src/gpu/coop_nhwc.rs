@@ -107,10 +107,12 @@ fn stage_channels(shape: &ConvShape) -> usize {
     s
 }
 
-/// Every tile the selector may choose: 64 x 64 per subgroup (64+ output channels), 64 x 32 (32-channel outputs);
-/// direct, and the three two-row shapes also with staged rows (`staged`).
+/// Every tile the selector may choose: 64 x 64 per subgroup (64+ output channels), 64 x 32 (32+); direct, and the
+/// three two-row shapes of 64 x 64 and 64 x 32 subgroups also with staged rows (`staged`).
 /// Larger subgroup blocks (96 x 64, 128 x 32) measured slower or within 2% (docs/PERFORMANCE.md, c7), smaller ones
-/// (32 x 64, 32 x 32) 1.2-1.4x slower (c10).
+/// (32 x 64, 32 x 32) 1.2-1.4x slower (c10), 64 x 16 1.2-1.4x slower (u2). Tiles of 8 subgroups of 64 x 32 (128 x
+/// 128, 256 x 64) ran one workgroup per multiprocessor and 1.1-1.3x slower than 128 x 64 (u2); 128 x 64 with staged
+/// rows (138 registers, but 20 KiB of workgroup memory) 1.1-1.4x slower than direct (u1).
 pub const TILES: &[NhwcTile] = &[
     tile(64, 64, 2, 1),
     tile(64, 64, 4, 1),
@@ -118,6 +120,7 @@ pub const TILES: &[NhwcTile] = &[
     tile(64, 64, 2, 2),
     tile(64, 32, 2, 1),
     tile(64, 32, 4, 1),
+    tile(64, 32, 2, 2),
     staged(64, 64, 2, 1),
     staged(64, 64, 2, 2),
     staged(64, 32, 2, 1),
@@ -125,19 +128,18 @@ pub const TILES: &[NhwcTile] = &[
 
 /// The tiles for a shape before tuning, best first, the H100's winners in docs/PERFORMANCE.md: 128 pixels x 128
 /// channels with staged rows where the output channels are a multiple of 128 (s4: kb69 3.62 ms against 3.81 for
-/// the direct 128 x 64 tile); 256 x 32 (four subgroups of 64 x 32) where they are an odd multiple of 64 (q11,
-/// `convt tune --precision fast` after the copy's changes: kb57 6.21 ms against 6.38 for 128 x 64, kb65 2.64
-/// against 2.67-2.72), then 128 x 64 direct where they are of 64 (c1, k7; s4: its staged form lost on kb65), 128 x
-/// 32 where they are of 32; none otherwise. The selector takes the first that runs on the adapter.
+/// the direct 128 x 64 tile; u2: 3.60 against 3.71-3.74 for 128 x 64 of four 64 x 32 subgroups); 128 x 64 of four
+/// 64 x 32 subgroups where they are an odd multiple of 64 (u1-u2: kb57 5.58-5.79 ms against 6.19 for 256 x 32,
+/// kb65 2.57-2.60 against 2.65), then 256 x 32 (q11); 128 x 32 where they are of 32 (u1: kb71 and kb78 within 1% of
+/// 256 x 32); none otherwise. The selector takes the first that runs on the adapter.
 pub fn pick_tiles(shape: &ConvShape) -> Vec<NhwcTile> {
     let mut tiles = Vec::new();
     if shape.out_channels.is_multiple_of(128) {
         tiles.push(staged(64, 64, 2, 2));
+        tiles.push(tile(64, 32, 2, 2));
     } else if shape.out_channels.is_multiple_of(64) {
+        tiles.push(tile(64, 32, 2, 2));
         tiles.push(tile(64, 32, 4, 1));
-    }
-    if shape.out_channels.is_multiple_of(64) {
-        tiles.push(tile(64, 64, 2, 1));
     } else if shape.out_channels.is_multiple_of(32) {
         tiles.push(tile(64, 32, 2, 1));
     }
