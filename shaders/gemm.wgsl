@@ -11,7 +11,10 @@
 // reads ih = a*IN_STEP_H + off_h - jh*istep_h (IN_STEP = the convolution's stride; 1 for every phase above).
 //
 // GEMM per phase and group: M = output pixels of the phase (samples x rows x columns), N = output channels of
-// the group, K = taps x input channels of the group. A workgroup computes a BM x BN tile of the output; K is
+// the group, K = taps x input channels of the group. All phases run in one dispatch with the phases fastest
+// (workgroup w: phase w % n_phases): the phases' tiles of the same pixels run at the same time, so the output
+// columns they interleave (every S_W-th each) are written close together in time rather than one phase after
+// the other (docs/PERFORMANCE.md, u6: up2x 1.08 -> 0.95 ms in `fast`, 2.32 -> 2.12-2.18 exact). A workgroup computes a BM x BN tile of the output; K is
 // walked in steps of BK input channels of one tap: the A step (BK x BM im2col values, gathered from the input
 // with zero fill outside it) and the B step (BK x BN weights) are staged in workgroup memory, where the
 // invocations multiply them (registers or cooperative matrices, see Variants). The next step's global loads are issued into registers before the current step's math, so
@@ -98,7 +101,7 @@ struct Dispatch {
     kstep_w: u32,
     istep_h: u32,
     istep_w: u32,
-    _pad0: u32,
+    n_phases: u32, // phases in this dispatch (entries of `phases`)
     _pad1: u32,
     _pad2: u32,
     phases: array<Phase, MAX_PHASES>,
@@ -110,7 +113,7 @@ struct Dispatch {
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 
-// The phase of this workgroup (u.phases[workgroup_id.z]), set once at the start of main.
+// The phase of this workgroup, set once at the start of main.
 var<private> ph: Phase;
 
 // Generated per variant: the staged tiles a_tile ([k][m]) and b_tile ([k][n]) in workgroup memory, the
@@ -250,10 +253,12 @@ fn store4(c: StoreCtx, m: u32, oc0: u32, v: vec4<f32>) {
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     // The workgroup's control flow depends only on `phase`, read from the uniform block (the cooperative
     // matrix operations need uniform control flow, and naga counts reads of a private variable as non-uniform).
-    let phase = u.phases[wid.z];
+    // Phases fastest (see "GEMM per phase and group" above): tile w / n_phases of phase w % n_phases.
+    let wg_all = wid.y * u.dispatch_width + wid.x;
+    let phase = u.phases[wg_all % u.n_phases];
     ph = phase;
 //#PROLOGUE
-    let wg = wid.y * u.dispatch_width + wid.x;
+    let wg = wg_all / u.n_phases;
     let m_tile = wg % u.m_tiles;
     let n_lin = wg / u.m_tiles;
     if (m_tile >= phase.m_tiles) {

@@ -410,7 +410,8 @@ struct DispatchUniform {
     kstep_w: u32,
     istep_h: u32,
     istep_w: u32,
-    _pad: [u32; 3],
+    n_phases: u32,
+    _pad: [u32; 2],
     phases: [PhaseUniform; MAX_PHASES],
 }
 
@@ -502,12 +503,13 @@ pub(crate) fn encode(
                     });
                 }
             }
-            // Phases with the most taps first: their workgroups run longest, and the GPU starts workgroups in
-            // grid order, so the short ones fill the tail of the dispatch instead of the long ones.
+            // Phases with the most taps first. The shader takes the phases fastest (workgroup w: phase w %
+            // n_phases), so each pixel tile's phases start together and their interleaved stores meet in L2; the
+            // longest of them starts first.
             phases.sort_by_key(|p| std::cmp::Reverse(p.cnt_h * p.cnt_w));
             for batch in phases.chunks(MAX_PHASES) {
                 let m_tiles = batch.iter().map(|p| p.m_tiles as usize).max().unwrap_or(0);
-                let grid = grid(ctx, m_tiles * n_tiles_per_group * (g1 - g0));
+                let grid = grid(ctx, m_tiles * n_tiles_per_group * (g1 - g0) * batch.len());
                 let mut table = [PhaseUniform::default(); MAX_PHASES];
                 table[..batch.len()].copy_from_slice(batch);
                 let u = DispatchUniform {
@@ -520,14 +522,15 @@ pub(crate) fn encode(
                     kstep_w: pw0.kstep as u32,
                     istep_h: ph0.istep as u32,
                     istep_w: pw0.istep as u32,
-                    _pad: [0; 3],
+                    n_phases: batch.len() as u32,
+                    _pad: [0; 2],
                     phases: table,
                 };
                 let input = &input.chunks()[s.in_chunk].buffer;
                 let out = &output.chunks()[s.out_chunk].buffer;
                 let mut buffers = ops.buffers(input, out);
                 buffers.extend(maxima.as_ref());
-                dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &buffers, grid, batch.len() as u32);
+                dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &buffers, grid, 1);
             }
         }
         Ok(())
