@@ -19,14 +19,22 @@ pub struct CoopTile {
     pub wn: u32,
     /// The A step staged pixel-major ([m][k], loaded row-major) instead of channel-major ([k][m]).
     pub a_pixel_major: bool,
+    /// Pixels the epilogue moves through its scratch at once (`epilogue`): 32, or 16 for half the scratch.
+    pub epilogue_run: u32,
 }
 
 const fn coop(bm: u32, bn: u32, bk: u32, wm: u32, wn: u32) -> CoopTile {
-    CoopTile { bm, bn, bk, wm, wn, a_pixel_major: false }
+    CoopTile { bm, bn, bk, wm, wn, a_pixel_major: false, epilogue_run: FULL_RUN }
 }
 
 const fn coop_t(bm: u32, bn: u32, bk: u32, wm: u32, wn: u32) -> CoopTile {
-    CoopTile { bm, bn, bk, wm, wn, a_pixel_major: true }
+    CoopTile { bm, bn, bk, wm, wn, a_pixel_major: true, epilogue_run: FULL_RUN }
+}
+
+/// A tile whose epilogue moves 16-pixel runs (half the scratch: room for K steps of 32 at two workgroups per
+/// multiprocessor).
+const fn coop_e16(bm: u32, bn: u32, bk: u32, wm: u32, wn: u32) -> CoopTile {
+    CoopTile { bm, bn, bk, wm, wn, a_pixel_major: false, epilogue_run: SHORT_RUN }
 }
 
 /// Every cooperative-matrix tile the selector may choose.
@@ -48,17 +56,20 @@ pub const COOP_TILES: &[CoopTile] = &[
     coop_t(128, 128, 16, 32, 32),
     coop_t(64, 64, 16, 32, 32),
     coop_t(128, 64, 16, 32, 16),
+    coop_e16(128, 128, 32, 64, 64),
+    coop_e16(128, 128, 16, 64, 64),
     // 128x128x32 with 32x32 subgroups and 128x64x32 with 32x16 no longer fit 48 KiB with padded rows (k2).
 ];
 
 /// The default cooperative-matrix tile for a shape (before tuning), the H100's winners in docs/PERFORMANCE.md:
-/// 128x128 tiles with K steps of 16 and 64x64 per subgroup from 128 output channels per group (up2x, dcgan; s3:
-/// with the smaller epilogue scratch this tile takes 17.5 KiB of workgroup memory and runs two workgroups per
-/// multiprocessor, up2x 1.10 ms and dcgan 0.315 against 1.42 and 0.42 for K steps of 32, whose 26 KiB allow one),
-/// else 128x64 with 64x32 per subgroup (measured on kb65).
+/// 128x128 tiles with K steps of 32, 64x64 per subgroup and 16-pixel epilogue runs from 128 output channels per
+/// group (up2x, dcgan; u9: its 22 KiB of workgroup memory let two workgroups share a multiprocessor, up2x 0.86-0.88
+/// ms and dcgan 0.275 against 0.94-0.95 and 0.295 for K steps of 16; with 32-pixel runs the same tile takes 26 KiB
+/// and runs one workgroup per multiprocessor, 1.36 and 0.39), else 128x64 with 64x32 per subgroup (measured on
+/// kb65).
 pub fn pick_tile(shape: &crate::params::ConvShape) -> CoopTile {
     if shape.out_per_group() >= 128 {
-        coop(128, 128, 16, 64, 64)
+        coop_e16(128, 128, 32, 64, 64)
     } else {
         coop(128, 64, 16, 64, 32)
     }
@@ -88,12 +99,13 @@ impl GemmKernel for CoopTile {
     }
     fn name(&self) -> String {
         let layout = if self.a_pixel_major { "_mk" } else { "" };
-        format!("coop_{}x{}x{}_{}x{}{layout}", self.bm, self.bn, self.bk, self.wm, self.wn)
+        let run = if self.epilogue_run == FULL_RUN { String::new() } else { format!("_e{}", self.epilogue_run) };
+        format!("coop_{}x{}x{}_{}x{}{layout}{run}", self.bm, self.bn, self.bk, self.wm, self.wn)
     }
     /// Workgroup memory: the f16 A and B steps (rows padded), and each subgroup's scratch for the epilogue.
     fn workgroup_bytes(&self) -> u32 {
         let (a_rows, lda, ldb) = self.staged_layout();
-        2 * (a_rows * lda + self.bk * ldb) + scratch_bytes(self.subgroups())
+        2 * (a_rows * lda + self.bk * ldb) + scratch_bytes(self.subgroups(), self.epilogue_run)
     }
     /// The layout rules of the shader (see its opening comment) and of this generator.
     fn is_consistent(&self) -> bool {
@@ -107,6 +119,7 @@ impl GemmKernel for CoopTile {
             && t.is_multiple_of(self.bn)
             && (self.bk * self.bm).is_multiple_of(t)
             && (self.bk * self.bn).is_multiple_of(t)
+            && (self.epilogue_run == FULL_RUN || self.epilogue_run == SHORT_RUN)
     }
 
     fn tile_mn(&self) -> (u32, u32) {
@@ -149,15 +162,17 @@ impl GemmKernel for CoopTile {
         math += "        }\n";
         decl += "    let sg = lid / 32u;\n    let lane = lid % 32u;\n    let sg_m = (sg % SG_M) * WM;\n    let sg_n = (sg / SG_M) * WN;\n";
 
+        let run = self.epilogue_run;
         let epi = epilogue(
             self.wm,
             nj,
-            |r| format!("pixel(sc, m_tile * BM + sg_m + lane + {}u)", 32 * r),
+            run,
+            |r| format!("pixel(sc, m_tile * BM + sg_m + run_pixel + {}u)", run * r),
             |j, r, v| format!("store1(sc, px{r}, oc_tile + sg_n + {}u + c, unscale({v}));", 16 * j),
         );
         let (a_rows, lda, ldb) = self.staged_layout();
         let a_index = if self.a_pixel_major { "m * LDA + k" } else { "k * LDA + m" };
-        let scratch = scratch();
+        let scratch = scratch(run);
         let module = format!(
             "{SCALED_MODULE}var<workgroup> a_tile: array<f16, A_ROWS * LDA>; // [k][m] or [m][k]
 var<workgroup> b_tile: array<f16, BK * LDB>; // [k][n]
@@ -190,21 +205,23 @@ fn stage_b(k: u32, n: u32, v: f32) {{
 /// apart (32 banks), the lanes of a `coopStore` that hold the same row of different columns hit the same memory
 /// bank; 4 more spreads them over all 32 (docs/PERFORMANCE.md, k3: kb57 6% faster).
 const SCRATCH_PAD: u32 = 4;
-/// Pixels the epilogue moves through the scratch at once: one store of 32 lanes, 32 consecutive pixels.
-const EPILOGUE_PIXELS: u32 = 32;
+/// Pixels the epilogue moves through the scratch at once: one store of 32 lanes, 32 consecutive pixels of one
+/// channel; or 16 (`SHORT_RUN`), lanes 0-15 and 16-31 storing 16 pixels of two channels, for half the scratch.
+pub(crate) const FULL_RUN: u32 = 32;
+pub(crate) const SHORT_RUN: u32 = 16;
 
-/// The epilogue's scratch in workgroup memory (see [`epilogue`]): per subgroup, 16 columns of C_LD floats. Kept
-/// small: on the H100's driver every workgroup's memory counts against about 48 KiB per multiprocessor, so it
-/// decides how many workgroups run at once (docs/PERFORMANCE.md, s2).
-pub(crate) fn scratch() -> String {
+/// The epilogue's scratch in workgroup memory (see [`epilogue`]): per subgroup, 16 columns of C_LD floats (a run of
+/// `run` pixels, padded). Kept small: on the H100's driver every workgroup's memory counts against about 48 KiB per
+/// multiprocessor, so it decides how many workgroups run at once (docs/PERFORMANCE.md, s2).
+pub(crate) fn scratch(run: u32) -> String {
     format!(
-        "const C_LD: u32 = {EPILOGUE_PIXELS}u + {SCRATCH_PAD}u;\nvar<workgroup> c_tile: array<f32, SG_M * SG_N * C_LD * 16u>; // per subgroup: 16 channels x C_LD pixels\n"
+        "const C_LD: u32 = {run}u + {SCRATCH_PAD}u;\nvar<workgroup> c_tile: array<f32, SG_M * SG_N * C_LD * 16u>; // per subgroup: 16 channels x C_LD pixels\n"
     )
 }
 
 /// Bytes of [`scratch`] for `subgroups` subgroups.
-pub(crate) fn scratch_bytes(subgroups: u32) -> u32 {
-    4 * subgroups * (EPILOGUE_PIXELS + SCRATCH_PAD) * 16
+pub(crate) fn scratch_bytes(subgroups: u32, run: u32) -> u32 {
+    4 * subgroups * (run + SCRATCH_PAD) * 16
 }
 
 /// The declarations of a subgroup's mi x nj named f32 accumulators `acc_<i>_<j>` (no array of matrices: arrays
@@ -220,34 +237,39 @@ pub(crate) fn products(mi: u32, nj: u32) -> (String, String) {
     (decl, math)
 }
 
-/// The epilogue of a subgroup's WM x (16 nj) accumulators: per 16-channel column j and run r of 32 pixels, the
-/// subgroup stores that 32 x 16 block (two accumulators) into its scratch in `c_tile` (column-major: pixel
-/// fastest, columns C_LD apart, see [`scratch`]), then lane l stores pixel 32 r + l of it for each channel c, so
-/// consecutive lanes write consecutive output pixels. `pixel(r)` is the WGSL expression of run r's pixel (bound
-/// once to `px<r>`), `store(j, r, v)` the statement storing value `v` of run r in column j at channel offset
-/// `c`. Expects `sg`, `lane` and the constant WM in the shader.
+/// The epilogue of a subgroup's WM x (16 nj) accumulators: per 16-channel column j and run r of `run` pixels
+/// (32 or 16), the subgroup stores that run x 16 block (run / 16 accumulators) into its scratch in `c_tile`
+/// (column-major: pixel fastest, columns C_LD apart, see [`scratch`]), then lane l stores pixel `run_pixel` = l %
+/// run of it for channels l / run, l / run + 32 / run, ... so that consecutive lanes write consecutive output
+/// pixels. `pixel(r)` is the WGSL expression of run r's pixel for this lane (it may use `run_pixel`; bound once to
+/// `px<r>`), `store(j, r, v)` the statement storing value `v` of run r in column j at channel offset `c`. Expects
+/// `sg`, `lane` and the constant WM in the shader.
 pub(crate) fn epilogue(
     wm: u32,
     nj: u32,
+    run: u32,
     pixel: impl Fn(u32) -> String,
     store: impl Fn(u32, u32, &str) -> String,
 ) -> String {
-    let mut epi = String::from("    let scratch = sg * C_LD * 16u;\n");
-    for r in 0..wm / 32 {
+    let mut epi = format!(
+        "    let scratch = sg * C_LD * 16u;\n    let run_pixel = lane % {run}u;\n    let run_channel = lane / {run}u;\n"
+    );
+    for r in 0..wm / run {
         epi += &format!("    let px{r} = {};\n", pixel(r));
     }
     for j in 0..nj {
-        for r in 0..wm / EPILOGUE_PIXELS {
-            for h in 0..EPILOGUE_PIXELS / 16 {
-                let i = r * EPILOGUE_PIXELS / 16 + h;
+        for r in 0..wm / run {
+            for h in 0..run / 16 {
+                let i = r * run / 16 + h;
                 // naga 30 needs every coopStore argument bound to a `let` (its SPIR-V writer panics otherwise).
                 epi += &format!(
                     "    {{\n        let t = acc_{i}_{j};\n        let off = scratch + {}u;\n        let st = C_LD;\n        coopStore(t, &c_tile[off], st);\n    }}\n",
                     16 * h
                 );
             }
-            epi += "    workgroupBarrier();\n    for (var c = 0u; c < 16u; c++) {\n";
-            epi += &format!("        {}\n", store(j, r, "c_tile[scratch + c * C_LD + lane]"));
+            epi += &format!("    workgroupBarrier();\n    for (var c0 = 0u; c0 < 16u; c0 += {}u) {{\n", 32 / run);
+            epi += "        let c = c0 + run_channel;\n";
+            epi += &format!("        {}\n", store(j, r, "c_tile[scratch + c * C_LD + run_pixel]"));
             epi += "    }\n    workgroupBarrier();\n";
         }
     }

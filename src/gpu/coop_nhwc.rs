@@ -172,7 +172,7 @@ impl NhwcTile {
     /// the staged rows (padded like the input's pixels).
     pub fn workgroup_bytes(&self) -> u32 {
         let stage = if self.staged { self.stage_halves() * 2 } else { 0 };
-        coop::scratch_bytes(self.sg_m * self.sg_n) + stage
+        coop::scratch_bytes(self.sg_m * self.sg_n, coop::FULL_RUN) + stage
     }
     /// The generator's layout rules: whole 16 x 16 matrices, and 32-pixel runs for the epilogue's lanes.
     pub fn is_consistent(&self) -> bool {
@@ -239,12 +239,13 @@ impl NhwcTile {
         let epi = coop::epilogue(
             self.wm,
             nj,
-            |r| format!("out_pixel(m0 + lane + {}u)", 32 * r),
+            coop::FULL_RUN,
+            |r| format!("out_pixel(m0 + run_pixel + {}u)", coop::FULL_RUN * r),
             |j, r, v| format!("store(px{r}, n0 + {}u + c, {v});", 16 * j),
         );
         let mut header = format!(
             "enable f16;\nenable wgpu_cooperative_matrix;\nconst WM: u32 = {}u;\nconst WN: u32 = {}u;\nconst SG_M: u32 = {}u;\nconst SG_N: u32 = {}u;\nconst BM: u32 = SG_M * WM;\nconst BN: u32 = SG_N * WN;\nconst THREADS: u32 = {SUBGROUP}u * SG_M * SG_N;\n{}",
-            self.wm, self.wn, self.sg_m, self.sg_n, coop::scratch()
+            self.wm, self.wn, self.sg_m, self.sg_n, coop::scratch(coop::FULL_RUN)
         );
         if self.staged {
             header += &format!(

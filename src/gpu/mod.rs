@@ -316,7 +316,7 @@ pub fn select(ctx: &GpuContext, shape: &ConvShape, has_bias: bool, precision: Pr
     // against 10.8 for the exact Winograd kernel, kb65 3.1 against 5.9, kb69 4.1 against 6.3 for the staged
     // cooperative-matrix kernel, kb71 1.4 against 1.7, kb78 1.9 against 3.1: docs/PERFORMANCE.md, k2 and k6). Per
     // stride phase it lost to the staged kernel on the strided decoders (up2x 1.40-1.47 ms against 1.36, dcgan
-    // 0.60-0.66 against 0.41: k7; since s3 the staged kernel takes 1.10 and 0.31), so only the tuner gives it
+    // 0.60-0.66 against 0.41: k7; since u9 the staged kernel takes 0.86 and 0.275), so only the tuner gives it
     // strided shapes.
     let stride_1 = shape.stride == [1, 1];
     let nhwc = coop_nhwc::pick_tiles(shape)
