@@ -14,11 +14,12 @@
 // the group, K = taps x input channels of the group. All phases run in one dispatch with the phases fastest
 // (workgroup w: phase w % n_phases): the phases' tiles of the same pixels run at the same time, so the output
 // columns they interleave (every S_W-th each) are written close together in time rather than one phase after
-// the other (docs/PERFORMANCE.md, u6: up2x 1.08 -> 0.95 ms in `fast`, 2.32 -> 2.12-2.18 exact). A workgroup computes a BM x BN tile of the output; K is
-// walked in steps of BK input channels of one tap: the A step (BK x BM im2col values, gathered from the input
-// with zero fill outside it) and the B step (BK x BN weights) are staged in workgroup memory, where the
-// invocations multiply them (registers or cooperative matrices, see Variants). The next step's global loads are issued into registers before the current step's math, so
-// their latency hides behind it. Bias (or, for a later slice of a split input, the partial sum already
+// the other (docs/PERFORMANCE.md, u6: up2x 1.08 -> 0.95 ms in `fast`, 2.32 -> 2.12-2.18 exact).
+// A workgroup computes a BM x BN tile of the output; K is walked in steps of BK input channels of one tap: the
+// A step (BK x BM im2col values, gathered from the input with zero fill outside it) and the B step (BK x BN
+// weights) are staged in workgroup memory, where the invocations multiply them (registers or cooperative
+// matrices, see Variants). The next step's global loads are issued into registers before the current step's
+// math, so their latency hides behind it. Bias (or, for a later slice of a split input, the partial sum already
 // written) is added in the epilogue.
 //
 // Variants. The host prepends the tile constants and generates the code at the marker lines MODULE,
