@@ -72,7 +72,6 @@ pub(crate) fn encode_slots(
                     bytemuck::bytes_of(&p),
                     &[&c.buffer, &maxima],
                     (workgroups as u32, 1),
-                    1,
                 );
             }
         }

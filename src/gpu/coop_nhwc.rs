@@ -593,7 +593,7 @@ fn encode_preparation(
             })
             .collect();
         for (c, igrid, u) in &chunks {
-            dispatch_buffers(ctx, pass, &first, bytemuck::bytes_of(u), &[&c.buffer, &xp, &maxima, &guess], *igrid, 1);
+            dispatch_buffers(ctx, pass, &first, bytemuck::bytes_of(u), &[&c.buffer, &xp, &maxima, &guess], *igrid);
         }
         let counts: Vec<u32> = chunks.iter().flat_map(|(_, (x, y), _)| [*x, *y, 1]).collect();
         let counts = ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
@@ -604,7 +604,7 @@ fn encode_preparation(
         let module = ctx.module_with(SCALE_CHECK_SHADER_NAME, scale_check_shader)?;
         let check = ctx.pipeline(format!("scale_check {:?}", ctx.options().shader_checks), &module, &[])?;
         let u = CheckParams { chunks: chunks.len() as u32, _pad: [0; 3] };
-        dispatch_buffers(ctx, pass, &check, bytemuck::bytes_of(&u), &[&maxima, &counts, &guess], (1, 1), 1);
+        dispatch_buffers(ctx, pass, &check, bytemuck::bytes_of(&u), &[&maxima, &counts, &guess], (1, 1));
         for (i, (c, _, u)) in chunks.iter().enumerate() {
             bind_buffers(ctx, pass, &fixup, bytemuck::bytes_of(u), &[&c.buffer, &xp, &maxima, &guess]);
             pass.dispatch_workgroups_indirect(&counts, (12 * i) as u64);
@@ -633,7 +633,7 @@ fn encode_preparation(
                 ctx.pipeline(format!("pack_f16 {:?} {consts:?}", ctx.options().shader_checks), &module, &consts)?;
             let wgrid = grid(ctx, (p.taps[0] * p.taps[1] * cin * cout).div_ceil(PREP_WORKGROUP_SIZE));
             let u = WeightParams { dispatch_width: wgrid.0, _pad: [0; 3] };
-            dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &[w, &wpk, &maxima], wgrid, 1);
+            dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &[w, &wpk, &maxima], wgrid);
         }
 
         Ok(Prepared { maxima, fixup_counts: counts, input: xp, weight: wpk })
@@ -691,7 +691,7 @@ pub(crate) fn encode(
                 };
                 let mut buffers = ops.buffers(&xp, &c.buffer);
                 buffers.push(&maxima);
-                dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &buffers, mgrid, 1);
+                dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &buffers, mgrid);
             }
         }
         Ok(())

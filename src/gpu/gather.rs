@@ -111,7 +111,7 @@ pub(crate) fn encode<S: FnOnce() -> String, W: Fn(usize, usize) -> usize>(
             };
             let input = &input.chunks()[s.in_chunk].buffer;
             let out = &output.chunks()[s.out_chunk].buffer;
-            dispatch(ctx, pass, &pipeline, bytemuck::bytes_of(&u), input, &ops, out, grid, 1);
+            dispatch(ctx, pass, &pipeline, bytemuck::bytes_of(&u), input, &ops, out, grid);
         }
         Ok(())
     })

@@ -530,7 +530,7 @@ pub(crate) fn encode(
                 let out = &output.chunks()[s.out_chunk].buffer;
                 let mut buffers = ops.buffers(input, out);
                 buffers.extend(maxima.as_ref());
-                dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &buffers, grid, 1);
+                dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &buffers, grid);
             }
         }
         Ok(())

@@ -170,7 +170,7 @@ fn flip_weights(
     let grid = grid(ctx, weight.numel().div_ceil(WORKGROUP_SIZE as usize));
     let dst = flipped.single_buffer("flipped weight", ctx)?;
     ctx.scoped(|| {
-        dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&grid.0), &[src, dst], grid, 1);
+        dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&grid.0), &[src, dst], grid);
         Ok(())
     })?;
     Ok(flipped)
@@ -218,7 +218,7 @@ fn encode_gather(
             };
             let go = &grad_output.chunks()[s.in_chunk].buffer;
             let gi = &grad_input.chunks()[s.out_chunk].buffer;
-            dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &[go, weight, gi], grid, 1);
+            dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &[go, weight, gi], grid);
         }
         Ok(())
     })

@@ -160,7 +160,7 @@ pub(crate) fn encode(
             };
             let x = &input.chunks()[s.in_chunk].buffer;
             let go = &grad_output.chunks()[s.out_chunk].buffer;
-            dispatch_buffers(ctx, pass, &gemm, bytemuck::bytes_of(&u), &[x, go, &partial], g, 1);
+            dispatch_buffers(ctx, pass, &gemm, bytemuck::bytes_of(&u), &[x, go, &partial], g);
             let g = grid(ctx, elems.div_ceil(REDUCE_WORKGROUP_SIZE));
             let r = ReduceUniform {
                 elems: elems as u32,
@@ -168,7 +168,7 @@ pub(crate) fn encode(
                 accumulate: accumulate as u32,
                 dispatch_width: g.0,
             };
-            dispatch_buffers(ctx, pass, &reduce, bytemuck::bytes_of(&r), &[&partial, gw], g, 1);
+            dispatch_buffers(ctx, pass, &reduce, bytemuck::bytes_of(&r), &[&partial, gw], g);
         }
         Ok(())
     })

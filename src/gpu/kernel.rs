@@ -88,7 +88,7 @@ pub(crate) fn grid(ctx: &GpuContext, workgroups: usize) -> (u32, u32) {
 }
 
 /// Binds (uniform, input chunk, weight, bias, output chunk) in the forward shaders' common layout and
-/// dispatches `(width, height)` workgroups in each of `layers` grid layers.
+/// dispatches `(width, height)` workgroups.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn dispatch(
     ctx: &GpuContext,
@@ -99,13 +99,12 @@ pub(crate) fn dispatch(
     ops: &Operands<'_>,
     output: &wgpu::Buffer,
     grid: (u32, u32),
-    layers: u32,
 ) {
-    dispatch_buffers(ctx, pass, pipeline, uniform, &ops.buffers(input, output), grid, layers);
+    dispatch_buffers(ctx, pass, pipeline, uniform, &ops.buffers(input, output), grid);
 }
 
 /// Binds `uniform` at binding 0 and `buffers` at bindings 1, 2, ... (as the shader declares them) and
-/// dispatches `(width, height)` workgroups in each of `layers` grid layers.
+/// dispatches `(width, height)` workgroups (a grid of one layer: every kernel derives its work from x and y).
 pub(crate) fn dispatch_buffers(
     ctx: &GpuContext,
     pass: &mut wgpu::ComputePass<'_>,
@@ -113,10 +112,9 @@ pub(crate) fn dispatch_buffers(
     uniform: &[u8],
     buffers: &[&wgpu::Buffer],
     (width, height): (u32, u32),
-    layers: u32,
 ) {
     bind_buffers(ctx, pass, pipeline, uniform, buffers);
-    pass.dispatch_workgroups(width, height, layers);
+    pass.dispatch_workgroups(width, height, 1);
 }
 
 /// Sets `pipeline` with `uniform` bound at binding 0 and `buffers` at bindings 1, 2, ..., for a dispatch to follow.

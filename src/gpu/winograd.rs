@@ -898,7 +898,7 @@ pub(crate) fn encode(
             let out = &output.chunks()[s.out_chunk].buffer;
             let mut buffers = ops.buffers(input, out);
             buffers.push(raw_weight);
-            dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &buffers, grid, 1);
+            dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &buffers, grid);
         }
         Ok(())
     })
