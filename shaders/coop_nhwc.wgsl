@@ -27,8 +27,13 @@
 // Tiling. A workgroup of SG_M x SG_N subgroups computes BM = SG_M * WM pixels x BN = SG_N * WN output
 // channels; each subgroup a WM x WN block as (WM/16) x (WN/16) named f32 accumulators (generated: ACC_DECL,
 // MATH). Neighbouring workgroups take the channel tiles of the same pixels (they share A in L2). The epilogue
-// (EPILOGUE, generated) moves each accumulator column through workgroup memory, 32 pixels at a time, so that the
-// lanes store consecutive output pixels of the phase (coalesced at stride 1), unscaled, with the bias added.
+// (EPILOGUE, generated) stores a 16-pixel fragment's accumulators straight to the output with `coopStore`
+// (column-major, the channel plane as stride: 16 consecutive floats per channel), unscaled and with the bias
+// added as matrices, wherever its 16 pixels are 16 consecutive output pixels and the first is 16-byte aligned
+// (`direct_run`: stride 1 along W, within one row and the phase, the plane a multiple of 4 floats). The other
+// fragments (a row's end, strided phases, unaligned rows) go through workgroup memory, 32 pixels (two fragments)
+// or 16 x 16 channels at a time, so that the lanes store them pixel by pixel. On the H100 this took kb69 from 3.55
+// to 3.07-3.11 ms, kb78 1.51 -> 1.40, kb71 1.11 -> 0.99 (docs/PERFORMANCE.md, d1-d2).
 //
 // Two K loops, one per tile kind (the generator keeps one section). Direct: every fragment loads from storage.
 // Staged rows: the taps of one kernel row read the same input pixels shifted by D_W, so the workgroup copies the
@@ -106,6 +111,17 @@ fn store(p: OutPixel, oc: u32, v: f32) {
         }
         out[p.index + oc * (OUT_H * OUT_W)] = r;
     }
+}
+
+// Whether the 16 phase pixels from m are 16 consecutive output pixels, all stored, the first 16-byte aligned: then
+// a fragment of them may be stored with `coopStore`, whose address and stride Vulkan needs 16-byte aligned. The
+// output chunk's binding starts 256-byte aligned.
+fn direct_run(m: u32) -> bool {
+    let rest = m % (H_P * W_P);
+    let oh = rest / W_P;
+    let ow = rest % W_P;
+    return S_W == 1u && (OUT_H * OUT_W) % 4u == 0u && m + 16u <= u.m_end && oh < PH_H && ow + 16u <= PH_W
+        && out_pixel(m).index % 4u == 0u;
 }
 
 @compute @workgroup_size(THREADS)

@@ -433,6 +433,13 @@ fn padded_nhwc_kernel_takes_every_stride_with_every_option() {
         // the staged rows to their capacity, with 128 output channels for the 128 x 128 tile).
         problem([2, 96, 6, 20], [96, 64, 2, 3], [1, 1], [0, 1], [0, 0], [1, 9], true),
         problem([2, 96, 4, 40], [96, 128, 1, 3], [1, 1], [0, 1], [0, 0], [1, 16], true),
+        // The epilogue's stores straight to the output (`direct_run`): output rows of 60 (a multiple of 4) in
+        // padded rows of 64, so three of each row's four 16-pixel fragments are consecutive aligned outputs and the
+        // fourth crosses the row's end (with and without bias: the bias as a matrix); rows of 26 in a plane of 104,
+        // so only even rows start 16-byte aligned.
+        problem([2, 16, 6, 56], [16, 128, 3, 5], [1, 1], [0, 0], [0, 0], [1, 1], true),
+        problem([3, 32, 5, 56], [32, 64, 2, 5], [1, 1], [0, 0], [0, 0], [1, 1], false),
+        problem([2, 16, 4, 22], [16, 32, 1, 5], [1, 1], [0, 0], [0, 0], [1, 1], true),
     ];
     let ctx = common::ctx();
     let tiles: Vec<gpu::coop_nhwc::NhwcTile> = fast_kernels(ctx)

@@ -143,6 +143,16 @@ fn unscale(v: f32) -> f32 {
     let h = exp_out / 2;
     return ldexp(ldexp(v, clamp(h, -126, 127)), clamp(exp_out - h, -126, 127));
 }
+
+// unscale as two factors, for a cooperative matrix (which multiplies by a scalar, not by ldexp):
+// v * f.x * f.y == unscale(v), both factors powers of two.
+fn unscale_factors() -> vec2<f32> {
+    if (exp_out >= -126 && exp_out <= 127) {
+        return vec2(ldexp(1.0, exp_out), 1.0);
+    }
+    let h = exp_out / 2;
+    return vec2(ldexp(1.0, clamp(h, -126, 127)), ldexp(1.0, clamp(exp_out - h, -126, 127)));
+}
 "
 );
 
