@@ -112,7 +112,9 @@ fn stage_channels(shape: &ConvShape) -> usize {
 /// Larger subgroup blocks (96 x 64, 128 x 32) measured slower or within 2% (docs/PERFORMANCE.md, c7), smaller ones
 /// (32 x 64, 32 x 32) 1.2-1.4x slower (c10), 64 x 16 1.2-1.4x slower (u2). Tiles of 8 subgroups of 64 x 32 (128 x
 /// 128, 256 x 64) ran one workgroup per multiprocessor and 1.1-1.3x slower than 128 x 64 (u2); 128 x 64 with staged
-/// rows (138 registers, but 20 KiB of workgroup memory) 1.1-1.4x slower than direct (u1).
+/// rows (138 registers, but 20 KiB of workgroup memory) 1.1-1.4x slower than direct (u1). Since the staged loop
+/// loads each stage ahead (d8), the staged 128 x 64 of 64 x 64 subgroups runs kb65 in 2.44 ms against 2.46 for the
+/// direct one and 2.59 for the default (d5, d9): for 64 output channels the tuner chooses per shape (kb57 differs).
 pub const TILES: &[NhwcTile] = &[
     tile(64, 64, 2, 1),
     tile(64, 64, 4, 1),
@@ -128,7 +130,8 @@ pub const TILES: &[NhwcTile] = &[
 
 /// The tiles for a shape before tuning, best first, the H100's winners in docs/PERFORMANCE.md: 128 pixels x 128
 /// channels with staged rows where the output channels are a multiple of 128 (s4: kb69 3.62 ms against 3.81 for
-/// the direct 128 x 64 tile; u2: 3.60 against 3.71-3.74 for 128 x 64 of four 64 x 32 subgroups); 128 x 64 of four
+/// the direct 128 x 64 tile; u2: 3.60 against 3.71-3.74 for 128 x 64 of four 64 x 32 subgroups; d2: 3.07-3.11
+/// against 3.38 for the direct 128 x 128, before d8's loads ahead took it to 2.93); 128 x 64 of four
 /// 64 x 32 subgroups where they are an odd multiple of 64 (u1-u2: kb57 5.58-5.79 ms against 6.19 for 256 x 32,
 /// kb65 2.57-2.60 against 2.65), then 256 x 32 (q11); 128 x 32 where they are of 32 (u1: kb71 and kb78 within 1% of
 /// 256 x 32); none otherwise. The selector takes the first that runs on the adapter.
@@ -163,6 +166,10 @@ impl NhwcTile {
     /// Input pixels the staged rows hold.
     fn stage_pixels(&self) -> u32 {
         self.bm() + STAGE_HALO
+    }
+    /// The most quads (4 channels) of a stage one invocation copies: the staged rows' capacity at the widest stage.
+    fn stage_loads(&self) -> u32 {
+        (self.stage_pixels() * MAX_STAGE_C as u32 / 4).div_ceil(self.threads())
     }
     /// Halves of the staged rows (`a_stage`): their pixels, each padded like the input's, at the widest stage.
     fn stage_halves(&self) -> u32 {
@@ -242,14 +249,20 @@ impl NhwcTile {
         ) + "var<workgroup> direct_rows: u32; // the epilogue's fragment rows stored straight to the output\n";
         if self.staged {
             header += &format!(
-                "override TAPS_PER_STAGE: u32; // taps of a kernel row staged together\noverride STAGE_C: u32;        // input channels staged at once\noverride STAGE_QUADS: u32;    // STAGE_C / 4: the copy's vec4<f16> per staged pixel\noverride STAGE_STRIDE: u32;   // halves between staged pixels (STAGE_C + 8)\nvar<workgroup> a_stage: array<f16, {}u>; // {} pixels x up to {} channels, padded\n",
+                "override TAPS_PER_STAGE: u32; // taps of a kernel row staged together\noverride STAGE_C: u32;        // input channels staged at once\noverride STAGE_QUADS: u32;    // STAGE_C / 4: the copy's vec4<f16> per staged pixel\noverride STAGE_STRIDE: u32;   // halves between staged pixels (STAGE_C + 8)\nvar<workgroup> a_stage: array<f16, {}u>; // {} pixels x up to {} channels, padded\nconst STAGE_LOADS: u32 = {}u; // quads of a stage per invocation, at most\n",
                 self.stage_halves(),
                 self.stage_pixels(),
-                MAX_STAGE_C
+                MAX_STAGE_C,
+                self.stage_loads()
             );
         }
         let (keep, drop) = if self.staged { ("STAGED", "DIRECT") } else { ("DIRECT", "STAGED") };
-        let body = without_section(SHADER, drop)
+        let body = if self.staged {
+            SHADER.replace("//#STAGE_QUAD_BEGIN\n", "").replace("//#STAGE_QUAD_END\n", "")
+        } else {
+            without_section(SHADER, "STAGE_QUAD")
+        };
+        let body = without_section(&body, drop)
             .replace(&format!("//#{keep}_BEGIN\n"), "")
             .replace(&format!("//#{keep}_END\n"), "");
         // Staged tiles read the padded input only in the stage's copy, 4 halves at a time.
