@@ -125,22 +125,37 @@ fn direct_run(m: u32) -> bool {
 }
 
 //#STAGE_QUAD_BEGIN
-// Quad i (4 channels) of stage `stage`'s staged rows for the tile at m_tile (see the staged loop in main), from the
-// padded input; zero past the stage's pixels (never written to the staged rows).
-fn stage_quad(m_tile: u32, stage: u32, i: u32) -> vec4<f16> {
+// Stage `stage` of the staged loop (see main): kernel row a, taps first_tap .. first_tap + taps - 1, channels cc ..
+// cc + STAGE_C - 1, and the staged pixels that holds from padded pixel `first` of the tile at m_tile: BM + the
+// shifts of its taps, at most the staged rows' capacity (NhwcTile::stage_pixels; TAPS_PER_STAGE is chosen so).
+struct Stage {
+    a: u32,
+    first_tap: u32,
+    taps: u32,
+    cc: u32,
+    pixels: u32,
+    first: u32,
+}
+
+fn stage_at(m_tile: u32, stage: u32) -> Stage {
     let slices = C_IN / STAGE_C;
     let stages_per_row = ((K_W + TAPS_PER_STAGE - 1u) / TAPS_PER_STAGE) * slices;
     let a = stage / stages_per_row;
     let first_tap = (stage % stages_per_row) / slices * TAPS_PER_STAGE;
-    let cc = stage % slices * STAGE_C;
     let taps = min(TAPS_PER_STAGE, K_W - first_tap);
-    let pixels = BM + (taps - 1u) * D_W;
-    if (i >= pixels * STAGE_QUADS) {
+    let first = m_tile + BASE + a * D_H * W_P + first_tap * D_W;
+    return Stage(a, first_tap, taps, stage % slices * STAGE_C, BM + (taps - 1u) * D_W, first);
+}
+
+// Quad i (4 channels) of stage s's staged rows, from the padded input: channels cc + 4 * (i % STAGE_QUADS) of
+// staged pixel i / STAGE_QUADS (neighbouring invocations read a pixel's channels, contiguous in the padded input);
+// zero past the stage's pixels (never written to the staged rows).
+fn stage_quad(s: Stage, i: u32) -> vec4<f16> {
+    if (i >= s.pixels * STAGE_QUADS) {
         return vec4<f16>();
     }
-    let first_pixel = m_tile + BASE + a * D_H * W_P + first_tap * D_W;
-    // 4 channels of a pixel: (first_pixel + p) * PIXEL_STRIDE + cc is a multiple of 8 halves.
-    return xp4[((first_pixel + i / STAGE_QUADS) * PIXEL_STRIDE + cc) / 4u + i % STAGE_QUADS];
+    // 4 channels of a pixel: (first + p) * PIXEL_STRIDE + cc is a multiple of 8 halves.
+    return xp4[((s.first + i / STAGE_QUADS) * PIXEL_STRIDE + s.cc) / 4u + i % STAGE_QUADS];
 }
 //#STAGE_QUAD_END
 
@@ -177,43 +192,38 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     // it: they arrive while the tensor cores work, and the copy between the barriers only writes workgroup memory
 // (docs/PERFORMANCE.md, d8: kb69 3.10 -> 2.93 ms; a staged 128 x 64 tile on kb65 2.68 -> 2.44).
     let sg_row = (sg % SG_M) * WM; // this subgroup's first pixel in the staged rows
-    let slices = C_IN / STAGE_C;
-    let stages_per_row = ((K_W + TAPS_PER_STAGE - 1u) / TAPS_PER_STAGE) * slices;
-    let stages = K_H * stages_per_row;
+    let stages = K_H * ((K_W + TAPS_PER_STAGE - 1u) / TAPS_PER_STAGE) * (C_IN / STAGE_C);
     var ahead: array<vec4<f16>, STAGE_LOADS>;
     if (stages > 0u) {
+        let s = stage_at(m_tile, 0u);
         for (var k = 0u; k < STAGE_LOADS; k++) {
-            ahead[k] = stage_quad(m_tile, 0u, lid + k * THREADS);
+            ahead[k] = stage_quad(s, lid + k * THREADS);
         }
     }
     for (var stage = 0u; stage < stages; stage++) {
-        let a = stage / stages_per_row;
-        let first_tap = (stage % stages_per_row) / slices * TAPS_PER_STAGE;
-        let cc = stage % slices * STAGE_C;
-        let taps = min(TAPS_PER_STAGE, K_W - first_tap);
-        // At most the staged rows' capacity, BM + the halo (NhwcTile::stage_pixels; TAPS_PER_STAGE is chosen so).
-        let pixels = BM + (taps - 1u) * D_W;
+        let s = stage_at(m_tile, stage);
         workgroupBarrier(); // every fragment of the last stage is loaded
         for (var k = 0u; k < STAGE_LOADS; k++) {
             let i = lid + k * THREADS;
-            if (i < pixels * STAGE_QUADS) {
+            if (i < s.pixels * STAGE_QUADS) {
                 let v = ahead[k];
-                let s = (i / STAGE_QUADS) * STAGE_STRIDE + 4u * (i % STAGE_QUADS);
-                a_stage[s] = v.x;
-                a_stage[s + 1u] = v.y;
-                a_stage[s + 2u] = v.z;
-                a_stage[s + 3u] = v.w;
+                let at = (i / STAGE_QUADS) * STAGE_STRIDE + 4u * (i % STAGE_QUADS);
+                a_stage[at] = v.x;
+                a_stage[at + 1u] = v.y;
+                a_stage[at + 2u] = v.z;
+                a_stage[at + 3u] = v.w;
             }
         }
         workgroupBarrier();
         if (stage + 1u < stages) {
+            let next = stage_at(m_tile, stage + 1u);
             for (var k = 0u; k < STAGE_LOADS; k++) {
-                ahead[k] = stage_quad(m_tile, stage + 1u, lid + k * THREADS);
+                ahead[k] = stage_quad(next, lid + k * THREADS);
             }
         }
-        for (var b = 0u; b < taps; b++) {
+        for (var b = 0u; b < s.taps; b++) {
             let a_base = (b * D_W + sg_row) * STAGE_STRIDE;
-            let b_base = W_OFF + ((a * K_W + first_tap + b) * C_IN + cc) * W_ROW + n0;
+            let b_base = W_OFF + ((s.a * K_W + s.first_tap + b) * C_IN + s.cc) * W_ROW + n0;
             for (var c0 = 0u; c0 < STAGE_C; c0 += 16u) {
 //#MATH
             }

@@ -176,10 +176,11 @@ impl NhwcTile {
         self.stage_pixels() * (MAX_STAGE_C + ROW_PAD) as u32
     }
     /// The epilogue's scratch (`coop::scratch`): 16 padded columns of 32 f32 per subgroup, and its choice of
-    /// direct rows (one u32, `direct_rows`); for staged tiles the staged rows (padded like the input's pixels).
+    /// direct rows (`direct_rows`, 16 bytes: see `source`); for staged tiles the staged rows (padded like the
+    /// input's pixels).
     pub fn workgroup_bytes(&self) -> u32 {
         let stage = if self.staged { self.stage_halves() * 2 } else { 0 };
-        coop::scratch_bytes(self.sg_m * self.sg_n, EPILOGUE_RUN) + 4 + stage
+        coop::scratch_bytes(self.sg_m * self.sg_n, EPILOGUE_RUN) + 16 + stage
     }
     /// The generator's layout rules: whole 16 x 16 matrices, and 32-pixel runs for the epilogue's lanes.
     pub fn is_consistent(&self) -> bool {
@@ -243,10 +244,15 @@ impl NhwcTile {
         let (decl, products) = coop::products(mi, nj);
         math += &products;
         let epi = self.epilogue();
+        // Workgroup memory: every variable a multiple of 16 bytes (the word `direct_rows` as an array of 4), so
+        // that the arrays cooperative matrices load from and store to (the staged rows, the epilogue's scratch)
+        // start 16-byte aligned in whatever order the driver lays the variables out. The H100's driver does not
+        // align them itself: in a prototype (docs/PERFORMANCE.md, y1-y4) a 4-byte word laid out before the staged
+        // rows made every fragment load from them read 4 bytes early.
         let mut header = format!(
             "enable f16;\nenable wgpu_cooperative_matrix;\nconst WM: u32 = {}u;\nconst WN: u32 = {}u;\nconst SG_M: u32 = {}u;\nconst SG_N: u32 = {}u;\nconst BM: u32 = SG_M * WM;\nconst BN: u32 = SG_N * WN;\nconst THREADS: u32 = {SUBGROUP}u * SG_M * SG_N;\n{}",
             self.wm, self.wn, self.sg_m, self.sg_n, coop::scratch(EPILOGUE_RUN)
-        ) + "var<workgroup> direct_rows: u32; // the epilogue's fragment rows stored straight to the output\n";
+        ) + "var<workgroup> direct_rows: array<u32, 4>; // [0]: the epilogue's fragment rows stored straight to the output\n";
         if self.staged {
             header += &format!(
                 "override TAPS_PER_STAGE: u32; // taps of a kernel row staged together\noverride STAGE_C: u32;        // input channels staged at once\noverride STAGE_QUADS: u32;    // STAGE_C / 4: the copy's vec4<f16> per staged pixel\noverride STAGE_STRIDE: u32;   // halves between staged pixels (STAGE_C + 8)\nvar<workgroup> a_stage: array<f16, {}u>; // {} pixels x up to {} channels, padded\nconst STAGE_LOADS: u32 = {}u; // quads of a stage per invocation, at most\n",
@@ -299,7 +305,7 @@ impl NhwcTile {
             })
             .collect();
         e += &format!(
-            "    if (lid == 0u) {{\n        direct_rows = {};\n    }}\n    let direct = workgroupUniformLoad(&direct_rows);\n",
+            "    if (lid == 0u) {{\n        direct_rows[0] = {};\n    }}\n    let direct = workgroupUniformLoad(&direct_rows[0]);\n",
             bits.join(" | ")
         );
         let is_direct = |i: u32| format!("(direct & {}u) != 0u", 1u32 << i);
@@ -1087,6 +1093,16 @@ mod tests {
             assert_eq!(source.contains(STAGED_INPUT_BINDING), t.staged, "{t:?}");
             assert_eq!(source.contains(INPUT_BINDING), !t.staged, "{t:?}");
             assert_eq!(source.contains("a_stage"), t.staged, "{t:?}");
+            // Every workgroup variable a multiple of 16 bytes, so that the cooperative matrices' arrays start
+            // 16-byte aligned however the driver orders them (see `source`).
+            let module = naga::front::wgsl::parse_str(&source).unwrap_or_else(|e| panic!("{t:?}: {e}"));
+            let mut bytes = 0;
+            for (_, v) in module.global_variables.iter().filter(|(_, v)| v.space == naga::AddressSpace::WorkGroup) {
+                let size = module.types[v.ty].inner.size(module.to_ctx());
+                assert_eq!(size % 16, 0, "{t:?}: {:?} is {size} bytes", v.name);
+                bytes += size;
+            }
+            assert_eq!(bytes, t.workgroup_bytes(), "{t:?}");
         }
         let params = ConvTranspose2dParams::default();
         for (cout, picks) in [(16, 0), (32, 1), (64, 2), (128, 2), (192, 2), (256, 2)] {
