@@ -259,21 +259,33 @@ pub(crate) fn epilogue(
     }
     for j in 0..nj {
         for r in 0..wm / run {
-            for h in 0..run / 16 {
-                let i = r * run / 16 + h;
-                // naga 30 needs every coopStore argument bound to a `let` (its SPIR-V writer panics otherwise).
-                epi += &format!(
-                    "    {{\n        let t = acc_{i}_{j};\n        let off = scratch + {}u;\n        let st = C_LD;\n        coopStore(t, &c_tile[off], st);\n    }}\n",
-                    16 * h
-                );
-            }
-            epi += &format!("    workgroupBarrier();\n    for (var c0 = 0u; c0 < 16u; c0 += {}u) {{\n", 32 / run);
-            epi += "        let c = c0 + run_channel;\n";
-            epi += &format!("        {}\n", store(j, r, "c_tile[scratch + c * C_LD + run_pixel]"));
-            epi += "    }\n    workgroupBarrier();\n";
+            let rows: Vec<u32> = (r * run / 16..(r + 1) * run / 16).collect();
+            epi += &scratch_round(&rows, j, &store(j, r, "c_tile[scratch + c * C_LD + run_pixel]"), "    ");
         }
     }
     epi
+}
+
+/// One round of the epilogue's scratch path, for accumulator column j of the consecutive fragment rows `rows` (a
+/// run of 16 per row): the subgroup stores the rows' accumulators into its scratch (column-major: pixel fastest,
+/// channels C_LD apart), then each lane runs `store` (a statement that reads its value as
+/// `c_tile[scratch + c * C_LD + run_pixel]`, channel c of the column) for every 32 / run-th channel, so that
+/// consecutive lanes write consecutive pixels of one channel; a barrier before and after. Expects `scratch`,
+/// `run_pixel` and `run_channel` in scope; `indent` starts every line.
+pub(crate) fn scratch_round(rows: &[u32], j: u32, store: &str, indent: &str) -> String {
+    let run = 16 * rows.len() as u32;
+    let mut e = String::new();
+    for (h, r) in rows.iter().enumerate() {
+        // naga 30 needs every coopStore argument bound to a `let` (its SPIR-V writer panics otherwise).
+        e += &format!(
+            "{indent}{{\n{indent}    let t = acc_{r}_{j};\n{indent}    let off = scratch + {}u;\n{indent}    let st = C_LD;\n{indent}    coopStore(t, &c_tile[off], st);\n{indent}}}\n",
+            16 * h
+        );
+    }
+    e + &format!(
+        "{indent}workgroupBarrier();\n{indent}for (var c0 = 0u; c0 < 16u; c0 += {}u) {{\n{indent}    let c = c0 + run_channel;\n{indent}    {store}\n{indent}}}\n{indent}workgroupBarrier();\n",
+        32 / run
+    )
 }
 
 #[cfg(test)]

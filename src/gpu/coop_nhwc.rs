@@ -39,18 +39,25 @@ struct PrepBlock {
 }
 
 impl PrepBlock {
-    /// The H100's best (docs/PERFORMANCE.md, q8-q9, the preparation alone): 16 pixels x 64 channels, 2 blocks per
-    /// workgroup, where the input channels are a multiple of 64 (kb57 1.54 -> 1.38 ms, kb65 and kb69 within 3%
-    /// of 32 x 32 blocks, 4 per workgroup); 32 x 32, 4 per workgroup, otherwise (with 32 input channels, 64-channel
-    /// blocks were half empty and 1.5x slower).
-    fn of(in_channels: usize) -> PrepBlock {
+    /// The H100's best (docs/PERFORMANCE.md, q8-q9, the preparation alone): 16 pixels x 64 channels where the input
+    /// channels are a multiple of 64 (kb57 1.54 -> 1.38 ms against 32 x 32 blocks, kb65 and kb69 within 3%); 32 x
+    /// 32, 4 per workgroup, otherwise (with 32 input channels, 64-channel blocks were half empty and 1.5x slower).
+    /// 64-channel blocks go 4 per workgroup where the padded input is at most `FEW_BLOCKS_ABOVE` bytes (q8: kb69's
+    /// copy 0.377 -> 0.334 ms, kb65's 0.395 -> 0.391; y8 the whole kernel), 2 above it (kb57's 1.2 GB: 1.376 ms
+    /// against 1.538 with 4).
+    fn of(in_channels: usize, padded_bytes: u128) -> PrepBlock {
         if in_channels.is_multiple_of(64) {
-            PrepBlock { pixels: 16, channels: 64, per_workgroup: 2 }
+            let per_workgroup = if padded_bytes <= FEW_BLOCKS_ABOVE { 4 } else { 2 };
+            PrepBlock { pixels: 16, channels: 64, per_workgroup }
         } else {
             PrepBlock { pixels: 32, channels: 32, per_workgroup: 4 }
         }
     }
 }
+
+/// The padded input's size above which the copy's 64-channel blocks go 2 per workgroup instead of 4 (`PrepBlock`):
+/// between kb65's and kb69's 0.3 GB (4 faster) and kb57's 1.2 GB (2 faster).
+const FEW_BLOCKS_ABOVE: u128 = 512 << 20;
 
 /// Halves after each row of the operands' layouts (the padded input's pixels, the packed weight's rows), so that
 /// the 16 rows of a tensor-core load do not fall in the same L1 banks (`shaders/coop_nhwc.wgsl`; k5).
@@ -344,9 +351,7 @@ impl NhwcTile {
 }
 
 /// The scratch path of the epilogue for consecutive fragment rows `rows` (one or two: a run of 16 or 32 pixels):
-/// per 16-channel column j, the subgroup stores the rows' accumulators into its scratch (column-major: pixel
-/// fastest, channels C_LD apart), then each lane stores one pixel of the run for every 32 / run-th channel, so
-/// that consecutive lanes write consecutive output pixels of one channel.
+/// one `coop::scratch_round` per 16-channel column.
 fn scratch_rounds(rows: &[u32], nj: u32) -> String {
     let run = 16 * rows.len() as u32;
     let mut e = format!(
@@ -354,24 +359,8 @@ fn scratch_rounds(rows: &[u32], nj: u32) -> String {
         16 * rows[0]
     );
     for j in 0..nj {
-        for (h, r) in rows.iter().enumerate() {
-            // naga 30 needs every coopStore argument bound to a `let` (its SPIR-V writer panics otherwise).
-            e += &format!(
-                "        {{\n            let t = acc_{r}_{j};\n            let off = scratch + {}u;\n            let st = C_LD;\n            coopStore(t, &c_tile[off], st);\n        }}\n",
-                16 * h
-            );
-        }
-        e += &format!(
-            "        workgroupBarrier();
-        for (var c0 = 0u; c0 < 16u; c0 += {step}u) {{
-            let c = c0 + run_channel;
-            store(px, n0 + {c}u + c, c_tile[scratch + c * C_LD + run_pixel]);
-        }}
-        workgroupBarrier();
-",
-            step = 32 / run,
-            c = 16 * j
-        );
+        let store = format!("store(px, n0 + {}u + c, c_tile[scratch + c * C_LD + run_pixel]);", 16 * j);
+        e += &coop::scratch_round(rows, j, &store, "        ");
     }
     e
 }
@@ -665,7 +654,7 @@ fn encode_preparation(
         let xp = in_flight.keep(ctx.pool.get(&ctx.device, g.padded_bytes(shape, tile) as u64, STORAGE));
         let guess = ctx.kept_i32(scale_guess_key(shape), FIRST_SCALE_GUESS);
         let module = ctx.module_with(INPUT_SHADER_NAME, input_shader)?;
-        let block = PrepBlock::of(cin);
+        let block = PrepBlock::of(cin, g.padded_bytes(shape, tile));
         let pipeline = |fixup: bool| {
             let mut consts = override_values(&[
                 ("C_IN", cin),
@@ -1077,8 +1066,13 @@ mod tests {
         // The shader's tile (`TILE_FLOATS`) holds `channels` rows of `pixels + 1` floats.
         const PREP_TILE_FLOATS: usize = 1088;
         for cin in (16..=1024).step_by(16) {
-            let b = PrepBlock::of(cin);
-            assert!(b.channels * (b.pixels + 1) <= PREP_TILE_FLOATS && b.channels.is_multiple_of(4), "{cin}: {b:?}");
+            for padded_bytes in [1 << 20, 1 << 32] {
+                let b = PrepBlock::of(cin, padded_bytes);
+                assert!(
+                    b.channels * (b.pixels + 1) <= PREP_TILE_FLOATS && b.channels.is_multiple_of(4),
+                    "{cin}: {b:?}"
+                );
+            }
         }
         assert!(INPUT_SHADER.contains(&format!("const TILE_FLOATS: u32 = {PREP_TILE_FLOATS}u;")));
     }
