@@ -124,27 +124,31 @@ fn direct_run(m: u32) -> bool {
         && out_pixel(m).index % 4u == 0u;
 }
 
-//#STAGE_QUAD_BEGIN
+//#STAGE_FNS_BEGIN
+// Stages of a kernel row: its taps in groups of TAPS_PER_STAGE, each group in slices of STAGE_C channels.
+fn stages_per_row() -> u32 {
+    return ((K_W + TAPS_PER_STAGE - 1u) / TAPS_PER_STAGE) * (C_IN / STAGE_C);
+}
+
 // Stage `stage` of the staged loop (see main): kernel row a, taps first_tap .. first_tap + taps - 1, channels cc ..
-// cc + STAGE_C - 1, and the staged pixels that holds from padded pixel `first` of the tile at m_tile: BM + the
-// shifts of its taps, at most the staged rows' capacity (NhwcTile::stage_pixels; TAPS_PER_STAGE is chosen so).
+// cc + STAGE_C - 1; its `pixels` staged pixels (BM + the shifts of its taps, at most the staged rows' capacity:
+// NhwcTile::stage_pixels, TAPS_PER_STAGE is chosen so) start at padded pixel `first_pixel` of the tile at m_tile.
 struct Stage {
     a: u32,
     first_tap: u32,
     taps: u32,
     cc: u32,
     pixels: u32,
-    first: u32,
+    first_pixel: u32,
 }
 
 fn stage_at(m_tile: u32, stage: u32) -> Stage {
     let slices = C_IN / STAGE_C;
-    let stages_per_row = ((K_W + TAPS_PER_STAGE - 1u) / TAPS_PER_STAGE) * slices;
-    let a = stage / stages_per_row;
-    let first_tap = (stage % stages_per_row) / slices * TAPS_PER_STAGE;
+    let a = stage / stages_per_row();
+    let first_tap = (stage % stages_per_row()) / slices * TAPS_PER_STAGE;
     let taps = min(TAPS_PER_STAGE, K_W - first_tap);
-    let first = m_tile + BASE + a * D_H * W_P + first_tap * D_W;
-    return Stage(a, first_tap, taps, stage % slices * STAGE_C, BM + (taps - 1u) * D_W, first);
+    let first_pixel = m_tile + BASE + a * D_H * W_P + first_tap * D_W;
+    return Stage(a, first_tap, taps, stage % slices * STAGE_C, BM + (taps - 1u) * D_W, first_pixel);
 }
 
 // Quad i (4 channels) of stage s's staged rows, from the padded input: channels cc + 4 * (i % STAGE_QUADS) of
@@ -154,10 +158,10 @@ fn stage_quad(s: Stage, i: u32) -> vec4<f16> {
     if (i >= s.pixels * STAGE_QUADS) {
         return vec4<f16>();
     }
-    // 4 channels of a pixel: (first + p) * PIXEL_STRIDE + cc is a multiple of 8 halves.
-    return xp4[((s.first + i / STAGE_QUADS) * PIXEL_STRIDE + s.cc) / 4u + i % STAGE_QUADS];
+    // 4 channels of a pixel: (s.first_pixel + i / STAGE_QUADS) * PIXEL_STRIDE + s.cc is a multiple of 8 halves.
+    return xp4[((s.first_pixel + i / STAGE_QUADS) * PIXEL_STRIDE + s.cc) / 4u + i % STAGE_QUADS];
 }
-//#STAGE_QUAD_END
+//#STAGE_FNS_END
 
 @compute @workgroup_size(THREADS)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -190,9 +194,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     // stages (kernel row a, taps from first_tap, channels from cc; in that order) are one loop, so that each
     // stage's loads from storage are issued into registers (`ahead`) before the products of the stage before
     // it: they arrive while the tensor cores work, and the copy between the barriers only writes workgroup memory
-// (docs/PERFORMANCE.md, d8: kb69 3.10 -> 2.93 ms; a staged 128 x 64 tile on kb65 2.68 -> 2.44).
+    // (docs/PERFORMANCE.md, d8: kb69 3.10 -> 2.93 ms; a staged 128 x 64 tile on kb65 2.68 -> 2.44).
     let sg_row = (sg % SG_M) * WM; // this subgroup's first pixel in the staged rows
-    let stages = K_H * ((K_W + TAPS_PER_STAGE - 1u) / TAPS_PER_STAGE) * (C_IN / STAGE_C);
+    let stages = K_H * stages_per_row();
     var ahead: array<vec4<f16>, STAGE_LOADS>;
     if (stages > 0u) {
         let s = stage_at(m_tile, 0u);

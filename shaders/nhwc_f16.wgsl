@@ -9,9 +9,9 @@
 // block of the last channels writes the pad too), BLOCKS_PER_WG consecutive blocks (channels fastest) with one
 // atomic for all of them. On the H100 (docs/PERFORMANCE.md, q4-q9) 4 blocks per workgroup ran up to 17% faster
 // than one; blocks with more channels than pixels (longer runs of each pixel written) ran faster and ones with more
-// pixels (longer runs of each input row read) much slower; 16 x 64 blocks, 2 per workgroup, copy kb57's input
-// 11% faster than 32 x 32 blocks, 4 per workgroup (src/gpu/coop_nhwc.rs, `PrepBlock`). C_IN is a multiple of 16
-// (the kernel's `check`).
+// pixels (longer runs of each input row read) much slower; 16 x 64 blocks copy kb57's input 11% faster than 32 x 32
+// ones, and go 4 per workgroup up to 512 MiB of padded input, 2 above (y8; src/gpu/coop_nhwc.rs, `PrepBlock`).
+// C_IN is a multiple of 16 (the kernel's `check`).
 // One dispatch per input chunk (its samples: the uniform's sample range).
 //
 // The scale, in two passes so that the input is read once where its magnitudes are like the last call's (a

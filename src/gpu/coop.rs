@@ -238,12 +238,10 @@ pub(crate) fn products(mi: u32, nj: u32) -> (String, String) {
 }
 
 /// The epilogue of a subgroup's WM x (16 nj) accumulators: per 16-channel column j and run r of `run` pixels
-/// (32 or 16), the subgroup stores that run x 16 block (run / 16 accumulators) into its scratch in `c_tile`
-/// (column-major: pixel fastest, columns C_LD apart, see [`scratch`]), then lane l stores pixel `run_pixel` = l %
-/// run of it for channels l / run, l / run + 32 / run, ... so that consecutive lanes write consecutive output
-/// pixels. `pixel(r)` is the WGSL expression of run r's pixel for this lane (it may use `run_pixel`; bound once to
-/// `px<r>`), `store(j, r, v)` the statement storing value `v` of run r in column j at channel offset `c`. Expects
-/// `sg`, `lane` and the constant WM in the shader.
+/// (32 or 16), one [`scratch_round`] through the subgroup's scratch in `c_tile` (see [`scratch`]). `pixel(r)` is
+/// the WGSL expression of run r's pixel for this lane (it may use `run_pixel`; bound once to `px<r>`), `store(j, r,
+/// v)` the statement storing value `v` of run r in column j at channel offset `c`. Expects `sg`, `lane` and the
+/// constant WM in the shader.
 pub(crate) fn epilogue(
     wm: u32,
     nj: u32,
@@ -266,13 +264,15 @@ pub(crate) fn epilogue(
     epi
 }
 
-/// One round of the epilogue's scratch path, for accumulator column j of the consecutive fragment rows `rows` (a
-/// run of 16 per row): the subgroup stores the rows' accumulators into its scratch (column-major: pixel fastest,
-/// channels C_LD apart), then each lane runs `store` (a statement that reads its value as
-/// `c_tile[scratch + c * C_LD + run_pixel]`, channel c of the column) for every 32 / run-th channel, so that
-/// consecutive lanes write consecutive pixels of one channel; a barrier before and after. Expects `scratch`,
-/// `run_pixel` and `run_channel` in scope; `indent` starts every line.
+/// One round of the epilogue's scratch path, for accumulator column j of the consecutive fragment rows `rows` (one
+/// or two: a run of 16 or 32 pixels): the subgroup stores the rows' accumulators into its scratch (column-major:
+/// pixel fastest, channels C_LD apart); after a barrier each lane runs `store` (a statement that reads its value as
+/// `c_tile[scratch + c * C_LD + run_pixel]`, channel c of the column) for every SUBGROUP / run-th channel, so that
+/// consecutive lanes write consecutive pixels of one channel; then a barrier before the scratch is reused. Expects
+/// in scope `scratch` (the subgroup's scratch), `run_pixel = lane % run` and `run_channel = lane / run` for this
+/// run; `indent` starts every line.
 pub(crate) fn scratch_round(rows: &[u32], j: u32, store: &str, indent: &str) -> String {
+    debug_assert!(matches!(rows.len(), 1 | 2), "runs of one or two fragment rows: {rows:?}");
     let run = 16 * rows.len() as u32;
     let mut e = String::new();
     for (h, r) in rows.iter().enumerate() {
@@ -284,8 +284,23 @@ pub(crate) fn scratch_round(rows: &[u32], j: u32, store: &str, indent: &str) -> 
     }
     e + &format!(
         "{indent}workgroupBarrier();\n{indent}for (var c0 = 0u; c0 < 16u; c0 += {}u) {{\n{indent}    let c = c0 + run_channel;\n{indent}    {store}\n{indent}}}\n{indent}workgroupBarrier();\n",
-        32 / run
+        SUBGROUP / run
     )
+}
+
+/// The workgroup memory `source` declares, in bytes, after checking that every workgroup variable is a multiple of
+/// 16 bytes: then the arrays cooperative matrices load from and store to start 16-byte aligned whatever order the
+/// driver lays the variables out in (the H100's driver does not align them itself: docs/PERFORMANCE.md, y1-y4).
+#[cfg(test)]
+pub(crate) fn workgroup_bytes_aligned(source: &str, what: &str) -> u32 {
+    let module = naga::front::wgsl::parse_str(source).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let mut bytes = 0;
+    for (_, v) in module.global_variables.iter().filter(|(_, v)| v.space == naga::AddressSpace::WorkGroup) {
+        let size = module.types[v.ty].inner.size(module.to_ctx());
+        assert_eq!(size % 16, 0, "{what}: {:?} is {size} bytes", v.name);
+        bytes += size;
+    }
+    bytes
 }
 
 #[cfg(test)]
@@ -299,6 +314,7 @@ mod tests {
             assert!(t.threads() <= 512, "{t:?}");
             assert!(t.workgroup_bytes() <= 49152, "{t:?}");
             assert!(!t.source().contains("//#"), "{t:?}");
+            assert_eq!(workgroup_bytes_aligned(&t.source(), &t.name()), t.workgroup_bytes(), "{t:?}");
         }
     }
 

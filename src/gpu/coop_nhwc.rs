@@ -42,12 +42,12 @@ impl PrepBlock {
     /// The H100's best (docs/PERFORMANCE.md, q8-q9, the preparation alone): 16 pixels x 64 channels where the input
     /// channels are a multiple of 64 (kb57 1.54 -> 1.38 ms against 32 x 32 blocks, kb65 and kb69 within 3%); 32 x
     /// 32, 4 per workgroup, otherwise (with 32 input channels, 64-channel blocks were half empty and 1.5x slower).
-    /// 64-channel blocks go 4 per workgroup where the padded input is at most `FEW_BLOCKS_ABOVE` bytes (q8: kb69's
-    /// copy 0.377 -> 0.334 ms, kb65's 0.395 -> 0.391; y8 the whole kernel), 2 above it (kb57's 1.2 GB: 1.376 ms
-    /// against 1.538 with 4).
+    /// 64-channel blocks go 4 per workgroup where the padded input is at most `PREP_SMALL_INPUT_MAX_BYTES` (q8:
+    /// kb69's copy 0.377 -> 0.334 ms, kb65's 0.395 -> 0.391; y8 the whole kernel), 2 above it (kb57's 1.2 GB:
+    /// 1.376 ms against 1.538 with 4).
     fn of(in_channels: usize, padded_bytes: u128) -> PrepBlock {
         if in_channels.is_multiple_of(64) {
-            let per_workgroup = if padded_bytes <= FEW_BLOCKS_ABOVE { 4 } else { 2 };
+            let per_workgroup = if padded_bytes <= PREP_SMALL_INPUT_MAX_BYTES { 4 } else { 2 };
             PrepBlock { pixels: 16, channels: 64, per_workgroup }
         } else {
             PrepBlock { pixels: 32, channels: 32, per_workgroup: 4 }
@@ -55,9 +55,9 @@ impl PrepBlock {
     }
 }
 
-/// The padded input's size above which the copy's 64-channel blocks go 2 per workgroup instead of 4 (`PrepBlock`):
-/// between kb65's and kb69's 0.3 GB (4 faster) and kb57's 1.2 GB (2 faster).
-const FEW_BLOCKS_ABOVE: u128 = 512 << 20;
+/// The largest padded input whose copy moves 4 of its 64-channel blocks per workgroup; larger ones move 2
+/// (`PrepBlock`): between kb65's and kb69's 0.3 GB (4 faster) and kb57's 1.2 GB (2 faster).
+const PREP_SMALL_INPUT_MAX_BYTES: u128 = 512 << 20;
 
 /// Halves after each row of the operands' layouts (the padded input's pixels, the packed weight's rows), so that
 /// the 16 rows of a tensor-core load do not fall in the same L1 banks (`shaders/coop_nhwc.wgsl`; k5).
@@ -271,9 +271,9 @@ impl NhwcTile {
         }
         let (keep, drop) = if self.staged { ("STAGED", "DIRECT") } else { ("DIRECT", "STAGED") };
         let body = if self.staged {
-            SHADER.replace("//#STAGE_QUAD_BEGIN\n", "").replace("//#STAGE_QUAD_END\n", "")
+            SHADER.replace("//#STAGE_FNS_BEGIN\n", "").replace("//#STAGE_FNS_END\n", "")
         } else {
-            without_section(SHADER, "STAGE_QUAD")
+            without_section(SHADER, "STAGE_FNS")
         };
         let body = without_section(&body, drop)
             .replace(&format!("//#{keep}_BEGIN\n"), "")
@@ -651,10 +651,11 @@ fn encode_preparation(
         // last call of this shape found; then the scale check, and the same again at this input's own scale where
         // that differs (an indirect dispatch per chunk, of the first pass's workgroups or none). Within one
         // binding (`check`), so the size fits u64.
-        let xp = in_flight.keep(ctx.pool.get(&ctx.device, g.padded_bytes(shape, tile) as u64, STORAGE));
+        let padded_bytes = g.padded_bytes(shape, tile);
+        let xp = in_flight.keep(ctx.pool.get(&ctx.device, padded_bytes as u64, STORAGE));
         let guess = ctx.kept_i32(scale_guess_key(shape), FIRST_SCALE_GUESS);
         let module = ctx.module_with(INPUT_SHADER_NAME, input_shader)?;
-        let block = PrepBlock::of(cin, g.padded_bytes(shape, tile));
+        let block = PrepBlock::of(cin, padded_bytes);
         let pipeline = |fixup: bool| {
             let mut consts = override_values(&[
                 ("C_IN", cin),
@@ -1074,6 +1075,10 @@ mod tests {
                 );
             }
         }
+        // 64-channel blocks: 4 per workgroup up to the threshold, 2 above it.
+        for (bytes, per_workgroup) in [(PREP_SMALL_INPUT_MAX_BYTES, 4), (PREP_SMALL_INPUT_MAX_BYTES + 1, 2)] {
+            assert_eq!(PrepBlock::of(64, bytes).per_workgroup, per_workgroup, "{bytes} bytes");
+        }
         assert!(INPUT_SHADER.contains(&format!("const TILE_FLOATS: u32 = {PREP_TILE_FLOATS}u;")));
     }
 
@@ -1087,16 +1092,8 @@ mod tests {
             assert_eq!(source.contains(STAGED_INPUT_BINDING), t.staged, "{t:?}");
             assert_eq!(source.contains(INPUT_BINDING), !t.staged, "{t:?}");
             assert_eq!(source.contains("a_stage"), t.staged, "{t:?}");
-            // Every workgroup variable a multiple of 16 bytes, so that the cooperative matrices' arrays start
-            // 16-byte aligned however the driver orders them (see `source`).
-            let module = naga::front::wgsl::parse_str(&source).unwrap_or_else(|e| panic!("{t:?}: {e}"));
-            let mut bytes = 0;
-            for (_, v) in module.global_variables.iter().filter(|(_, v)| v.space == naga::AddressSpace::WorkGroup) {
-                let size = module.types[v.ty].inner.size(module.to_ctx());
-                assert_eq!(size % 16, 0, "{t:?}: {:?} is {size} bytes", v.name);
-                bytes += size;
-            }
-            assert_eq!(bytes, t.workgroup_bytes(), "{t:?}");
+            // Every workgroup variable a multiple of 16 bytes (see `source`), adding up to what the tile declares.
+            assert_eq!(coop::workgroup_bytes_aligned(&source, &t.name()), t.workgroup_bytes(), "{t:?}");
         }
         let params = ConvTranspose2dParams::default();
         for (cout, picks) in [(16, 0), (32, 1), (64, 2), (128, 2), (192, 2), (256, 2)] {
