@@ -5,22 +5,27 @@
 // Why this form. A stride phase (output rows R_H + S_H*i, columns R_W + S_W*j) is a stride-1 correlation of the
 // input with the phase's taps (src/gpu/kernel.rs, `axis_phase`), flipped so that packed tap (a, b) reads input
 // row i + first_h + a*D_H and column j + first_w + b*D_W. At stride 1 there is one phase and every tap. With the
-// input zero-padded (`before` rows and columns before it, enough after it for every phase) and stored as f16 in
-// NHWC order (shaders/nhwc_f16.wgsl), and the phase's output pixels counted over the padded images' pixels too
-// (m = (n * H_P + i) * W_P + j), the input pixel under output pixel m and tap (a, b) is
-// m + BASE + a*D_H*W_P + b*D_W for every m, BASE = (first_h + before_h) * W_P + first_w + before_w: the whole
-// phase is a 1-D convolution of the flat pixel index. So the A operand of a K step (16 consecutive pixels x 16
-// channels of one tap) is a row-major 16 x 16 matrix at stride PIXEL_STRIDE in the padded input, and the B
-// operand (16 channels x 16 output channels of one tap) a row-major matrix at stride W_ROW in the phase's part of
-// the packed weight (shaders/pack_weights_f16.wgsl): both load with `coopLoadT` (the direct tiles' A and every
-// tile's B directly from storage), and the neighbouring subgroups and taps that read the same lines find them in
-// L1/L2. Both strides are the row's values
-// plus 8 halves (16 bytes): rows a multiple of 128 bytes apart (64 or 128 channels) fall in the same L1 banks, and
-// a load's 16 rows are then served one bank pass each; shifted by 16 bytes per row, 8 rows share a pass. With
-// these strides the tensor-core ceiling with loads from storage at this kernel's addresses went from 114 to 237
-// TFLOP/s on the H100 (docs/PERFORMANCE.md, k5). Pixels with i >= PH_H or j >= PH_W (the
-// padding's extra rows and columns: 1.5-3% more work on the stride-1 benchmark cases, 3% on up2x's phases, 56%
-// on dcgan's 8 x 8 images) are computed from padding and never stored. On the H100 this form ran about 2x the
+// input zero-padded (`before` rows and columns before it) and stored as f16 in NHWC order (shaders/nhwc_f16.wgsl),
+// and the phase's output pixels counted over the padded images' pixels too (m = (n * H_P + i) * W_P + j), the
+// input pixel under output pixel m and tap (a, b) is m + BASE + a*D_H*W_P + b*D_W for every m, BASE = (first_h +
+// before_h) * W_P + first_w + before_w: the whole phase is a 1-D convolution of the flat pixel index. A padded row
+// needs room only for the phase's outputs and the input positions they read: the reads of its last outputs that
+// run past its end land in the next row's left margin (zeros), those of a sample's last rows in the next sample's
+// top margin, and those of the last sample in zero rows the copy writes after it (src/gpu/coop_nhwc.rs,
+// `Geometry`; kb69's 130 x 260 outputs take 130 x 260 padded pixels, not 132 x 264: docs/PERFORMANCE.md, z1). So
+// the A operand of a K step (16 consecutive pixels x 16 channels of one tap) is a row-major 16 x 16 matrix at
+// stride PIXEL_STRIDE in the padded input, and the B operand (16 channels x 16 output channels of one tap) a
+// row-major matrix at stride W_ROW in the phase's part of the packed weight (shaders/pack_weights_f16.wgsl): both
+// load with `coopLoadT` (the direct tiles' A and every tile's B directly from storage), and the neighbouring
+// subgroups and taps that read the same lines find them in L1/L2. Where fragments load from storage, the strides
+// are the row's values plus 8 halves (16 bytes): rows a multiple of 128 bytes apart (64 or 128 channels) fall in
+// the same L1 banks, and a load's 16 rows are then served one bank pass each; shifted by 16 bytes per row, 8 rows
+// share a pass. With these strides the tensor-core ceiling with loads from storage at this kernel's addresses went
+// from 114 to 237 TFLOP/s on the H100 (docs/PERFORMANCE.md, k5). The staged tiles read the padded input only in
+// their stage's copy and pad their staged rows instead: their PIXEL_STRIDE is C_IN. Pixels with i >= PH_H or j >=
+// PH_W (rows and columns the layout needs beyond the phase's outputs: none on kb57, kb65, kb69 and kb71, 1% on
+// kb78, whose rows are rounded for aligned stores, 3% on up2x's phases, 27% on dcgan's 8 x 8 images) are computed
+// from padding and never stored. On the H100 this form ran about 2x the
 // rate of the staged GEMM kernel's cooperative-matrix variant at stride 1 (docs/PERFORMANCE.md, c1). A phase
 // without taps (kernel smaller than the stride) runs no K step and stores the bias.
 //
@@ -63,7 +68,7 @@ override PH_H: u32;    // the phase's output rows and columns
 override PH_W: u32;
 override BASE: u32;    // input pixel of packed tap (0, 0) relative to the output pixel (see above)
 override W_OFF: u32;   // the phase's packed weight, in halves from the start
-override PIXEL_STRIDE: u32; // halves between the padded input's pixels (C_IN + 8, see above)
+override PIXEL_STRIDE: u32; // halves between the padded input's pixels (C_IN + 8 or C_IN, see above)
 override W_ROW: u32;   // halves between the packed weight's rows (C_OUT + 8)
 
 struct Dispatch {

@@ -1,9 +1,11 @@
 // nhwc_f16.wgsl: the input of the padded-NHWC cooperative-matrix kernel (shaders/coop_nhwc.wgsl, precision
 // `fast`): the f32 NCHW input, scaled by a power of two, as f16 in NHWC order, each image in H_P rows of W_P pixels
 // of C_IN channels with the input starting at row PAD_T and column PAD_L: zeros around it, and input rows or
-// columns past H_P or W_P (which no output reads: padding crops them) left out. Pixels are PIXEL_STRIDE halves
-// apart (C_IN + 8: see shaders/coop_nhwc.wgsl); the 8 halves past C_IN are written as zeros (never read: writing
-// them makes every 32-byte sector of the padded pixels whole, so that no partial sector is written back). A
+// columns past COPIED_H or COPIED_W (which no output reads: padding crops them) left out. The last chunk's
+// dispatch also writes the zero rows after the last sample that its last outputs read (`rows`: the kernel's reads
+// run past a row's end into the next row's margin). Pixels are PIXEL_STRIDE halves apart (C_IN, or C_IN + 8 for
+// the kernel's direct tiles: see shaders/coop_nhwc.wgsl); the halves past C_IN are written as zeros (never read:
+// writing them makes every 32-byte sector of the padded pixels whole, so that no partial sector is written back). A
 // workgroup moves blocks of BLOCK_P padded pixels x BLOCK_C channels of one padded row through workgroup memory:
 // read along the input's rows (coalesced), written along the channels, 4 halves per invocation (8-byte stores; the
 // block of the last channels writes the pad too), BLOCKS_PER_WG consecutive blocks (channels fastest) with one
@@ -18,8 +20,8 @@
 // separate pass for the largest magnitude cost 6-12% of the whole convolution, docs/PERFORMANCE.md k8):
 // - the first pass (FIXUP false) scales by 2^guess[0], the exponent the last call of this shape (any batch size)
 //   on this context found, and takes the largest finite magnitude of the values it copies into op_max[0] (as f32
-//   bits, one atomic per workgroup, as shaders/absmax.wgsl does; input rows or columns past H_P or W_P, which no
-//   output reads, do not count);
+//   bits, one atomic per workgroup, as shaders/absmax.wgsl does; input rows or columns past COPIED_H or COPIED_W,
+//   which no output reads, do not count);
 // - shaders/scale_check.wgsl then compares the guess with the exponent op_max[0] asks for (shaders/scale.wgsl);
 //   where they differ, it keeps the new exponent as the next guess and this shader runs again (FIXUP true,
 //   dispatched indirectly), scaling by that exponent. The result is the same either way.
@@ -29,6 +31,8 @@ enable f16;
 override C_IN: u32;
 override IN_H: u32;
 override IN_W: u32;
+override COPIED_H: u32; // input rows and columns some output reads, copied (padding may crop the others)
+override COPIED_W: u32;
 override PAD_T: u32;
 override PAD_L: u32;
 override H_P: u32;
@@ -44,7 +48,7 @@ struct Params {
     first_sample: u32,   // the chunk's first sample (index into the whole padded tensor)
     samples: u32,        // samples in the chunk
     dispatch_width: u32, // workgroups per grid row
-    _pad: u32,
+    rows: u32,           // padded rows to write: samples * H_P, and the tail rows after the last chunk
 }
 
 @group(0) @binding(0) var<uniform> u: Params;
@@ -54,7 +58,6 @@ struct Params {
 @group(0) @binding(4) var<storage, read> guess: array<i32>; // the scale exponent of the first pass
 
 const THREADS: u32 = 256u;
-const PAD_QUADS: u32 = 2u; // the pad's 8 halves past C_IN, as quads
 // The tile holds BLOCK_C rows of BLOCK_P + 1 floats: 16 x 64 blocks (17 x 64 floats) and 32 x 32 (33 x 32) fit.
 const TILE_FLOATS: u32 = 1088u;
 var<workgroup> tile: array<f32, TILE_FLOATS>; // [channel][pixel], rows padded against bank conflicts
@@ -69,7 +72,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let scale = ldexp(1.0, k);
     let col_blocks = (W_P + BLOCK_P - 1u) / BLOCK_P;
     let ch_blocks = (C_IN + BLOCK_C - 1u) / BLOCK_C;
-    let blocks = u.samples * H_P * col_blocks * ch_blocks;
+    let blocks = u.rows * col_blocks * ch_blocks;
     let first = (wid.y * u.dispatch_width + wid.x) * BLOCKS_PER_WG;
     if (first >= blocks) {
         return;
@@ -81,7 +84,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     var m = 0u;
     for (var block = first; block < last; block++) {
-        let row = block / (col_blocks * ch_blocks); // padded row of the chunk: sample * H_P + hp
+        // Padded row of the chunk, sample * H_P + hp; with n past the chunk's samples, a tail row (zeros).
+        let row = block / (col_blocks * ch_blocks);
         let rest = block % (col_blocks * ch_blocks);
         let wp0 = (rest / ch_blocks) * BLOCK_P;
         let c0 = (rest % ch_blocks) * BLOCK_C;
@@ -93,7 +97,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             let c = c0 + i;
             let w = i32(wp0 + lane) - i32(PAD_L);
             var v = 0.0;
-            if (c < C_IN && h >= 0 && h < i32(IN_H) && w >= 0 && w < i32(IN_W)) {
+            if (n < u.samples && c < C_IN && h >= 0 && h < i32(COPIED_H) && w >= 0 && w < i32(COPIED_W)) {
                 v = x[((n * C_IN + c) * IN_H + u32(h)) * IN_W + u32(w)];
                 let b = bitcast<u32>(v) & 0x7fffffffu;
                 if (b < 0x7f800000u) {
@@ -105,9 +109,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         workgroupBarrier();
         // Written along the channels: slot s stores channels c0 + 4q .. + 3 of pixel i (q = s % quads), zeros
         // past C_IN; consecutive invocations fill a pixel's channels. The block of the last channels also writes
-        // the pixel's pad (its two quads past C_IN), in the same run: where one block holds all the channels, the
+        // the pixel's pad (its quads past C_IN), in the same run: where one block holds all the channels, the
         // block's pixels are then written as one contiguous run.
-        let quads = select(QUADS, QUADS + PAD_QUADS, c0 + BLOCK_C >= C_IN);
+        let quads = select(QUADS, QUADS + (PIXEL_STRIDE - C_IN) / 4u, c0 + BLOCK_C >= C_IN);
         let p = (u.first_sample + n) * H_P + row % H_P;
         for (var s = lid; s < BLOCK_P * quads; s += THREADS) {
             let i = s / quads;

@@ -59,13 +59,15 @@ impl PrepBlock {
 /// (`PrepBlock`): between kb65's and kb69's 0.3 GB (4 faster) and kb57's 1.2 GB (2 faster).
 const PREP_SMALL_INPUT_MAX_BYTES: u128 = 512 << 20;
 
-/// Halves after each row of the operands' layouts (the padded input's pixels, the packed weight's rows), so that
-/// the 16 rows of a tensor-core load do not fall in the same L1 banks (`shaders/coop_nhwc.wgsl`; k5).
+/// Halves after each row of the operands' layouts (the padded input's pixels, the packed weight's rows, the staged
+/// rows), so that the 16 rows of a tensor-core load do not fall in the same L1 banks (`shaders/coop_nhwc.wgsl`; k5).
 const ROW_PAD: usize = 8;
 
-/// Halves between the padded input's pixels.
-fn pixel_stride(shape: &ConvShape) -> usize {
-    shape.in_channels + ROW_PAD
+/// Halves between the padded input's pixels: padded for the direct tiles, whose A fragments load from them; not
+/// for the staged ones, which read them only in the stage's copy (4 halves a lane) and pad their staged rows
+/// instead (the pad was 11% of the input copy's writes).
+fn pixel_stride(shape: &ConvShape, tile: &NhwcTile) -> usize {
+    shape.in_channels + if tile.staged { 0 } else { ROW_PAD }
 }
 
 /// Halves between the packed weight's rows (one input channel of one tap).
@@ -138,16 +140,22 @@ pub const TILES: &[NhwcTile] = &[
 /// The tiles for a shape before tuning, best first, the H100's winners in docs/PERFORMANCE.md: 128 pixels x 128
 /// channels with staged rows where the output channels are a multiple of 128 (s4: kb69 3.62 ms against 3.81 for
 /// the direct 128 x 64 tile; u2: 3.60 against 3.71-3.74 for 128 x 64 of four 64 x 32 subgroups; d2: 3.07-3.11
-/// against 3.38 for the direct 128 x 128, before d8's loads ahead took it to 2.93); 128 x 64 of four
-/// 64 x 32 subgroups where they are an odd multiple of 64 (u1-u2: kb57 5.58-5.79 ms against 6.19 for 256 x 32,
-/// kb65 2.57-2.60 against 2.65), then 256 x 32 (q11); 128 x 32 where they are of 32 (u1: kb71 and kb78 within 1% of
-/// 256 x 32); none otherwise. The selector takes the first that runs on the adapter.
+/// against 3.38 for the direct 128 x 128, before d8's loads ahead took it to 2.93); where they are an odd multiple
+/// of 64, 128 x 64 with staged rows for kernel rows of `STAGED_MIN_ROW_TAPS` taps or more (z2: kb65's 7 taps 2.15
+/// ms against 2.33 for the direct 128 x 64 of 64 x 64 subgroups; kb57's 3 taps 5.27 against 5.07-5.18), else 128 x
+/// 64 of four 64 x 32 subgroups (u1-u2: kb57 5.58-5.79 ms against 6.19 for 256 x 32, kb65 2.57-2.60 against 2.65),
+/// then 256 x 32 (q11); 128 x 32 where they are of 32 (u1: kb71 and kb78 within 1% of 256 x 32; z2: staged rows
+/// 1.03 and 1.44 ms against 0.93 and 1.34); none otherwise. The selector takes the first that runs on the adapter.
 pub fn pick_tiles(shape: &ConvShape) -> Vec<NhwcTile> {
     let mut tiles = Vec::new();
+    let row_taps = shape.kernel[1].div_ceil(shape.stride[1]);
     if shape.out_channels.is_multiple_of(128) {
         tiles.push(staged(64, 64, 2, 2));
         tiles.push(tile(64, 32, 2, 2));
     } else if shape.out_channels.is_multiple_of(64) {
+        if row_taps >= STAGED_MIN_ROW_TAPS {
+            tiles.push(staged(64, 64, 2, 1));
+        }
         tiles.push(tile(64, 32, 2, 2));
         tiles.push(tile(64, 32, 4, 1));
     } else if shape.out_channels.is_multiple_of(32) {
@@ -155,6 +163,11 @@ pub fn pick_tiles(shape: &ConvShape) -> Vec<NhwcTile> {
     }
     tiles
 }
+
+/// The taps of a kernel row (per stride phase) from which a 128 x 64 tile stages its input rows by default
+/// (`pick_tiles`): the staged rows save all but one in that many of A's loads from storage, at the price of the
+/// stage's copy and barriers; between kb57's 3 (direct faster) and kb65's 7 (staged faster).
+const STAGED_MIN_ROW_TAPS: usize = 5;
 
 impl NhwcTile {
     pub fn bm(&self) -> u32 {
@@ -429,13 +442,17 @@ impl Phase {
     }
 }
 
-/// The padded input's layout for a shape: the margin before each image (top, left), the padded image's size
-/// (room after the image for what every phase reads), and the stride phases with outputs.
+/// The padded input's layout for a shape: the margin before each image (top, left), the padded image's size (room
+/// for every phase's outputs, and for what they read but for what runs into the next row's or sample's margin),
+/// the input rows and columns copied into it (those some output reads: padding may crop the others), the stride
+/// phases with outputs, and the rows of zeros after the last sample that its last outputs read.
 #[derive(Debug, Clone)]
 struct Geometry {
     before: [usize; 2],
     padded: [usize; 2],
+    copied: [usize; 2],
     phases: Vec<Phase>,
+    tail_rows: usize,
 }
 
 impl Geometry {
@@ -455,14 +472,39 @@ impl Geometry {
         let (rows, cols) = (axis(0), axis(1));
         let mut before = [0; 2];
         let mut padded = [1; 2];
+        let mut copied = [0; 2];
         for (a, phases) in [&rows, &cols].into_iter().enumerate() {
             for (_, p) in phases.iter().filter(|(_, p)| p.taps > 0) {
                 before[a] = before[a].max((-first_offset(p)).max(0) as usize);
             }
+            // Along the axis: the padded positions some output reads (a phase's last output reads (count - 1) +
+            // its largest offset (off) past the margin), and the outputs of the longest phase.
+            let mut needed = 0;
             for (_, p) in phases {
-                // The phase's last output reads (count - 1) + its largest offset (off) past the margin.
-                let needed = if p.taps > 0 { (p.count as i64 + p.off + before[a] as i64) as usize } else { 0 };
-                padded[a] = padded[a].max(needed).max(p.count);
+                if p.taps > 0 {
+                    needed = needed.max((p.count as i64 + p.off + before[a] as i64) as usize);
+                }
+                padded[a] = padded[a].max(p.count);
+            }
+            // Tight: the reads of a row's last outputs may run past its end into the next row's margin, which is
+            // zeros (and those of a sample's last rows into the next sample's top margin), as long as they run no
+            // farther than the margin and every input position some output reads lies within the row. kb69 then
+            // computes its 130 x 260 outputs over 130 x 260 padded pixels instead of 132 x 264.
+            copied[a] = shape.in_hw[a].min(needed.saturating_sub(before[a]));
+            padded[a] = padded[a].max(before[a] + copied[a]).max(needed.saturating_sub(before[a]));
+        }
+        // Where one phase covers the output (stride 1) and its planes allow aligned stores: a few more padded
+        // columns keep each padded row's pixels congruent mod 8 with their output indices, so that every 16-pixel
+        // fragment within an output row may be stored straight to the output (`direct_run`: coopStore wants
+        // 16-byte alignment) and fills whole 32-byte sectors; a padded row or so more per sample keeps every
+        // sample's fragments 16-byte aligned. On the H100 (docs/PERFORMANCE.md, z1, z8) kb78's rows of 1024
+        // outputs ran 1.46 ms in 1027 padded pixels (every fourth row's fragments aligned), 1.34 in 1028, 1.29 in
+        // 1032; whole sectors per sample too (kb65's and kb71's 514 rows padded to 516) measured 1-3% slower.
+        let [out_h, out_w] = shape.out_hw;
+        if shape.stride == [1, 1] && (out_h * out_w).is_multiple_of(4) {
+            padded[1] = out_w + (padded[1] - out_w).next_multiple_of(8);
+            while !(padded[0] * padded[1] - out_h * out_w).is_multiple_of(4) {
+                padded[0] += 1; // at most 3 times: W_P is congruent with OUT_W
             }
         }
         let mut phases = Vec::new();
@@ -486,7 +528,22 @@ impl Geometry {
                 weight_offset += taps_h * taps_w * shape.in_channels * weight_row(shape);
             }
         }
-        Geometry { before, padded, phases }
+        let mut g = Geometry { before, padded, copied, phases, tail_rows: 0 };
+        // The padded rows after the last sample that its last outputs read (all zeros: the top margin of a
+        // sample that is not there, and where the reads of that margin's last row run past its end, the next
+        // row's left margin).
+        let sample = g.sample_pixels();
+        g.tail_rows = g
+            .phases
+            .iter()
+            .filter(|p| p.has_taps())
+            .map(|p| {
+                let last_read = (p.count[0] - 1) * g.padded[1] + p.count[1] - 1 + p.reach(&g);
+                (last_read + 1).saturating_sub(sample).div_ceil(g.padded[1])
+            })
+            .max()
+            .unwrap_or(0);
+        g
     }
 
     /// Padded pixels of one sample.
@@ -494,13 +551,14 @@ impl Geometry {
         self.padded[0] * self.padded[1]
     }
 
-    /// Bytes of the padded f16 input, with room after the last sample for the reads of the last tile's
-    /// pixels past it (computed, never stored).
+    /// Bytes of the padded f16 input, with room after the last sample for its tail rows and for the reads of the
+    /// last tile's pixels past it (computed, never stored).
     fn padded_bytes(&self, shape: &ConvShape, tile: &NhwcTile) -> u128 {
         let reach = self.phases.iter().map(|p| p.reach(self)).max().unwrap_or(0);
-        let pixels = shape.batch as u128 * self.sample_pixels() as u128 + tile.bm() as u128 + reach as u128;
+        let after = (tile.bm() as usize + reach).max(self.tail_rows * self.padded[1]);
+        let pixels = shape.batch as u128 * self.sample_pixels() as u128 + after as u128;
         // Whole vec4<f16>s: shaders/nhwc_f16.wgsl writes the pixels 4 halves (8 bytes) at a time.
-        (pixels * pixel_stride(shape) as u128 * 2).next_multiple_of(8)
+        (pixels * pixel_stride(shape, tile) as u128 * 2).next_multiple_of(8)
     }
 
     /// Halves of the packed weight: every tap of the kernel, once (each belongs to one phase), in padded rows.
@@ -555,7 +613,7 @@ fn phase_constants(
         ("PH_W", p.count[1]),
         ("BASE", p.base(g)),
         ("W_OFF", p.weight_offset),
-        ("PIXEL_STRIDE", pixel_stride(shape)),
+        ("PIXEL_STRIDE", pixel_stride(shape, tile)),
         ("W_ROW", weight_row(shape)),
     ];
     if tile.staged {
@@ -595,7 +653,7 @@ struct InputParams {
     first_sample: u32,
     samples: u32,
     dispatch_width: u32,
-    _pad: u32,
+    rows: u32,
 }
 
 /// Where the context keeps a shape's guess of its input's scale exponent: per layer geometry, not per batch size
@@ -661,11 +719,13 @@ fn encode_preparation(
                 ("C_IN", cin),
                 ("IN_H", shape.in_hw[0]),
                 ("IN_W", shape.in_hw[1]),
+                ("COPIED_H", g.copied[0]),
+                ("COPIED_W", g.copied[1]),
                 ("PAD_T", g.before[0]),
                 ("PAD_L", g.before[1]),
                 ("H_P", g.padded[0]),
                 ("W_P", g.padded[1]),
-                ("PIXEL_STRIDE", pixel_stride(shape)),
+                ("PIXEL_STRIDE", pixel_stride(shape, tile)),
                 ("BLOCK_P", block.pixels),
                 ("BLOCK_C", block.channels),
                 ("QUADS", block.channels / 4),
@@ -681,12 +741,15 @@ fn encode_preparation(
             .iter()
             .map(|c| {
                 let samples = c.planes / cin;
-                let igrid = grid(ctx, (samples * g.padded[0] * blocks).div_ceil(block.per_workgroup));
+                // The last chunk writes the tail rows after the last sample too.
+                let last = c.first_plane + c.planes == shape.batch * cin;
+                let rows = samples * g.padded[0] + if last { g.tail_rows } else { 0 };
+                let igrid = grid(ctx, (rows * blocks).div_ceil(block.per_workgroup));
                 let u = InputParams {
                     first_sample: (c.first_plane / cin) as u32,
                     samples: samples as u32,
                     dispatch_width: igrid.0,
-                    _pad: 0,
+                    rows: rows as u32,
                 };
                 (c, igrid, u)
             })
@@ -804,19 +867,19 @@ mod tests {
     use crate::ConvTranspose2dParams;
     use rand::{Rng, SeedableRng};
 
-    /// The operands as the preparation shaders lay them out (nhwc_f16.wgsl, pack_weights_f16.wgsl), unscaled, in
-    /// f64: the padded NHWC input (zero margins) and the packed weight. Halves no shader writes (past each pixel's
-    /// channels and each weight row's, past the last sample) are NaN, so that a read of one shows.
-    fn expected_operands(shape: &ConvShape, x: &[f32], w: &[f32]) -> (Vec<f64>, Vec<f64>) {
-        let tile = TILES[0];
+    /// The operands as the preparation shaders lay them out for `tile` (nhwc_f16.wgsl, pack_weights_f16.wgsl),
+    /// unscaled, in f64: the padded NHWC input (zero margins, zero tail rows) and the packed weight. Halves no shader
+    /// writes (past each pixel's channels and each weight row's, past the tail rows) are NaN, so that a read of one
+    /// shows.
+    fn expected_operands(tile: &NhwcTile, shape: &ConvShape, x: &[f32], w: &[f32]) -> (Vec<f64>, Vec<f64>) {
         let g = Geometry::of(shape);
         let (cin, cout, [kh_n, kw_n]) = (shape.in_channels, shape.out_channels, shape.kernel);
         let [h, wd] = shape.in_hw;
         let [hp, wp] = g.padded;
-        let (ps, row) = (pixel_stride(shape), weight_row(shape));
-        let pixels = (g.padded_bytes(shape, &tile) / 2) as usize / ps;
+        let (ps, row) = (pixel_stride(shape, tile), weight_row(shape));
+        let pixels = (g.padded_bytes(shape, tile) / 2) as usize / ps;
         let mut xp = vec![f64::NAN; pixels * ps];
-        for (i, v) in xp.iter_mut().enumerate().take(shape.batch * hp * wp * ps) {
+        for (i, v) in xp.iter_mut().enumerate().take((shape.batch * hp + g.tail_rows) * wp * ps) {
             if i % ps < cin {
                 *v = 0.0;
             }
@@ -825,7 +888,8 @@ mod tests {
             for r in 0..hp {
                 for col in 0..wp {
                     let (ih, iw) = (r as i64 - g.before[0] as i64, col as i64 - g.before[1] as i64);
-                    if (0..h as i64).contains(&ih) && (0..wd as i64).contains(&iw) {
+                    let [ch, cw] = g.copied.map(|v| v as i64);
+                    if (0..ch).contains(&ih) && (0..cw).contains(&iw) {
                         for c in 0..cin {
                             xp[((n * hp + r) * wp + col) * ps + c] =
                                 x[((n * cin + c) * h + ih as usize) * wd + iw as usize] as f64;
@@ -860,8 +924,8 @@ mod tests {
         let g = Geometry::of(shape);
         let (cin, cout) = (shape.in_channels, shape.out_channels);
         let [hp, wp] = g.padded;
-        let (ps, row) = (pixel_stride(shape), weight_row(shape));
-        let (xp, wpk) = expected_operands(shape, x, w);
+        let (ps, row) = (pixel_stride(shape, tile), weight_row(shape));
+        let (xp, wpk) = expected_operands(tile, shape, x, w);
         let pixels = xp.len() / ps;
         let [ho, wo] = shape.out_hw;
         let mut out = vec![f64::NAN; shape.batch * cout * ho * wo];
@@ -976,13 +1040,20 @@ mod tests {
             ([[3, 20], [2, 3], [1, 1], [0, 0], [0, 0], [1, 1]], [64, 64], 3.0),
             ([[2, 5], [3, 3], [2, 1], [1, 0], [1, 0], [1, 2]], [128, 64], 0.5),
         ];
-        for &([in_hw, kernel, stride, padding, output_padding, dilation], [cin, cout], magnitude) in cases {
+        // Direct and staged tiles by turns: their padded pixels are C_IN + 8 and C_IN halves apart.
+        let staged_tile = *TILES.iter().find(|t| t.staged).unwrap();
+        let mut tail_rows = 0;
+        for (case, &([in_hw, kernel, stride, padding, output_padding, dilation], [cin, cout], magnitude)) in
+            cases.iter().enumerate()
+        {
             let (in_hw, kernel) = (in_hw.map(|v| v as usize), kernel.map(|v| v as usize));
             let params = ConvTranspose2dParams { stride, padding, output_padding, dilation, groups: 1 };
             let batch = 2;
             let shape =
                 params.resolve(&[batch, cin, in_hw[0], in_hw[1]], &[cin, cout, kernel[0], kernel[1]], None).unwrap();
-            let (tile, g) = (TILES[0], Geometry::of(&shape));
+            let tile = if case % 2 == 0 { TILES[0] } else { staged_tile };
+            let g = Geometry::of(&shape);
+            tail_rows += g.tail_rows;
             // Three calls of the shape: the first pass scales by the last call's exponent (the first call's guess,
             // then the exponent found), so the second call keeps its first pass's copy, the third (2^20 smaller)
             // is rewritten by the fix-up, and the first is kept or rewritten as its magnitude meets the first
@@ -1023,7 +1094,7 @@ mod tests {
                 let read = |b: &wgpu::Buffer| read_back(&ctx, b, b.size(), <[u8]>::to_vec).unwrap();
                 let maxima: Vec<u32> = bytemuck::cast_slice(&read(&prepared.maxima)).to_vec();
                 let (got_x, got_w) = (halves(read(&prepared.input)), halves(read(&prepared.weight)));
-                let (want_x, want_w) = expected_operands(&shape, &x, &w);
+                let (want_x, want_w) = expected_operands(&tile, &shape, &x, &w);
                 let guess = read(&ctx.kept_i32(scale_guess_key(&shape), FIRST_SCALE_GUESS));
                 let counts: Vec<u32> = bytemuck::cast_slice(&read(&prepared.fixup_counts)).to_vec();
                 // The input's largest magnitude is that of the values the copy reads (not those in input rows or
@@ -1059,6 +1130,29 @@ mod tests {
                     }
                 }
             }
+        }
+        assert!(tail_rows > 0, "no case writes tail rows");
+    }
+
+    #[test]
+    fn padded_images_are_tight_where_the_margins_take_the_overhang() {
+        // Reads past a row's end land in the next row's left margin (and past a sample's last row, in the next
+        // sample's top margin), so a full transposed convolution (padding 0: margins of kernel - 1) computes
+        // exactly its outputs. With padding, the margins shrink and the rows keep room for the reads; at stride
+        // 1 the rows round up to the output's row length mod 8 and the samples to its plane mod 4 (aligned
+        // stores: kb65's 514 x 518 outputs need no more, kb78's 1024 outputs per row 1027 -> 1032 columns).
+        let shape = |in_hw: [usize; 2], kernel: [usize; 2], padding: [i64; 2]| {
+            let params = ConvTranspose2dParams { padding, ..Default::default() };
+            params.resolve(&[2, 64, in_hw[0], in_hw[1]], &[64, 64, kernel[0], kernel[1]], None).unwrap()
+        };
+        for (s, padded, tail_rows) in [
+            (shape([128, 256], [3, 5], [0, 0]), [130, 260], 3),     // kb69
+            (shape([1024, 1024], [3, 3], [0, 0]), [1026, 1026], 3), // kb57
+            (shape([512, 1024], [3, 7], [1, 3]), [513, 1032], 1),   // kb78: margins 1 and 3
+            (shape([512, 512], [3, 7], [0, 0]), [514, 518], 3),     // kb65
+        ] {
+            let g = Geometry::of(&s);
+            assert_eq!((g.padded, g.tail_rows), (padded, tail_rows), "{s:?}");
         }
     }
 
@@ -1096,8 +1190,10 @@ mod tests {
             assert_eq!(coop::workgroup_bytes_aligned(&source, &t.name()), t.workgroup_bytes(), "{t:?}");
         }
         let params = ConvTranspose2dParams::default();
-        for (cout, picks) in [(16, 0), (32, 1), (64, 2), (128, 2), (192, 2), (256, 2)] {
-            let shape = params.resolve(&[1, 64, 8, 8], &[64, cout, 3, 3], None).unwrap();
+        for (cout, kernel_w, picks) in
+            [(16, 3, 0), (32, 3, 1), (64, 3, 2), (64, 7, 3), (128, 3, 2), (192, 5, 3), (256, 3, 2)]
+        {
+            let shape = params.resolve(&[1, 64, 8, 8], &[64, cout, 3, kernel_w], None).unwrap();
             let tiles = pick_tiles(&shape);
             assert_eq!(tiles.len(), picks, "{shape:?}");
             assert!(tiles.iter().all(|t| TILES.contains(t) && shape.out_channels.is_multiple_of(t.bn() as usize)));
