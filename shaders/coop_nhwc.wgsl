@@ -43,11 +43,12 @@
 // Two K loops, one per tile kind (the generator keeps one section). Direct: every fragment loads from storage.
 // Staged rows: the taps of one kernel row read the same input pixels shifted by D_W, so the workgroup copies the
 // BM + (taps - 1) * D_W pixels of up to TAPS_PER_STAGE taps (STAGE_C channels at a time) into workgroup memory once
-// and loads their A fragments from there, in the padded layout (B stays in storage). That halves the loads from
-// storage, which bound the direct loop (docs/PERFORMANCE.md, s1: its products alone run 4x faster). Workgroup
-// memory is kept small: on the H100's driver all workgroups on a multiprocessor share about 48 KiB of it, so every
-// KiB a workgroup declares can cost a workgroup per multiprocessor (s2). With 128 x 128 tiles (four subgroups
-// sharing the staged rows) this form beat the direct one on kb69 (s4); with 64 output channels it lost.
+// and loads their A fragments from there, in rows padded by 8 halves (STAGE_STRIDE; B stays in storage). That
+// halves the loads from storage, which bound the direct loop (docs/PERFORMANCE.md, s1: its products alone run 4x
+// faster). Workgroup memory is kept small: on the H100's driver all workgroups on a multiprocessor share about 48
+// KiB of it, so every KiB a workgroup declares can cost a workgroup per multiprocessor (s2). With 128 x 128 tiles
+// (four subgroups sharing the staged rows) this form beat the direct one on kb69 (s4); with 64 output channels it
+// lost until the staged tiles' input lost its pixel pad (z2: kb65's 7 taps per row 2.15 ms against 2.33).
 
 override C_IN: u32;
 override C_OUT: u32;

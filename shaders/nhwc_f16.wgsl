@@ -1,11 +1,12 @@
 // nhwc_f16.wgsl: the input of the padded-NHWC cooperative-matrix kernel (shaders/coop_nhwc.wgsl, precision
 // `fast`): the f32 NCHW input, scaled by a power of two, as f16 in NHWC order, each image in H_P rows of W_P pixels
 // of C_IN channels with the input starting at row PAD_T and column PAD_L: zeros around it, and input rows or
-// columns past COPIED_H or COPIED_W (which no output reads: padding crops them) left out. The last chunk's
-// dispatch also writes the zero rows after the last sample that its last outputs read (`rows`: the kernel's reads
-// run past a row's end into the next row's margin). Pixels are PIXEL_STRIDE halves apart (C_IN, or C_IN + 8 for
-// the kernel's direct tiles: see shaders/coop_nhwc.wgsl); the halves past C_IN are written as zeros (never read:
-// writing them makes every 32-byte sector of the padded pixels whole, so that no partial sector is written back). A
+// columns outside COPY_H_BEGIN..COPY_H_END, COPY_W_BEGIN..COPY_W_END (which no output reads: padding crops them)
+// left out. The last chunk's dispatch also writes the zero rows after the last sample that its last outputs read
+// (`rows`: the kernel's reads run past a row's end into the next row's margin). Pixels are PIXEL_STRIDE halves
+// apart (C_IN, or C_IN + 8 for the kernel's direct tiles: see shaders/coop_nhwc.wgsl); the halves past C_IN are
+// written as zeros (never read: writing them makes every 32-byte sector of the padded pixels whole, so that no
+// partial sector is written back). A
 // workgroup moves blocks of BLOCK_P padded pixels x BLOCK_C channels of one padded row through workgroup memory:
 // read along the input's rows (coalesced), written along the channels, 4 halves per invocation (8-byte stores; the
 // block of the last channels writes the pad too), BLOCKS_PER_WG consecutive blocks (channels fastest) with one
@@ -20,7 +21,7 @@
 // separate pass for the largest magnitude cost 6-12% of the whole convolution, docs/PERFORMANCE.md k8):
 // - the first pass (FIXUP false) scales by 2^guess[0], the exponent the last call of this shape (any batch size)
 //   on this context found, and takes the largest finite magnitude of the values it copies into op_max[0] (as f32
-//   bits, one atomic per workgroup, as shaders/absmax.wgsl does; input rows or columns past COPIED_H or COPIED_W,
+//   bits, one atomic per workgroup, as shaders/absmax.wgsl does; input rows or columns outside the copied ones,
 //   which no output reads, do not count);
 // - shaders/scale_check.wgsl then compares the guess with the exponent op_max[0] asks for (shaders/scale.wgsl);
 //   where they differ, it keeps the new exponent as the next guess and this shader runs again (FIXUP true,
@@ -31,8 +32,11 @@ enable f16;
 override C_IN: u32;
 override IN_H: u32;
 override IN_W: u32;
-override COPIED_H: u32; // input rows and columns some output reads, copied (padding may crop the others)
-override COPIED_W: u32;
+// The input rows and columns copied, from the first some output reads to the last (padding may crop the others).
+override COPY_H_BEGIN: u32;
+override COPY_H_END: u32;
+override COPY_W_BEGIN: u32;
+override COPY_W_END: u32;
 override PAD_T: u32;
 override PAD_L: u32;
 override H_P: u32;
@@ -48,7 +52,7 @@ struct Params {
     first_sample: u32,   // the chunk's first sample (index into the whole padded tensor)
     samples: u32,        // samples in the chunk
     dispatch_width: u32, // workgroups per grid row
-    rows: u32,           // padded rows to write: samples * H_P, and the tail rows after the last chunk
+    rows: u32,           // padded rows to write: samples * H_P, plus the tail rows for the last chunk only
 }
 
 @group(0) @binding(0) var<uniform> u: Params;
@@ -97,7 +101,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             let c = c0 + i;
             let w = i32(wp0 + lane) - i32(PAD_L);
             var v = 0.0;
-            if (n < u.samples && c < C_IN && h >= 0 && h < i32(COPIED_H) && w >= 0 && w < i32(COPIED_W)) {
+            if (n < u.samples && c < C_IN && h >= i32(COPY_H_BEGIN) && h < i32(COPY_H_END) && w >= i32(COPY_W_BEGIN)
+                && w < i32(COPY_W_END)) {
                 v = x[((n * C_IN + c) * IN_H + u32(h)) * IN_W + u32(w)];
                 let b = bitcast<u32>(v) & 0x7fffffffu;
                 if (b < 0x7f800000u) {

@@ -59,8 +59,9 @@ impl PrepBlock {
 /// (`PrepBlock`): between kb65's and kb69's 0.3 GB (4 faster) and kb57's 1.2 GB (2 faster).
 const PREP_SMALL_INPUT_MAX_BYTES: u128 = 512 << 20;
 
-/// Halves after each row of the operands' layouts (the padded input's pixels, the packed weight's rows, the staged
-/// rows), so that the 16 rows of a tensor-core load do not fall in the same L1 banks (`shaders/coop_nhwc.wgsl`; k5).
+/// Halves after each row that tensor-core fragments load from (the padded input's pixels for the direct tiles, the
+/// packed weight's rows, the staged rows), so that the 16 rows of a load do not fall in the same L1 banks
+/// (`shaders/coop_nhwc.wgsl`; k5).
 const ROW_PAD: usize = 8;
 
 /// Halves between the padded input's pixels: padded for the direct tiles, whose A fragments load from them; not
@@ -191,13 +192,13 @@ impl NhwcTile {
     fn stage_loads(&self) -> u32 {
         (self.stage_pixels() * MAX_STAGE_C as u32 / 4).div_ceil(self.threads())
     }
-    /// Halves of the staged rows (`a_stage`): their pixels, each padded like the input's, at the widest stage.
+    /// Halves of the staged rows (`a_stage`): their pixels, each `ROW_PAD` halves longer than its channels, at the
+    /// widest stage.
     fn stage_halves(&self) -> u32 {
         self.stage_pixels() * (MAX_STAGE_C + ROW_PAD) as u32
     }
     /// The epilogue's scratch (`coop::scratch`): 16 padded columns of 32 f32 per subgroup, and its choice of
-    /// direct rows (`direct_rows`, 16 bytes: see `source`); for staged tiles the staged rows (padded like the
-    /// input's pixels).
+    /// direct rows (`direct_rows`, 16 bytes: see `source`); for staged tiles the staged rows (`stage_halves`).
     pub fn workgroup_bytes(&self) -> u32 {
         let stage = if self.staged { self.stage_halves() * 2 } else { 0 };
         coop::scratch_bytes(self.sg_m * self.sg_n, EPILOGUE_RUN) + 16 + stage
@@ -246,7 +247,8 @@ impl NhwcTile {
     /// The shader: `shaders/coop_nhwc.wgsl` with this tile's constants and generated parts.
     pub fn source(&self) -> String {
         let (mi, nj) = (self.wm / 16, self.wn / 16);
-        // A from the staged rows or from the padded input itself; the same layout either way, rows padded.
+        // A from the staged rows or from the padded input itself: rows padded either way (STAGE_STRIDE is STAGE_C +
+        // ROW_PAD, a direct tile's PIXEL_STRIDE C_IN + ROW_PAD).
         let (a_src, a_stride) = if self.staged { ("a_stage", "STAGE_STRIDE") } else { ("xp", "PIXEL_STRIDE") };
         let mut math = String::new();
         for i in 0..mi {
@@ -444,13 +446,14 @@ impl Phase {
 
 /// The padded input's layout for a shape: the margin before each image (top, left), the padded image's size (room
 /// for every phase's outputs, and for what they read but for what runs into the next row's or sample's margin),
-/// the input rows and columns copied into it (those some output reads: padding may crop the others), the stride
+/// the input rows and columns copied into it (from the first some output reads to the last: padding may crop the
+/// others, which then set no scale), the stride
 /// phases with outputs, and the rows of zeros after the last sample that its last outputs read.
 #[derive(Debug, Clone)]
 struct Geometry {
     before: [usize; 2],
     padded: [usize; 2],
-    copied: [usize; 2],
+    copied: [std::ops::Range<usize>; 2],
     phases: Vec<Phase>,
     tail_rows: usize,
 }
@@ -472,17 +475,20 @@ impl Geometry {
         let (rows, cols) = (axis(0), axis(1));
         let mut before = [0; 2];
         let mut padded = [1; 2];
-        let mut copied = [0; 2];
+        let mut copied = [0..0, 0..0];
         for (a, phases) in [&rows, &cols].into_iter().enumerate() {
             for (_, p) in phases.iter().filter(|(_, p)| p.taps > 0) {
                 before[a] = before[a].max((-first_offset(p)).max(0) as usize);
             }
-            // Along the axis: the padded positions some output reads (a phase's last output reads (count - 1) +
-            // its largest offset (off) past the margin), and the outputs of the longest phase.
+            // Along the axis: the input positions some output reads, from the smallest first offset (a phase's
+            // first output reads there) to `needed` in padded positions (its last output reads (count - 1) + its
+            // largest offset (off) past the margin), and the outputs of the longest phase.
             let mut needed = 0;
+            let mut first_read = i64::MAX;
             for (_, p) in phases {
                 if p.taps > 0 {
                     needed = needed.max((p.count as i64 + p.off + before[a] as i64) as usize);
+                    first_read = first_read.min(first_offset(p));
                 }
                 padded[a] = padded[a].max(p.count);
             }
@@ -490,8 +496,9 @@ impl Geometry {
             // zeros (and those of a sample's last rows into the next sample's top margin), as long as they run no
             // farther than the margin and every input position some output reads lies within the row. kb69 then
             // computes its 130 x 260 outputs over 130 x 260 padded pixels instead of 132 x 264.
-            copied[a] = shape.in_hw[a].min(needed.saturating_sub(before[a]));
-            padded[a] = padded[a].max(before[a] + copied[a]).max(needed.saturating_sub(before[a]));
+            let end = shape.in_hw[a].min(needed.saturating_sub(before[a]));
+            copied[a] = (first_read.max(0) as usize).min(end)..end;
+            padded[a] = padded[a].max(before[a] + end).max(needed.saturating_sub(before[a]));
         }
         // Where one phase covers the output (stride 1) and its planes allow aligned stores: a few more padded
         // columns keep each padded row's pixels congruent mod 8 with their output indices, so that every 16-pixel
@@ -719,8 +726,10 @@ fn encode_preparation(
                 ("C_IN", cin),
                 ("IN_H", shape.in_hw[0]),
                 ("IN_W", shape.in_hw[1]),
-                ("COPIED_H", g.copied[0]),
-                ("COPIED_W", g.copied[1]),
+                ("COPY_H_BEGIN", g.copied[0].start),
+                ("COPY_H_END", g.copied[0].end),
+                ("COPY_W_BEGIN", g.copied[1].start),
+                ("COPY_W_END", g.copied[1].end),
                 ("PAD_T", g.before[0]),
                 ("PAD_L", g.before[1]),
                 ("H_P", g.padded[0]),
@@ -864,6 +873,7 @@ pub(crate) fn encode(
 mod tests {
     use super::*;
     use crate::gpu::buffers::read_back;
+    use crate::gpu::context::GpuOptions;
     use crate::ConvTranspose2dParams;
     use rand::{Rng, SeedableRng};
 
@@ -887,12 +897,11 @@ mod tests {
         for n in 0..shape.batch {
             for r in 0..hp {
                 for col in 0..wp {
-                    let (ih, iw) = (r as i64 - g.before[0] as i64, col as i64 - g.before[1] as i64);
-                    let [ch, cw] = g.copied.map(|v| v as i64);
-                    if (0..ch).contains(&ih) && (0..cw).contains(&iw) {
+                    // In the margin before the input, the position wraps past any range.
+                    let (ih, iw) = (r.wrapping_sub(g.before[0]), col.wrapping_sub(g.before[1]));
+                    if g.copied[0].contains(&ih) && g.copied[1].contains(&iw) {
                         for c in 0..cin {
-                            xp[((n * hp + r) * wp + col) * ps + c] =
-                                x[((n * cin + c) * h + ih as usize) * wd + iw as usize] as f64;
+                            xp[((n * hp + r) * wp + col) * ps + c] = x[((n * cin + c) * h + ih) * wd + iw] as f64;
                         }
                     }
                 }
@@ -1021,37 +1030,51 @@ mod tests {
         // checks against the float64 reference): every value a shader must write, scaled by its tensor's power of
         // two and rounded to f16; the margins zero. The pool hands the shaders buffers filled with NaN first,
         // so a value not written shows.
-        let ctx = GpuContext::new().expect("the GPU tests need an adapter");
-        if !ctx.has_f16() {
-            eprintln!("{}: no SHADER_F16, so the preparation shaders cannot run here", ctx.adapter_info().name);
+        let base = GpuContext::new().expect("the GPU tests need an adapter");
+        if !base.has_f16() {
+            eprintln!("{}: no SHADER_F16, so the preparation shaders cannot run here", base.adapter_info().name);
             return;
         }
         let mut rng = rand::rngs::StdRng::seed_from_u64(11);
-        // in_hw, kernel, stride, padding, output_padding, dilation; input and output channels; magnitude of x
-        type Case = ([[i64; 2]; 6], [usize; 2], f32);
+        // in_hw, kernel, stride, padding, output_padding, dilation; input and output channels; magnitude of x;
+        // a staged tile (padded pixels C_IN halves apart) or a direct one (C_IN + 8); a cap on the bytes of a
+        // binding (the input in chunks)
+        type Case = ([[i64; 2]; 6], [usize; 2], f32, bool, Option<u64>);
         let cases: &[Case] = &[
-            ([[5, 7], [3, 5], [1, 1], [1, 4], [0, 0], [2, 1]], [16, 32], 1e3),
-            ([[4, 6], [4, 4], [2, 2], [1, 1], [0, 0], [1, 1]], [32, 64], 1e-6),
-            ([[3, 5], [2, 3], [4, 2], [0, 3], [3, 1], [2, 4]], [48, 32], 1.5),
-            // Padding crops input rows and columns; the input's last value, in a cropped column, is 1e4 times the
-            // others' magnitude: the copy neither writes it nor takes it for the scale.
-            ([[6, 7], [1, 1], [1, 1], [1, 2], [0, 0], [1, 1]], [16, 32], 40.0),
+            ([[5, 7], [3, 5], [1, 1], [1, 4], [0, 0], [2, 1]], [16, 32], 1e3, false, None),
+            ([[4, 6], [4, 4], [2, 2], [1, 1], [0, 0], [1, 1]], [32, 64], 1e-6, true, None),
+            ([[3, 5], [2, 3], [4, 2], [0, 3], [3, 1], [2, 4]], [48, 32], 1.5, false, None),
+            // Padding crops input rows and columns: no output reads the first input row, the first two columns
+            // or the last column. The input's first and last values, in cropped columns, are 1e4 times the others'
+            // magnitude: the copy neither writes them nor takes them for the scale.
+            ([[6, 7], [1, 1], [1, 1], [1, 2], [0, 0], [1, 1]], [16, 32], 40.0, true, None),
             // 64 and 128 input channels: 16 x 64 blocks (`PrepBlock`), a padded row of 22 pixels (a partial block).
-            ([[3, 20], [2, 3], [1, 1], [0, 0], [0, 0], [1, 1]], [64, 64], 3.0),
-            ([[2, 5], [3, 3], [2, 1], [1, 0], [1, 0], [1, 2]], [128, 64], 0.5),
+            ([[3, 20], [2, 3], [1, 1], [0, 0], [0, 0], [1, 1]], [64, 64], 3.0, false, None),
+            ([[2, 5], [3, 3], [2, 1], [1, 0], [1, 0], [1, 2]], [128, 64], 0.5, true, None),
+            // The input in two chunks of one sample (a binding holds 1.5 samples): one dispatch each, the tail rows
+            // written by the second.
+            ([[20, 20], [3, 3], [1, 1], [0, 0], [0, 0], [1, 1]], [64, 32], 2.0, true, Some(153_600)),
         ];
-        // Direct and staged tiles by turns: their padded pixels are C_IN + 8 and C_IN halves apart.
         let staged_tile = *TILES.iter().find(|t| t.staged).unwrap();
         let mut tail_rows = 0;
-        for (case, &([in_hw, kernel, stride, padding, output_padding, dilation], [cin, cout], magnitude)) in
-            cases.iter().enumerate()
+        for &([in_hw, kernel, stride, padding, output_padding, dilation], [cin, cout], magnitude, staged, limit) in
+            cases
         {
             let (in_hw, kernel) = (in_hw.map(|v| v as usize), kernel.map(|v| v as usize));
             let params = ConvTranspose2dParams { stride, padding, output_padding, dilation, groups: 1 };
             let batch = 2;
             let shape =
                 params.resolve(&[batch, cin, in_hw[0], in_hw[1]], &[cin, cout, kernel[0], kernel[1]], None).unwrap();
-            let tile = if case % 2 == 0 { TILES[0] } else { staged_tile };
+            let tile = if staged { staged_tile } else { TILES[0] };
+            let capped;
+            let ctx = match limit {
+                None => &base,
+                Some(bytes) => {
+                    let options = GpuOptions { max_binding_bytes: Some(bytes), ..GpuOptions::from_env().unwrap() };
+                    capped = GpuContext::with_options(options).unwrap();
+                    &capped
+                }
+            };
             let g = Geometry::of(&shape);
             tail_rows += g.tail_rows;
             // Three calls of the shape: the first pass scales by the last call's exponent (the first call's guess,
@@ -1065,12 +1088,14 @@ mod tests {
                 let (mut x, w) =
                     (draw(batch * cin * in_hw[0] * in_hw[1], m), draw(cin * cout * kernel[0] * kernel[1], 0.1));
                 if kernel == [1, 1] {
+                    x[0] = 1e4 * m;
                     *x.last_mut().unwrap() = 1e4 * m;
                 }
                 let upload = |dims: Vec<usize>, data: &[f32]| {
-                    GpuTensor::upload(&ctx, &crate::Tensor::new(dims, data.to_vec()).unwrap()).unwrap()
+                    GpuTensor::upload(ctx, &crate::Tensor::new(dims, data.to_vec()).unwrap()).unwrap()
                 };
                 let (xg, wg) = (upload(shape.input_dims(), &x), upload(shape.weight_dims(), &w));
+                assert_eq!(xg.chunks().len(), if limit.is_some() { 2 } else { 1 }, "input chunks");
                 let sizes = [g.padded_bytes(&shape, &tile) as u64, g.weight_bytes(&shape)];
                 let poisoned: Vec<_> = sizes.iter().map(|&size| ctx.pool.get(&ctx.device, size, STORAGE)).collect();
                 for b in &poisoned {
@@ -1083,7 +1108,7 @@ mod tests {
                 let mut in_flight = InFlight::default();
                 let prepared = {
                     let mut pass = encoder.begin_compute_pass(&Default::default());
-                    encode_preparation(&ctx, &shape, &tile, &g, &xg, &wg, &mut pass, &mut in_flight).unwrap()
+                    encode_preparation(ctx, &shape, &tile, &g, &xg, &wg, &mut pass, &mut in_flight).unwrap()
                 };
                 ctx.queue.submit([encoder.finish()]);
                 assert_eq!(ctx.pool.stats().0, created, "the preparation did not take the poisoned buffers");
@@ -1091,18 +1116,17 @@ mod tests {
                 let halves = |bytes: Vec<u8>| -> Vec<f64> {
                     bytes.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f64()).collect()
                 };
-                let read = |b: &wgpu::Buffer| read_back(&ctx, b, b.size(), <[u8]>::to_vec).unwrap();
+                let read = |b: &wgpu::Buffer| read_back(ctx, b, b.size(), <[u8]>::to_vec).unwrap();
                 let maxima: Vec<u32> = bytemuck::cast_slice(&read(&prepared.maxima)).to_vec();
                 let (got_x, got_w) = (halves(read(&prepared.input)), halves(read(&prepared.weight)));
                 let (want_x, want_w) = expected_operands(&tile, &shape, &x, &w);
                 let guess = read(&ctx.kept_i32(scale_guess_key(&shape), FIRST_SCALE_GUESS));
                 let counts: Vec<u32> = bytemuck::cast_slice(&read(&prepared.fixup_counts)).to_vec();
                 // The input's largest magnitude is that of the values the copy reads (not those in input rows or
-                // columns that padding crops past the padded image: the last case's huge value); the weight's, of
-                // all its values.
+                // columns that padding crops: the 1 x 1 case's huge values); the weight's, of all its values.
                 let copied: Vec<f32> = want_x.iter().filter(|v| !v.is_nan()).map(|&v| v as f32).collect();
                 if kernel == [1, 1] {
-                    assert!(copied.iter().all(|v| v.abs() <= m), "the cropped value is in the padded input");
+                    assert!(copied.iter().all(|v| v.abs() <= m), "a cropped value is in the padded input");
                 }
                 for (name, got, want, values, slot) in
                     [("input", got_x, want_x, &copied, 0), ("weight", got_w, want_w, &w, 1)]
@@ -1113,10 +1137,10 @@ mod tests {
                     let k = 14 - (largest as f64).log2().floor() as i32;
                     if slot == 0 {
                         assert_eq!(bytemuck::pod_read_unaligned::<i32>(&guess), k, "the next call's guess");
-                        // The fix-up dispatches workgroups exactly where the guess missed.
-                        assert_eq!(
-                            counts[0] != 0,
-                            guess_before != k,
+                        // The fix-up dispatches workgroups for every input chunk exactly where the guess missed.
+                        assert_eq!(counts.len(), 3 * xg.chunks().len());
+                        assert!(
+                            counts.chunks(3).all(|c| (c[0] != 0) == (guess_before != k)),
                             "fix-up workgroups {counts:?}, guessed {guess_before}, needed {k}"
                         );
                         guess_before = k;
