@@ -447,8 +447,8 @@ impl Phase {
 /// The padded input's layout for a shape: the margin before each image (top, left), the padded image's size (room
 /// for every phase's outputs, and for what they read but for what runs into the next row's or sample's margin),
 /// the input rows and columns copied into it (from the first some output reads to the last: padding may crop the
-/// others, which then set no scale), the stride
-/// phases with outputs, and the rows of zeros after the last sample that its last outputs read.
+/// others, which then set no scale), the stride phases with outputs, and the rows of zeros after the last sample
+/// that its last outputs read.
 #[derive(Debug, Clone)]
 struct Geometry {
     before: [usize; 2],
@@ -503,7 +503,7 @@ impl Geometry {
         // Where one phase covers the output (stride 1) and its planes allow aligned stores: a few more padded
         // columns keep each padded row's pixels congruent mod 8 with their output indices, so that every 16-pixel
         // fragment within an output row may be stored straight to the output (`direct_run`: coopStore wants
-        // 16-byte alignment) and fills whole 32-byte sectors; a padded row or so more per sample keeps every
+        // 16-byte alignment) and fills whole 32-byte sectors; up to 3 padded rows more per sample keep every
         // sample's fragments 16-byte aligned. On the H100 (docs/PERFORMANCE.md, z1, z8) kb78's rows of 1024
         // outputs ran 1.46 ms in 1027 padded pixels (every fourth row's fragments aligned), 1.34 in 1028, 1.29 in
         // 1032; whole sectors per sample too (kb65's and kb71's 514 rows padded to 516) measured 1-3% slower.
