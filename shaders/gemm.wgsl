@@ -43,7 +43,8 @@
 // The weight arrives packed as [tap][ic][oc] (shaders/pack_weights.wgsl).
 //
 // Operand types. f16 operands are scaled by powers of two (exact) chosen from each tensor's largest finite
-// magnitude (shaders/absmax.wgsl, see scale_exponent in shaders/scale.wgsl) so that no finite value overflows f16 or loses
+// magnitude (the input's by shaders/absmax.wgsl, the weight's while shaders/pack_weights.wgsl packs it; see
+// scale_exponent in shaders/scale.wgsl) so that no finite value overflows f16 or loses
 // its precision to f16's small range; the f32 sums are scaled back before the bias is added. Non-finite
 // values pass through as themselves.
 

@@ -2,7 +2,8 @@
 // variants, the padded-NHWC cooperative-matrix kernel and its operand preparation): prepended to them, no entry
 // point of its own.
 
-// The largest finite |value| of an operand, as f32 bits (shaders/absmax.wgsl; for the padded-NHWC kernel's input,
+// The largest finite |value| of an operand, as f32 bits (shaders/absmax.wgsl; for the GEMM kernel's weight, of the
+// values its packing reads, shaders/pack_weights.wgsl; for the padded-NHWC kernel's input,
 // of the values its copy reads, shaders/nhwc_f16.wgsl), to the exponent k that brings
 // it into [2^14, 2^15): scaled by 2^k, every finite value of the tensor fits f16 (largest 65504) with room
 // for rounding; values down to 2^-28 of the largest keep f16's relative precision, smaller ones (f16

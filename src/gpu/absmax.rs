@@ -1,5 +1,6 @@
-//! The operand maxima for the f16 variants of the GEMM kernel, `shaders/absmax.wgsl`: the largest finite
-//! magnitude of the input and of the weight, from which the kernel derives its power-of-two scales.
+//! The operand maxima for the f16 kernels, `shaders/absmax.wgsl`: a tensor's largest finite magnitude, from which
+//! the kernels derive its power-of-two scale (the GEMM kernel's input here, its weight's while packing it:
+//! shaders/pack_weights.wgsl; the padded-NHWC kernel's weight here, its input's in its copy).
 
 use wgpu::util::DeviceExt;
 
@@ -13,6 +14,8 @@ pub const SHADER: &str = include_str!("../../shaders/absmax.wgsl");
 const WORKGROUP_SIZE: u32 = 256;
 /// Enough workgroups to fill a large GPU; each invocation walks the rest with a grid stride.
 const MAX_WORKGROUPS: usize = 4096;
+/// Loads per invocation and pass of the grid stride (`LOADS` in the shader).
+const LOADS: usize = 4;
 
 /// The shader's `Params`, field for field.
 #[repr(C)]
@@ -24,16 +27,6 @@ struct Params {
     _pad: u32,
 }
 
-/// Encodes the maxima of `tensors` (slot i for tensor i) into a new zeroed buffer of u32 f32-bits.
-pub(crate) fn encode(
-    ctx: &GpuContext,
-    tensors: &[&GpuTensor],
-    pass: &mut wgpu::ComputePass<'_>,
-) -> Result<wgpu::Buffer> {
-    let slots: Vec<(usize, &GpuTensor)> = tensors.iter().copied().enumerate().collect();
-    encode_slots(ctx, &slots, pass)
-}
-
 /// Encodes the maximum of each (slot, tensor) into that slot of a new zeroed buffer of u32 f32-bits (at least 4
 /// slots; the ones no tensor names stay 0).
 pub(crate) fn encode_slots(
@@ -42,7 +35,7 @@ pub(crate) fn encode_slots(
     pass: &mut wgpu::ComputePass<'_>,
 ) -> Result<wgpu::Buffer> {
     let module = ctx.module(SHADER_NAME, SHADER)?;
-    let consts = [("WORKGROUP_SIZE", WORKGROUP_SIZE as f64)];
+    let consts = [("WORKGROUP_SIZE", WORKGROUP_SIZE as f64), ("LOADS", LOADS as f64)];
     let pipeline = ctx.pipeline(format!("absmax {:?}", ctx.options().shader_checks), &module, &consts)?;
     ctx.scoped(|| {
         let slots = tensors.iter().map(|&(slot, _)| slot + 1).max().unwrap_or(0).max(4);
@@ -58,7 +51,7 @@ pub(crate) fn encode_slots(
                 if count == 0 {
                     continue;
                 }
-                let workgroups = count.div_ceil(WORKGROUP_SIZE as usize).min(MAX_WORKGROUPS);
+                let workgroups = count.div_ceil(WORKGROUP_SIZE as usize * LOADS).min(MAX_WORKGROUPS);
                 let p = Params {
                     count: count as u32,
                     slot: slot as u32,

@@ -6,9 +6,7 @@ use crate::error::{ConvtError, Result};
 use crate::gpu::absmax;
 use crate::gpu::buffers::{GpuTensor, InFlight, PooledBuffer, STORAGE};
 use crate::gpu::context::GpuContext;
-use crate::gpu::kernel::{
-    axis_phase, check_index_range, dispatch_buffers, dispatch_weight_prep, grid, shape_constants, AxisPhase, Operands,
-};
+use crate::gpu::kernel::{axis_phase, check_index_range, dispatch_buffers, grid, shape_constants, AxisPhase, Operands};
 use crate::gpu::plan::{plan, SliceFields};
 use crate::params::ConvShape;
 
@@ -17,26 +15,41 @@ pub const SHADER: &str = include_str!("../../shaders/gemm.wgsl");
 pub const PACK_SHADER_NAME: &str = "pack_weights.wgsl";
 pub const PACK_SHADER: &str = include_str!("../../shaders/pack_weights.wgsl");
 pub const SCALE_SHADER_NAME: &str = "scale.wgsl";
-const PACK_WORKGROUP_SIZE: u32 = 256;
+/// Rows and taps of the blocks `shaders/pack_weights.wgsl` moves per workgroup (its BLOCK).
+const PACK_BLOCK: usize = 32;
 
-/// Encodes the repacking of `weight` [Cin, Cog, kH, kW] into [kH*kW, Cin, Cog] (the GEMM kernel's B layout).
+/// The uniform block `Params` of `shaders/pack_weights.wgsl`, field for field.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct PackParams {
+    dispatch_width: u32,
+    _pad: [u32; 3],
+}
+
+/// Encodes the repacking of `weight` [Cin, Cog, kH, kW] into [kH*kW, Cin, Cog] (the GEMM kernel's B layout); with
+/// `maxima` (precision `fast`), the same pass takes the weight's largest finite magnitude into its slot 1.
 fn pack_weights(
     ctx: &GpuContext,
     shape: &ConvShape,
     weight: &GpuTensor,
+    maxima: Option<&wgpu::Buffer>,
     pass: &mut wgpu::ComputePass<'_>,
 ) -> Result<PooledBuffer> {
     let src = weight.single_buffer("weight", ctx)?;
     let packed = ctx.pool.get(&ctx.device, src.size(), STORAGE);
     let module = ctx.module(PACK_SHADER_NAME, PACK_SHADER)?;
+    let (rows, taps) = (shape.in_channels * shape.out_per_group(), shape.kernel[0] * shape.kernel[1]);
     let consts = [
         ("C_IN", shape.in_channels as f64),
         ("COG", shape.out_per_group() as f64),
-        ("TAPS", (shape.kernel[0] * shape.kernel[1]) as f64),
-        ("WORKGROUP_SIZE", PACK_WORKGROUP_SIZE as f64),
+        ("TAPS", taps as f64),
+        ("TAKE_MAX", f64::from(u8::from(maxima.is_some()))),
     ];
-    let pipeline = ctx.pipeline(format!("pack {consts:?}"), &module, &consts)?;
-    dispatch_weight_prep(ctx, pass, &pipeline, src, &packed, weight.numel(), PACK_WORKGROUP_SIZE)?;
+    let pipeline = ctx.pipeline(format!("pack {:?} {consts:?}", ctx.options().shader_checks), &module, &consts)?;
+    let grid = grid(ctx, rows.div_ceil(PACK_BLOCK) * taps.div_ceil(PACK_BLOCK));
+    let u = PackParams { dispatch_width: grid.0, _pad: [0; 3] };
+    let maxima = maxima.unwrap_or(&ctx.unused_binding);
+    dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &[src, &packed, maxima], grid);
     Ok(packed)
 }
 
@@ -116,7 +129,9 @@ impl Parts {
 }
 
 /// The module-scope code of the f16-operand variants: the operand maxima (binding 5, written by
-/// shaders/absmax.wgsl; the padded-NHWC kernel's input maximum by its copy, shaders/nhwc_f16.wgsl) and the scaling by powers of two. Each operand's scale 2^k has k capped at 127, so it is
+/// shaders/absmax.wgsl, the GEMM's weight maximum by its packing, shaders/pack_weights.wgsl; the padded-NHWC
+/// kernel's input maximum by its copy, shaders/nhwc_f16.wgsl) and the scaling by powers of two. Each operand's
+/// scale 2^k has k capped at 127, so it is
 /// one normal f32 and staging a value costs one exact multiplication (k would exceed 127 only for a tensor
 /// whose largest magnitude is below 2^-113; with the cap, every normal f32 value of it still lands in f16's
 /// normal range). The products' inverse scale can lie beyond f32's exponents; it is applied once per output,
@@ -449,8 +464,9 @@ pub(crate) fn encode(
     if slices.is_empty() {
         return Ok(());
     }
-    let maxima = if kernel.scaled() { Some(absmax::encode(ctx, &[input, weight], pass)?) } else { None };
-    let packed = in_flight.keep(pack_weights(ctx, shape, weight, pass)?);
+    // The operand maxima for f16 operands: slot 0 the input's, slot 1 the weight's (taken while packing it).
+    let maxima = if kernel.scaled() { Some(absmax::encode_slots(ctx, &[(0, input)], pass)?) } else { None };
+    let packed = in_flight.keep(pack_weights(ctx, shape, weight, maxima.as_ref(), pass)?);
     let ops = Operands::new(ctx, &packed, bias)?;
     let module = ctx.module_with(&name, || kernel.source())?;
     let mut consts = shape_constants(shape, bias.is_some());
@@ -575,6 +591,48 @@ mod tests {
             let src = t.source();
             assert!(!src.contains("//#"), "{t:?}");
             assert_eq!(src.matches("store4(sc,").count() as u32, t.tm * t.tn / 4, "{t:?}");
+        }
+    }
+
+    #[test]
+    fn the_weight_packs_as_tap_ic_oc_with_its_largest_finite_magnitude() {
+        // Blocks of 32 rows x 32 taps: 7 x 7 kernels (two tap blocks, the second partial) and 3 x 5 (one partial),
+        // rows (Cin x Cout/groups) that end inside a block, groups; with and without the maximum (precision
+        // `fast`), which leaves out an inf and a NaN and does not depend on where the largest value lies.
+        let ctx = GpuContext::new().expect("the GPU tests need an adapter");
+        let params = |groups| crate::ConvTranspose2dParams { groups, ..Default::default() };
+        for (input, weight, groups) in [([1, 6, 4, 4], [6, 7, 7, 7], 1), ([1, 8, 4, 4], [8, 3, 3, 5], 2)] {
+            let shape = params(groups).resolve(&input, &weight, None).unwrap();
+            let seed: u64 = rand::random();
+            let mut data = crate::Tensor::uniform(weight, -1.0, 1.0, seed).unwrap().into_data();
+            let n = data.len();
+            data[3] = f32::INFINITY;
+            data[n / 2] = f32::NAN;
+            data[n - 2] = -1.5e4; // the largest finite magnitude, near the end
+            let w = crate::Tensor::new(weight.to_vec(), data.clone()).unwrap();
+            let wg = GpuTensor::upload(&ctx, &w).unwrap();
+            let (rows, taps) = (weight[0] * weight[1], weight[2] * weight[3]);
+            for take_max in [false, true] {
+                let mut encoder = ctx.device.create_command_encoder(&Default::default());
+                let maxima = wgpu::util::DeviceExt::create_buffer_init(
+                    &ctx.device,
+                    &wgpu::util::BufferInitDescriptor { label: None, contents: &[0; 16], usage: STORAGE },
+                );
+                let packed = {
+                    let mut pass = encoder.begin_compute_pass(&Default::default());
+                    pack_weights(&ctx, &shape, &wg, take_max.then_some(&maxima), &mut pass).unwrap()
+                };
+                ctx.queue.submit([encoder.finish()]);
+                let read =
+                    |b: &wgpu::Buffer, bytes| crate::gpu::buffers::read_back(&ctx, b, bytes, <[u8]>::to_vec).unwrap();
+                let got: Vec<f32> = bytemuck::cast_slice(&read(&packed, (4 * n) as u64)).to_vec();
+                for (i, (g, want)) in got.iter().zip((0..n).map(|i| data[(i % rows) * taps + i / rows])).enumerate() {
+                    assert!(g.to_bits() == want.to_bits(), "{weight:?} seed {seed}: packed[{i}] = {g}, want {want}");
+                }
+                let m: Vec<u32> = bytemuck::cast_slice(&read(&maxima, 16)).to_vec();
+                let want = if take_max { 1.5e4f32.to_bits() } else { 0 };
+                assert_eq!(m, [0, want, 0, 0], "{weight:?} seed {seed}, maximum taken: {take_max}");
+            }
         }
     }
 
