@@ -131,14 +131,13 @@ impl Parts {
 /// The module-scope code of the f16-operand variants: the operand maxima (binding 5, written by
 /// shaders/absmax.wgsl, the GEMM's weight maximum by its packing, shaders/pack_weights.wgsl; the padded-NHWC
 /// kernel's input maximum by its copy, shaders/nhwc_f16.wgsl) and the scaling by powers of two. Each operand's
-/// scale 2^k has k capped at 127, so it is
-/// one normal f32 and staging a value costs one exact multiplication (k would exceed 127 only for a tensor
-/// whose largest magnitude is below 2^-113; with the cap, every normal f32 value of it still lands in f16's
-/// normal range). The products' inverse scale can lie beyond f32's exponents; it is applied once per output,
-/// by a multiplication where it is a normal f32 and by two `ldexp` halves otherwise. (Two `ldexp` per staged
-/// value cost more than the tensor-core products on the H100; a branch between the two ways per staged value
-/// cost 15-35%; a product of two factors per value could be reassociated by the driver into one factor that
-/// overflows: docs/PERFORMANCE.md f4, f5.)
+/// scale 2^k has k capped at 127, so it is one normal f32 and staging a value costs one exact multiplication (k
+/// would exceed 127 only for a tensor whose largest magnitude is below 2^-113; with the cap, every normal f32 value
+/// of it still lands in f16's normal range). The products' inverse scale can lie beyond f32's exponents; it is
+/// applied once per output, by a multiplication where it is a normal f32 and by two `ldexp` halves otherwise. (Two
+/// `ldexp` per staged value cost more than the tensor-core products on the H100; a branch between the two ways per
+/// staged value cost 15-35%; a product of two factors per value could be reassociated by the driver into one factor
+/// that overflows: docs/PERFORMANCE.md f4, f5.)
 pub(crate) const SCALED_MODULE: &str = concat!(
     include_str!("../../shaders/scale.wgsl"),
     "@group(0) @binding(5) var<storage, read> op_max: array<u32>;
