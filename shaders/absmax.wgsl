@@ -1,10 +1,9 @@
 // absmax.wgsl: the largest finite magnitude of a tensor, for the power-of-two scaling of f16 operands
 // (precision `fast`, see shaders/gemm.wgsl).
 //
-// The result is kept as f32 bits: for non-negative floats the bit patterns order like the values, so an
-// atomicMax on u32 finds the maximum, and the result does not depend on the order the invocations run in.
-// Non-finite values (|x| bits >= 0x7f800000) are left out: they pass through the scaled kernel as themselves
-// and must not decide the scale of the finite ones. Each invocation walks the chunk with a grid stride
+// The result is kept as f32 bits (`finite_magnitude_bits`, shaders/scale.wgsl, which the host appends: non-finite
+// values left out), so an atomicMax on u32 finds the maximum, and the result does not depend on the order the
+// invocations run in. Each invocation walks the chunk with a grid stride
 // (coalesced), LOADS values a stride apart per pass so that several loads are in flight at once (one per pass
 // read dcgan's 16.8 MB input at 1.2 TB/s on the H100: docs/PERFORMANCE.md a6), the workgroup combines its
 // invocations in workgroup memory, and one atomic per workgroup updates slot `slot` of `maxima` (which the host
@@ -37,10 +36,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation
         for (var k = 0u; k < LOADS; k++) {
             let j = i + k * p.stride;
             if (j < p.count) {
-                let b = bitcast<u32>(data[j]) & 0x7fffffffu;
-                if (b < 0x7f800000u) {
-                    m = max(m, b);
-                }
+                m = max(m, finite_magnitude_bits(data[j]));
             }
         }
     }

@@ -121,7 +121,8 @@ fn store(p: OutPixel, oc: u32, v: f32) {
 
 // Whether the 16 phase pixels from m are 16 consecutive output pixels, all stored, the first 16-byte aligned: then
 // a fragment of them may be stored with `coopStore`, whose address and stride Vulkan needs 16-byte aligned. The
-// output chunk's binding starts 256-byte aligned.
+// output chunk's binding starts 256-byte aligned. (Where the padded rows are the output's rows, a fragment over a
+// row's end is consecutive too; storing those straight measured slower on the H100: docs/PERFORMANCE.md, j1.)
 fn direct_run(m: u32) -> bool {
     let rest = m % (H_P * W_P);
     let oh = rest / W_P;

@@ -104,10 +104,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             if (n < u.samples && c < C_IN && h >= i32(COPY_H_BEGIN) && h < i32(COPY_H_END) && w >= i32(COPY_W_BEGIN)
                 && w < i32(COPY_W_END)) {
                 v = x[((n * C_IN + c) * IN_H + u32(h)) * IN_W + u32(w)];
-                let b = bitcast<u32>(v) & 0x7fffffffu;
-                if (b < 0x7f800000u) {
-                    m = max(m, b); // non-finite values pass through as themselves and do not set the scale
-                }
+                m = max(m, finite_magnitude_bits(v)); // non-finite values do not set the scale
             }
             tile[i * (BLOCK_P + 1u) + lane] = v;
         }

@@ -7,8 +7,8 @@
 // dcgan's 8.4 MB weight took 16 us on the H100, about 1 TB/s; docs/PERFORMANCE.md a6.)
 //
 // With TAKE_MAX (precision `fast`) the same pass takes the weight's largest finite magnitude into maxima[1] as
-// shaders/absmax.wgsl would (f32 bits, one atomicMax per workgroup; non-finite values left out), so that the
-// weight is read once rather than twice.
+// shaders/absmax.wgsl would (`finite_magnitude_bits` of shaders/scale.wgsl, which the host appends; one atomicMax
+// per workgroup), so that the weight is read once rather than twice.
 
 override C_IN: u32;
 override COG: u32;
@@ -54,10 +54,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         if (r < rows && t < TAPS) {
             let v = src[r * TAPS + t];
             tile[lane * (BLOCK + 1u) + j] = v;
-            let b = bitcast<u32>(v) & 0x7fffffffu;
-            if (b < 0x7f800000u) {
-                m = max(m, b);
-            }
+            m = max(m, finite_magnitude_bits(v));
         }
     }
     workgroupBarrier();

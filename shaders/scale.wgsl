@@ -1,6 +1,15 @@
 // scale.wgsl: the power-of-two operand scales of precision `fast`, shared by the f16 kernels (the GEMM's f16
-// variants, the padded-NHWC cooperative-matrix kernel and its operand preparation): prepended to them, no entry
-// point of its own.
+// variants, the padded-NHWC cooperative-matrix kernel and its operand preparation) and the passes that take an
+// operand's largest magnitude (shaders/absmax.wgsl, shaders/pack_weights.wgsl, shaders/nhwc_f16.wgsl): put in
+// the same module as them, no entry point of its own.
+
+// What those passes take the maximum of, for a value v: |v| as f32 bits where v is finite, else 0. Non-finite
+// values pass through the scaled kernels as themselves and must not decide the scale of the finite ones; as bits,
+// the magnitudes of non-negative floats order as the floats do, so an atomicMax on u32 finds the largest.
+fn finite_magnitude_bits(v: f32) -> u32 {
+    let b = bitcast<u32>(v) & 0x7fffffffu;
+    return select(0u, b, b < 0x7f800000u);
+}
 
 // The largest finite |value| of an operand, as f32 bits (shaders/absmax.wgsl; for the GEMM kernel's weight, of the
 // values its packing reads, shaders/pack_weights.wgsl; for the padded-NHWC kernel's input,

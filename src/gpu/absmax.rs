@@ -10,7 +10,9 @@ use crate::gpu::context::GpuContext;
 use crate::gpu::kernel::dispatch_buffers;
 
 pub const SHADER_NAME: &str = "absmax.wgsl";
-pub const SHADER: &str = include_str!("../../shaders/absmax.wgsl");
+/// `shaders/absmax.wgsl` with the scale functions it uses (`finite_magnitude_bits`).
+pub const SHADER: &str =
+    concat!(include_str!("../../shaders/absmax.wgsl"), "\n", include_str!("../../shaders/scale.wgsl"));
 const WORKGROUP_SIZE: u32 = 256;
 /// Enough workgroups to fill a large GPU; each invocation walks the rest with a grid stride.
 const MAX_WORKGROUPS: usize = 4096;

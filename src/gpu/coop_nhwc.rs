@@ -11,7 +11,9 @@ use crate::gpu::buffers::{GpuTensor, InFlight, STORAGE};
 use crate::gpu::context::GpuContext;
 use crate::gpu::coop::{self, SUBGROUP};
 use crate::gpu::gemm::{SCALED_MODULE, SCALED_PROLOGUE};
-use crate::gpu::kernel::{axis_phase, bind_buffers, check_index_range, dispatch_buffers, grid, AxisPhase, Operands};
+use crate::gpu::kernel::{
+    axis_phase, bind_buffers, check_index_range, dispatch_buffers, grid, AxisPhase, GridParams, Operands,
+};
 use crate::params::ConvShape;
 use wgpu::util::DeviceExt;
 
@@ -677,14 +679,6 @@ struct CheckParams {
     _pad: [u32; 3],
 }
 
-/// The uniform block `Params` of `shaders/pack_weights_f16.wgsl`, field for field.
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct WeightParams {
-    dispatch_width: u32,
-    _pad: [u32; 3],
-}
-
 /// The kernel's operands, prepared on the GPU: both tensors' largest magnitudes (which set their power-of-two
 /// scales, slot 0 the input's, slot 1 the weight's), the padded f16 NHWC input and the packed f16 weight.
 struct Prepared {
@@ -803,7 +797,7 @@ fn encode_preparation(
             let pipeline =
                 ctx.pipeline(format!("pack_f16 {:?} {consts:?}", ctx.options().shader_checks), &module, &consts)?;
             let wgrid = grid(ctx, (p.taps[0] * p.taps[1] * cin * cout).div_ceil(PREP_WORKGROUP_SIZE));
-            let u = WeightParams { dispatch_width: wgrid.0, _pad: [0; 3] };
+            let u = GridParams::of(wgrid);
             dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &[w, &wpk, &maxima], wgrid);
         }
 

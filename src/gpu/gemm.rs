@@ -6,25 +6,21 @@ use crate::error::{ConvtError, Result};
 use crate::gpu::absmax;
 use crate::gpu::buffers::{GpuTensor, InFlight, PooledBuffer, STORAGE};
 use crate::gpu::context::GpuContext;
-use crate::gpu::kernel::{axis_phase, check_index_range, dispatch_buffers, grid, shape_constants, AxisPhase, Operands};
+use crate::gpu::kernel::{
+    axis_phase, check_index_range, dispatch_buffers, grid, shape_constants, AxisPhase, GridParams, Operands,
+};
 use crate::gpu::plan::{plan, SliceFields};
 use crate::params::ConvShape;
 
 pub const SHADER_NAME: &str = "gemm.wgsl";
 pub const SHADER: &str = include_str!("../../shaders/gemm.wgsl");
 pub const PACK_SHADER_NAME: &str = "pack_weights.wgsl";
-pub const PACK_SHADER: &str = include_str!("../../shaders/pack_weights.wgsl");
+/// `shaders/pack_weights.wgsl` with the scale functions it uses (`finite_magnitude_bits`).
+pub const PACK_SHADER: &str =
+    concat!(include_str!("../../shaders/pack_weights.wgsl"), "\n", include_str!("../../shaders/scale.wgsl"));
 pub const SCALE_SHADER_NAME: &str = "scale.wgsl";
 /// Rows and taps of the blocks `shaders/pack_weights.wgsl` moves per workgroup (its BLOCK).
 const PACK_BLOCK: usize = 32;
-
-/// The uniform block `Params` of `shaders/pack_weights.wgsl`, field for field.
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct PackParams {
-    dispatch_width: u32,
-    _pad: [u32; 3],
-}
 
 /// Encodes the repacking of `weight` [Cin, Cog, kH, kW] into [kH*kW, Cin, Cog] (the GEMM kernel's B layout); with
 /// `maxima` (precision `fast`), the same pass takes the weight's largest finite magnitude into its slot 1.
@@ -47,7 +43,7 @@ fn pack_weights(
     ];
     let pipeline = ctx.pipeline(format!("pack {:?} {consts:?}", ctx.options().shader_checks), &module, &consts)?;
     let grid = grid(ctx, rows.div_ceil(PACK_BLOCK) * taps.div_ceil(PACK_BLOCK));
-    let u = PackParams { dispatch_width: grid.0, _pad: [0; 3] };
+    let u = GridParams::of(grid);
     let maxima = maxima.unwrap_or(&ctx.unused_binding);
     dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &[src, &packed, maxima], grid);
     Ok(packed)

@@ -80,6 +80,22 @@ impl<'a> Operands<'a> {
     }
 }
 
+/// The uniform block `Params` of the shaders whose only parameter is their grid's width (`shaders/pack_weights.wgsl`,
+/// `shaders/pack_weights_f16.wgsl`), field for field.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+pub(crate) struct GridParams {
+    dispatch_width: u32,
+    _pad: [u32; 3],
+}
+
+impl GridParams {
+    /// The block for a grid from [`grid`].
+    pub(crate) fn of(grid: (u32, u32)) -> GridParams {
+        GridParams { dispatch_width: grid.0, _pad: [0; 3] }
+    }
+}
+
 /// Folds `workgroups` into a grid of at most `max_compute_workgroups_per_dimension` columns: (width, height).
 pub(crate) fn grid(ctx: &GpuContext, workgroups: usize) -> (u32, u32) {
     let max_dim = ctx.device.limits().max_compute_workgroups_per_dimension.max(1) as usize;
