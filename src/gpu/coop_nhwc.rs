@@ -690,13 +690,15 @@ struct Prepared {
     weight: wgpu::Buffer,
 }
 
-/// Encodes the preparation of both operands into `pass`; the scratch buffers go into `in_flight`.
+/// Encodes the preparation of both operands into `pass`, the input's copy in blocks of `block`
+/// (`PrepBlock::of`); the scratch buffers go into `in_flight`.
 #[allow(clippy::too_many_arguments)]
 fn encode_preparation(
     ctx: &GpuContext,
     shape: &ConvShape,
     tile: &NhwcTile,
     g: &Geometry,
+    block: PrepBlock,
     input: &GpuTensor,
     weight: &GpuTensor,
     pass: &mut wgpu::ComputePass<'_>,
@@ -714,7 +716,6 @@ fn encode_preparation(
         let xp = in_flight.keep(ctx.pool.get(&ctx.device, padded_bytes as u64, STORAGE));
         let guess = ctx.kept_i32(scale_guess_key(shape), FIRST_SCALE_GUESS);
         let module = ctx.module_with(INPUT_SHADER_NAME, input_shader)?;
-        let block = PrepBlock::of(cin, padded_bytes);
         let pipeline = |fixup: bool| {
             let mut consts = override_values(&[
                 ("C_IN", cin),
@@ -828,8 +829,9 @@ pub(crate) fn encode(
     }
     let g = Geometry::of(shape);
     let cout = shape.out_channels;
+    let block = PrepBlock::of(shape.in_channels, g.padded_bytes(shape, tile));
     let Prepared { maxima, input: xp, weight: wpk, .. } =
-        encode_preparation(ctx, shape, tile, &g, input, weight, pass, in_flight)?;
+        encode_preparation(ctx, shape, tile, &g, block, input, weight, pass, in_flight)?;
 
     ctx.scoped(|| {
         // The products, one dispatch per phase and output chunk (whole samples).
@@ -1076,7 +1078,12 @@ mod tests {
             // is rewritten by the fix-up, and the first is kept or rewritten as its magnitude meets the first
             // guess or not (1.5 does; the others do not).
             let mut guess_before = FIRST_SCALE_GUESS;
-            for m in [magnitude, magnitude, magnitude * 2f32.powi(-20)] {
+            for (call, m) in [magnitude, magnitude, magnitude * 2f32.powi(-20)].into_iter().enumerate() {
+                // 64-channel blocks go 2 per workgroup only above 512 MiB of padded input (`PrepBlock::of`): the
+                // second call takes that path here.
+                let chosen = PrepBlock::of(cin, g.padded_bytes(&shape, &tile));
+                let block =
+                    if call == 1 && chosen.channels == 64 { PrepBlock { per_workgroup: 2, ..chosen } } else { chosen };
                 let mut draw =
                     |n: usize, m: f32| (0..n).map(|_| m * rng.random_range(-1.0f32..1.0)).collect::<Vec<_>>();
                 let (mut x, w) =
@@ -1102,7 +1109,7 @@ mod tests {
                 let mut in_flight = InFlight::default();
                 let prepared = {
                     let mut pass = encoder.begin_compute_pass(&Default::default());
-                    encode_preparation(ctx, &shape, &tile, &g, &xg, &wg, &mut pass, &mut in_flight).unwrap()
+                    encode_preparation(ctx, &shape, &tile, &g, block, &xg, &wg, &mut pass, &mut in_flight).unwrap()
                 };
                 ctx.queue.submit([encoder.finish()]);
                 assert_eq!(ctx.pool.stats().0, created, "the preparation did not take the poisoned buffers");
