@@ -1078,10 +1078,10 @@ mod tests {
             // is rewritten by the fix-up, and the first is kept or rewritten as its magnitude meets the first
             // guess or not (1.5 does; the others do not).
             let mut guess_before = FIRST_SCALE_GUESS;
+            // 64-channel blocks go 2 per workgroup only above 512 MiB of padded input (`PrepBlock::of`): the second
+            // call takes that path here.
+            let chosen = PrepBlock::of(cin, g.padded_bytes(&shape, &tile));
             for (call, m) in [magnitude, magnitude, magnitude * 2f32.powi(-20)].into_iter().enumerate() {
-                // 64-channel blocks go 2 per workgroup only above 512 MiB of padded input (`PrepBlock::of`): the
-                // second call takes that path here.
-                let chosen = PrepBlock::of(cin, g.padded_bytes(&shape, &tile));
                 let block =
                     if call == 1 && chosen.channels == 64 { PrepBlock { per_workgroup: 2, ..chosen } } else { chosen };
                 let mut draw =
