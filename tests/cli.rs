@@ -18,8 +18,16 @@ use convt::{ErrorStats, Tensor};
 /// Runs `convt` with `args`. RUST_BACKTRACE=1 so that a panic or an error carrying a backtrace would show it;
 /// RUST_LOG unset so the tool's own default (warnings only) applies.
 fn convt(args: &[&str]) -> Output {
+    convt_with_env(args, &[])
+}
+
+/// [`convt`] with these environment variables set.
+fn convt_with_env(args: &[&str], vars: &[(&str, &Path)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_convt"));
     cmd.args(args).env_remove("RUST_LOG").env("RUST_BACKTRACE", "1");
+    for (k, v) in vars {
+        cmd.env(k, v);
+    }
     if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
         cmd.env("XDG_RUNTIME_DIR", std::env::temp_dir());
     }
@@ -588,4 +596,31 @@ fn bad_precision_values_are_usage_errors() {
     );
     convt_fails(&["verify", "--backward", "--precision", "fast"], &["backward", "exact f32"]);
     convt_fails(&["bench", "--backward", "--precision", "fast"], &["backward", "exact f32"]);
+    convt_fails(&["tune", "--backward", "--precision", "fast", "--case", "dcgan"], &["backward", "exact f32"]);
+}
+
+#[test]
+fn tune_backward_keeps_grad_inputs_kernel_and_bench_runs_it() {
+    // `convt tune --backward` on a strided case times grad_input's kernels and keeps the winner under the case's
+    // grad_input key; `convt bench --backward` with that cache runs it and says so.
+    let dir = common::TempDir::new("cli-tune-backward");
+    let cache = dir.path("tune.json");
+    let small = ["--case", "dcgan", "--batch", "1", "--runs", "1"];
+    let mut args = vec!["tune", "--backward", "--warmup", "1", "--cache", cache.to_str().unwrap()];
+    args.extend(small);
+    let out = convt_ok(&args);
+    assert!(text(&out.stdout).contains("->"), "{}", describe(&args, &out));
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cache).unwrap()).unwrap();
+    let entries = json["entries"].as_object().unwrap();
+    let (key, entry) = entries.iter().find(|(k, _)| k.ends_with(" | grad_input")).expect("a grad_input entry");
+    assert!(key.contains("N1 Cin512 Cout256") && entries.len() == 1, "{json}");
+    let winner = entry["strategy"].as_str().unwrap();
+    assert!(winner == "direct" || winner.starts_with("gemm_"), "{json}");
+
+    let mut args = vec!["bench", "--backward"];
+    args.extend(small);
+    let out = convt_with_env(&args, &[("CONVT_TUNE_CACHE", &cache)]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&args, &out));
+    let ran = if winner == "direct" { "grad_input gather".to_string() } else { format!("grad_input {winner} ") };
+    assert!(text(&out.stdout).contains(&ran), "expected {ran:?}\n{}", describe(&args, &out));
 }

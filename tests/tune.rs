@@ -1,10 +1,14 @@
 //! The autotuner's cache drives the selector: a cached winner for (adapter, driver, shape) is chosen; an
 //! unreadable cache, or an entry naming a kernel this version lacks, is ignored (the heuristic decides), never an
-//! error.
+//! error. The backward's grad_input takes its kernel from the cache too (`convt tune --backward`), and computes
+//! the right gradients with each.
 
-use convt::gpu::tune::{key, TuneCache, TuneEntry};
+mod common;
+
+use convt::gpu::grad_input::{self, GradInputKernel};
+use convt::gpu::tune::{grad_input_key, key, TuneCache, TuneEntry};
 use convt::gpu::{select, GpuContext, GpuOptions, Strategy};
-use convt::{ConvTranspose2dParams, Precision};
+use convt::{ConvTranspose2dParams, ErrorStats, Precision, Tensor};
 
 fn temp_path(name: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(format!("convt-tune-{}-{name}", std::process::id()))
@@ -96,4 +100,91 @@ fn a_cached_kernel_this_version_lacks_gives_way_to_the_heuristic() {
     assert_eq!(select(&tuned, &shape, false, Precision::F32), heuristic);
     assert_eq!(select(&tuned, &shape, false, Precision::Fast), select(&plain, &shape, false, Precision::Fast));
     std::fs::remove_file(&path).ok();
+}
+
+/// The backward of `shape` on `ctx` (fresh random operands) against the float64 reference: grad_input and
+/// grad_weight within the f32 tolerance, every element written (the context poisons outputs).
+fn backward_matches_reference(ctx: &GpuContext, shape: &convt::ConvShape, params: &ConvTranspose2dParams, what: &str) {
+    let seed = common::fresh_seed();
+    let x = Tensor::uniform(shape.input_dims(), -1.0, 1.0, seed).unwrap();
+    let w = Tensor::uniform(shape.weight_dims(), -1.0, 1.0, seed ^ 1).unwrap();
+    let go = Tensor::uniform(shape.output_dims(), -1.0, 1.0, seed ^ 2).unwrap();
+    let g = convt::gpu::conv_transpose2d_backward_host(ctx, &x, &w, None, &go, params).unwrap();
+    for (name, got, want) in [
+        ("grad_input", &g.grad_input, convt::cpu::grad_input_f64(shape, go.data(), w.data())),
+        ("grad_weight", &g.grad_weight, convt::cpu::grad_weight_f64(shape, x.data(), go.data())),
+    ] {
+        let s = ErrorStats::compare(got.data(), &want);
+        assert!(s.non_finite == 0 && s.rel_l2 <= common::F32_TOLERANCE, "{what}, {name}: {s:?} (seed {seed})");
+    }
+}
+
+/// A context reading its tuning cache from `path`, with outputs poisoned (NaN) before the kernels write them.
+fn poisoned_ctx_with_cache(path: &std::path::Path) -> GpuContext {
+    let opts =
+        GpuOptions { tune_cache: Some(path.to_path_buf()), poison_outputs: true, ..GpuOptions::from_env().unwrap() };
+    GpuContext::with_options(opts).unwrap()
+}
+
+#[test]
+fn the_backward_takes_grad_inputs_kernel_from_the_tuning_cache() {
+    // At stride 2 grad_input is a sampled correlation: `convt tune --backward` keeps its GEMM tile, or the gather
+    // kernel (`direct`), under the case's grad_input key. Each cached winner runs, and gives the right gradients.
+    let params = ConvTranspose2dParams::default().stride(2).padding(1);
+    let shape = params.resolve(&[2, 32, 9, 7], &[32, 64, 3, 3], None).unwrap();
+    let dir = common::TempDir::new("tune-grad-input");
+    let path = dir.path("cache.json");
+    let plain = ctx_with_cache(&path);
+    let heuristic = grad_input::choose(&plain, &shape, None);
+    assert!(matches!(heuristic, GradInputKernel::Sampled(_)), "{heuristic:?}");
+    let candidates = grad_input::candidates(&plain, &shape);
+    assert!(candidates.contains(&Strategy::Direct), "{candidates:?}");
+    let tile = candidates
+        .iter()
+        .find_map(|s| match s {
+            Strategy::Gemm(t) if GradInputKernel::Sampled(*t) != heuristic => Some(*t),
+            _ => None,
+        })
+        .unwrap();
+    for (winner, expected) in
+        [(Strategy::Gemm(tile), GradInputKernel::Sampled(tile)), (Strategy::Direct, GradInputKernel::Gather)]
+    {
+        let mut cache = TuneCache::default();
+        cache
+            .entries
+            .insert(grad_input_key(plain.adapter_info(), &shape), TuneEntry { strategy: winner.name(), ms: 1.0 });
+        cache.save(&path).unwrap();
+        let tuned = poisoned_ctx_with_cache(&path);
+        assert_eq!(grad_input::choose(&tuned, &shape, None), expected);
+        backward_matches_reference(&tuned, &shape, &params, &winner.name());
+        // The entry is grad_input's alone: the forward's selector still decides the forward.
+        assert_eq!(select(&tuned, &shape, false, Precision::F32), select(&plain, &shape, false, Precision::F32));
+    }
+    // The tuner's candidate, passed explicitly, comes before the cache.
+    let tuned = ctx_with_cache(&path);
+    assert_eq!(grad_input::choose(&tuned, &shape, Some(Strategy::Gemm(tile))), GradInputKernel::Sampled(tile));
+}
+
+#[test]
+fn at_stride_1_grad_input_follows_the_transposed_convolutions_cache_entry() {
+    // At stride 1 grad_input is the transposed convolution of grad_output with the flipped weight: its kernel is
+    // the forward selector's for that shape, so `convt tune --backward` keeps the winner under that shape's key.
+    let params = ConvTranspose2dParams::default();
+    let shape = params.resolve(&[1, 16, 9, 11], &[16, 8, 3, 3], None).unwrap();
+    let t = grad_input::as_transposed_convolution(&shape).unwrap();
+    let dir = common::TempDir::new("tune-grad-input-stride1");
+    let path = dir.path("cache.json");
+    let plain = ctx_with_cache(&path);
+    let heuristic = grad_input::choose(&plain, &shape, None);
+    let candidates = grad_input::candidates(&plain, &shape);
+    assert!(candidates.iter().all(|s| matches!(s, Strategy::Gemm(_) | Strategy::Winograd(_))), "{candidates:?}");
+    let winner = *candidates.iter().find(|s| GradInputKernel::Transposed(**s) != heuristic).unwrap();
+    let mut cache = TuneCache::default();
+    cache
+        .entries
+        .insert(key(plain.adapter_info(), &t, false, Precision::F32), TuneEntry { strategy: winner.name(), ms: 1.0 });
+    cache.save(&path).unwrap();
+    let tuned = poisoned_ctx_with_cache(&path);
+    assert_eq!(grad_input::choose(&tuned, &shape, None), GradInputKernel::Transposed(winner));
+    backward_matches_reference(&tuned, &shape, &params, &winner.name());
 }

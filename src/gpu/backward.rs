@@ -8,7 +8,7 @@ use crate::error::{ConvtError, Result};
 use crate::gpu::buffers::{GpuTensor, InFlight};
 use crate::gpu::context::GpuContext;
 use crate::gpu::timing::GpuTimer;
-use crate::gpu::{grad_bias, grad_input, grad_weight};
+use crate::gpu::{grad_bias, grad_input, grad_weight, Strategy};
 use crate::gradients::Gradients;
 use crate::params::ConvTranspose2dParams;
 use crate::tensor::Tensor;
@@ -75,6 +75,24 @@ pub fn conv_transpose2d_backward_into(
     grads: &GpuGradients,
     timer: Option<(&GpuTimer, u32)>,
 ) -> Result<()> {
+    conv_transpose2d_backward_with(ctx, None, input, weight, bias, grad_output, params, grads, timer)
+}
+
+/// [`conv_transpose2d_backward_into`] with grad_input's kernel named by `grad_input_strategy` where it applies
+/// ([`grad_input::choose`]; `convt tune --backward` times each of [`grad_input::candidates`] this way), else
+/// chosen as usual.
+#[allow(clippy::too_many_arguments)]
+pub fn conv_transpose2d_backward_with(
+    ctx: &GpuContext,
+    grad_input_strategy: Option<Strategy>,
+    input: &GpuTensor,
+    weight: &GpuTensor,
+    bias: Option<&GpuTensor>,
+    grad_output: &GpuTensor,
+    params: &ConvTranspose2dParams,
+    grads: &GpuGradients,
+    timer: Option<(&GpuTimer, u32)>,
+) -> Result<()> {
     let shape = params.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?;
     shape.check_grad_output(grad_output.shape())?;
     let expect = |t: &GpuTensor, dims: Vec<usize>| {
@@ -111,7 +129,16 @@ pub fn conv_transpose2d_backward_into(
             label: Some("convt conv_transpose2d backward"),
             timestamp_writes: timer.map(|(t, slot)| t.pass_writes(slot)),
         });
-        grad_input::encode(ctx, &shape, weight, grad_output, &grads.grad_input, &mut pass, &mut in_flight)?;
+        grad_input::encode(
+            ctx,
+            &shape,
+            grad_input_strategy,
+            weight,
+            grad_output,
+            &grads.grad_input,
+            &mut pass,
+            &mut in_flight,
+        )?;
         grad_weight::encode(ctx, &shape, input, grad_output, &grads.grad_weight, &mut pass, &mut in_flight)?;
         if let Some(gb) = grad_bias {
             grad_bias::encode(ctx, &shape, grad_output, gb, &mut pass)?;

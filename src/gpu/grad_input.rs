@@ -4,14 +4,15 @@
 //!   and padding dilation*(kernel-1) - padding, so the forward's selector and its GEMM or Winograd kernel run it;
 //! - at any stride, grad_input is a strided convolution of grad_output with that weight: the same stride-1
 //!   correlation sampled every `stride` pixels, which the GEMM kernel computes as one phase
-//!   ([`gemm::Geometry::Sampled`]) wherever the forward's heuristic would take a GEMM for it;
+//!   ([`gemm::Geometry::Sampled`]) wherever the forward's heuristic would take a GEMM for it, or with the tile
+//!   `convt tune --backward` measured fastest for the shape;
 //! - otherwise, `shaders/grad_input.wgsl`: a gather over grad_output, one invocation per input pixel and block of
 //!   input channels, for every option.
 
-use crate::error::Result;
+use crate::error::{ConvtError, Result};
 use crate::gpu::buffers::{GpuTensor, InFlight};
 use crate::gpu::context::GpuContext;
-use crate::gpu::gemm::{self, Geometry};
+use crate::gpu::gemm::{self, GemmKernel, Geometry};
 use crate::gpu::kernel::{channel_blocks, check_index_range, dispatch_buffers, grid, shape_constants};
 use crate::gpu::plan::{plan_between, Side};
 use crate::gpu::{prefers_gather, select, Strategy};
@@ -102,49 +103,112 @@ pub(crate) fn as_sampled_correlation(shape: &ConvShape) -> (ConvShape, Geometry)
     (t, Geometry::Sampled { step: shape.stride, off })
 }
 
-/// The GEMM tile for the sampled correlation `t`, if a GEMM should run it: a forced exact GEMM tile, else the
-/// forward's heuristic for a stride-1 problem of its sizes (none where it would take a gather kernel).
-fn sampled_tile(ctx: &GpuContext, t: &ConvShape) -> Option<gemm::Tile> {
-    let tile = match ctx.options().strategy {
+/// The kernel that computes grad_input for a shape (what [`choose`] decides and [`encode`] runs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GradInputKernel {
+    /// The forward's GEMM or Winograd kernel on [`as_transposed_convolution`] (stride 1).
+    Transposed(Strategy),
+    /// The GEMM kernel with this exact tile on [`as_sampled_correlation`] (any stride).
+    Sampled(gemm::Tile),
+    /// `shaders/grad_input.wgsl`, the gather over grad_output (every option).
+    Gather,
+}
+
+impl GradInputKernel {
+    /// The kernel's name, as `convt bench --backward` prints it.
+    pub fn name(&self) -> String {
+        match self {
+            GradInputKernel::Transposed(s) => format!("{} (transposed convolution)", s.name()),
+            GradInputKernel::Sampled(t) => format!("{} (sampled correlation)", t.name()),
+            GradInputKernel::Gather => "gather".into(),
+        }
+    }
+}
+
+/// The strategies that may compute grad_input for `shape` on `ctx`'s device (what `convt tune --backward`
+/// times), each naming a [`GradInputKernel`] through [`choose`]: at stride 1 the forward's exact GEMM and
+/// Winograd strategies that compute the equivalent transposed convolution; elsewhere every exact GEMM tile on
+/// the sampled correlation, and [`Strategy::Direct`] for the gather kernel.
+pub fn candidates(ctx: &GpuContext, shape: &ConvShape) -> Vec<Strategy> {
+    let all = Strategy::candidates().into_iter();
+    match as_transposed_convolution(shape) {
+        Some(t) => {
+            all.filter(|s| matches!(s, Strategy::Gemm(_) | Strategy::Winograd(_)) && s.computes(ctx, &t)).collect()
+        }
+        None => all.filter(|s| matches!(s, Strategy::Gemm(_) | Strategy::Direct) && s.runs_on(ctx)).collect(),
+    }
+}
+
+/// Picks grad_input's kernel for `shape`. `wanted` (the tuner's candidate, else the context's forced strategy)
+/// decides where it applies: an exact GEMM or Winograd strategy that computes the transposed convolution at
+/// stride 1, an exact GEMM tile for the sampled correlation, `direct` or a rows variant for the gather kernel.
+/// Without one, the stride-1 path asks the forward's selector (whose tuning cache may hold the transposed
+/// convolution's shape), and the sampled path the tuning cache's grad_input entry for `shape`
+/// ([`super::tune::grad_input_key`], written by `convt tune --backward`), else the forward's heuristic for a
+/// stride-1 problem of the correlation's sizes (the gather kernel where it would take a gather kernel).
+pub fn choose(ctx: &GpuContext, shape: &ConvShape, wanted: Option<Strategy>) -> GradInputKernel {
+    let wanted = wanted.or(ctx.options().strategy);
+    if let Some(t) = as_transposed_convolution(shape) {
+        let strategy = match wanted {
+            Some(s @ (Strategy::Gemm(_) | Strategy::Winograd(_)))
+                if s.precision() == Precision::F32 && s.computes(ctx, &t) =>
+            {
+                s
+            }
+            _ => select(ctx, &t, false, Precision::F32),
+        };
+        if let Strategy::Gemm(_) | Strategy::Winograd(_) = strategy {
+            return GradInputKernel::Transposed(strategy);
+        }
+    }
+    let (t, _) = as_sampled_correlation(shape);
+    let tuned = || ctx.tuned().lookup(&super::tune::grad_input_key(ctx.adapter_info(), shape));
+    let tile = match wanted.or_else(tuned) {
         Some(Strategy::Gemm(tile)) if tile.operand == gemm::Operand::F32 => tile,
-        Some(Strategy::Direct | Strategy::Rows(_)) => return None,
-        _ if prefers_gather(t) => return None,
-        _ => gemm::pick_tile(t),
+        Some(Strategy::Direct | Strategy::Rows(_)) => return GradInputKernel::Gather,
+        _ if prefers_gather(&t) => return GradInputKernel::Gather,
+        _ => gemm::pick_tile(&t),
     };
-    Strategy::Gemm(tile).runs_on(ctx).then_some(tile)
+    if Strategy::Gemm(tile).runs_on(ctx) {
+        GradInputKernel::Sampled(tile)
+    } else {
+        GradInputKernel::Gather
+    }
 }
 
 /// Encodes grad_input = the gradient of the input given `grad_output`, into `grad_input` (the input's size),
-/// with the forward's GEMM or Winograd kernel where the selector picks one for the equivalent transposed
-/// convolution, else with the GEMM kernel on the sampled correlation, else with the gather kernel.
+/// with the kernel [`choose`] picks (`wanted`: see there).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn encode(
     ctx: &GpuContext,
     shape: &ConvShape,
+    wanted: Option<Strategy>,
     weight: &GpuTensor,
     grad_output: &GpuTensor,
     grad_input: &GpuTensor,
     pass: &mut wgpu::ComputePass<'_>,
     in_flight: &mut InFlight,
 ) -> Result<()> {
-    if let Some(t) = as_transposed_convolution(shape) {
-        // Both kernels read any [N, C, H, W] tensor through the slice plan; the chunks of grad_output and
-        // grad_input are those of an input and an output of shape `t`.
-        let strategy = select(ctx, &t, false, Precision::F32);
-        if let Strategy::Gemm(_) | Strategy::Winograd(_) = strategy {
+    match choose(ctx, shape, wanted) {
+        GradInputKernel::Transposed(strategy) => {
+            // Both kernels read any [N, C, H, W] tensor through the slice plan; the chunks of grad_output and
+            // grad_input are those of an input and an output of the transposed convolution's shape.
+            let t = as_transposed_convolution(shape).ok_or_else(|| {
+                ConvtError::InvalidArgument("grad_input: no transposed convolution for this shape".into())
+            })?;
             let flipped = flip_weights(ctx, shape, weight, pass)?;
             strategy.encode(ctx, &t, grad_output, &flipped, None, grad_input, pass, in_flight)?;
             in_flight.keep_tensor(flipped);
-            return Ok(());
         }
+        GradInputKernel::Sampled(tile) => {
+            let (t, geometry) = as_sampled_correlation(shape);
+            let flipped = flip_weights(ctx, shape, weight, pass)?;
+            gemm::encode(ctx, &t, geometry, &tile, grad_output, &flipped, None, grad_input, pass, in_flight)?;
+            in_flight.keep_tensor(flipped);
+        }
+        GradInputKernel::Gather => encode_gather(ctx, shape, weight, grad_output, grad_input, pass)?,
     }
-    let (t, geometry) = as_sampled_correlation(shape);
-    if let Some(tile) = sampled_tile(ctx, &t) {
-        let flipped = flip_weights(ctx, shape, weight, pass)?;
-        gemm::encode(ctx, &t, geometry, &tile, grad_output, &flipped, None, grad_input, pass, in_flight)?;
-        in_flight.keep_tensor(flipped);
-        return Ok(());
-    }
-    encode_gather(ctx, shape, weight, grad_output, grad_input, pass)
+    Ok(())
 }
 
 /// The weight [Cout, Cin/groups, kH, kW] of [`as_transposed_convolution`] and [`as_sampled_correlation`]

@@ -25,7 +25,8 @@ pub mod tune;
 pub mod winograd;
 
 pub use backward::{
-    conv_transpose2d_backward, conv_transpose2d_backward_host, conv_transpose2d_backward_into, GpuGradients,
+    conv_transpose2d_backward, conv_transpose2d_backward_host, conv_transpose2d_backward_into,
+    conv_transpose2d_backward_with, GpuGradients,
 };
 pub use buffers::GpuTensor;
 pub use context::{GpuContext, GpuOptions, ShaderChecks};

@@ -1,5 +1,6 @@
 //! The autotuner's persistent cache: the fastest strategy measured for a (adapter, driver, shape), written by
-//! `convt tune` and read by [`crate::gpu::select`]. A JSON file; its location is
+//! `convt tune` and read by [`crate::gpu::select`] (and, for the backward's grad_input, by
+//! [`crate::gpu::grad_input::choose`]). A JSON file; its location is
 //! `GpuOptions::tune_cache` (`CONVT_TUNE_CACHE`), by default `$XDG_CACHE_HOME/convt/tune.json` or
 //! `~/.cache/convt/tune.json`. A missing or unreadable cache only means the heuristic decides.
 
@@ -60,6 +61,14 @@ pub fn key(info: &wgpu::AdapterInfo, shape: &ConvShape, has_bias: bool, precisio
         shape.dilation,
         has_bias
     ) + suffix
+}
+
+/// The cache key of grad_input's kernel in the backward of `shape` where it computes a sampled correlation
+/// (stride above 1; [`crate::gpu::grad_input::choose`]): the exact key of the forward shape, with ` | grad_input`
+/// appended. At stride 1 grad_input runs the forward kernel of an equivalent transposed convolution, whose own
+/// shape's key holds its winner.
+pub fn grad_input_key(info: &wgpu::AdapterInfo, shape: &ConvShape) -> String {
+    key(info, shape, false, Precision::F32) + " | grad_input"
 }
 
 impl TuneCache {

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 use clap::Args;
 use convt::gpu::ceilings::{self, Ceilings};
-use convt::gpu::{conv_transpose2d_backward_into, conv_transpose2d_with, GpuGradients, GpuTimer, Strategy};
+use convt::gpu::{conv_transpose2d_backward_with, conv_transpose2d_with, GpuGradients, GpuTimer, Strategy};
 use convt::suite::Case;
 use convt::{cpu, ConvShape, ErrorStats, GpuContext, GpuTensor, Precision, Tensor};
 use serde_json::json;
@@ -170,16 +170,18 @@ impl Prepared {
         Ok(ErrorStats::compare(&got, &want))
     }
 
-    /// What runs: the forward's algorithm (`strategy` or the selector's choice), or "backward".
+    /// What runs: the forward's algorithm (the selector's choice), or "backward" with grad_input's kernel.
     pub fn algorithm(&self, ctx: &GpuContext) -> String {
         match self.pass {
             Pass::Forward => convt::gpu::select(ctx, &self.shape, self.case.bias, self.precision).name(),
-            Pass::Backward => "backward".to_string(),
+            Pass::Backward => {
+                format!("backward, grad_input {}", convt::gpu::grad_input::choose(ctx, &self.shape, None).name())
+            }
         }
     }
 
     /// GPU times (ms) of `runs` calls after `warmup` untimed ones. `strategy` (or the selector's choice) picks the
-    /// forward's algorithm; the backward has one and takes none.
+    /// forward's algorithm, or in the backward grad_input's kernel (`grad_input::choose`).
     /// The warm-up is `warmup` calls, repeated until the GPU has been busy for `min_warmup`.
     pub fn time(
         &self,
@@ -189,11 +191,12 @@ impl Prepared {
         min_warmup: std::time::Duration,
         runs: u32,
     ) -> Result<Vec<f64>> {
-        if self.pass == Pass::Backward && strategy.is_some() {
-            bail!("the backward pass has no strategy to choose");
-        }
         let timer = GpuTimer::new(ctx, runs)?;
-        let strategy = strategy.unwrap_or_else(|| convt::gpu::select(ctx, &self.shape, self.case.bias, self.precision));
+        let strategy = match (self.pass, strategy) {
+            (_, Some(s)) => Some(s),
+            (Pass::Forward, None) => Some(convt::gpu::select(ctx, &self.shape, self.case.bias, self.precision)),
+            (Pass::Backward, None) => None,
+        };
         // Warm-up: `warmup` calls, then more until the GPU has been busy for `min_warmup` (a GPU left idle, as
         // while the previous case's error was checked on the CPU, clocks down: its first calls measured up to
         // four times slower on the H100/H200). The clock starts after a first call, which builds the strategy's
@@ -223,16 +226,24 @@ impl Prepared {
     }
 
     /// One call of the pass on input set `set`, timed into `slot` if given.
-    fn call(&self, ctx: &GpuContext, strategy: Strategy, set: &InputSet, slot: Option<(&GpuTimer, u32)>) -> Result<()> {
+    /// `strategy`: the forward's (always given), or grad_input's in the backward (`None`: chosen as usual).
+    fn call(
+        &self,
+        ctx: &GpuContext,
+        strategy: Option<Strategy>,
+        set: &InputSet,
+        slot: Option<(&GpuTimer, u32)>,
+    ) -> Result<()> {
         let (weight, bias, params) = (&self.weight, self.bias.as_ref(), &self.case.params);
-        match (&self.outputs, &set.grad_output) {
-            (Outputs::Forward(output), _) => {
+        match (&self.outputs, &set.grad_output, strategy) {
+            (Outputs::Forward(output), _, Some(strategy)) => {
                 conv_transpose2d_with(ctx, strategy, &set.input, weight, bias, params, output, slot)?
             }
-            (Outputs::Backward(grads), Some(go)) => {
-                conv_transpose2d_backward_into(ctx, &set.input, weight, bias, go, params, grads, slot)?
+            (Outputs::Forward(_), _, None) => bail!("the forward runs a strategy"),
+            (Outputs::Backward(grads), Some(go), grad_input) => {
+                conv_transpose2d_backward_with(ctx, grad_input, &set.input, weight, bias, go, params, grads, slot)?
             }
-            (Outputs::Backward(_), None) => bail!("backward input sets carry a grad_output"),
+            (Outputs::Backward(_), None, _) => bail!("backward input sets carry a grad_output"),
         }
         Ok(())
     }

@@ -1,6 +1,7 @@
 //! `convt tune`: times every candidate strategy (algorithm and tile) on the suite cases with GPU timestamps, each
 //! after its pipelines are built and the GPU is warm again, times the three fastest a second time, and keeps each
-//! case's winner in the persistent tuning cache, which later runs' selector reads.
+//! case's winner in the persistent tuning cache, which later runs' selector reads. With `--backward` the
+//! candidates are grad_input's kernels, each timed in the whole backward pass.
 
 use anyhow::Result;
 use clap::Args;
@@ -32,6 +33,11 @@ pub struct TuneArgs {
     /// runs (and the exact ones, which `fast` may also choose).
     #[arg(long, default_value = "f32")]
     precision: Precision,
+    /// Tune the backward pass: grad_input's kernel (at stride 1 the forward kernel of the equivalent transposed
+    /// convolution, kept under that shape's key; else the GEMM tile of the sampled correlation or the gather
+    /// kernel, kept under the case's ` | grad_input` key), each candidate timed in the whole backward.
+    #[arg(long)]
+    backward: bool,
 }
 
 /// Candidates timed a second time before the winner is chosen.
@@ -39,6 +45,9 @@ const FINALISTS: usize = 3;
 
 pub fn run(a: TuneArgs) -> Result<Outcome> {
     let cases: Vec<Case> = crate::args::parse_cases(&a.case)?;
+    if a.backward && a.precision != Precision::F32 {
+        anyhow::bail!("the backward pass runs in exact f32 only: tune it without --precision fast");
+    }
     let mut opts = GpuOptions::from_env()?;
     opts.strategy = None;
     let path = a
@@ -49,15 +58,25 @@ pub fn run(a: TuneArgs) -> Result<Outcome> {
         .ok_or_else(|| anyhow::anyhow!("no cache location: pass --cache or set CONVT_TUNE_CACHE"))?;
     let ctx = GpuContext::with_options(opts)?;
     let mut cache = TuneCache::load(&path)?;
-    eprintln!("adapter: {}; cache: {}; precision {}", ctx.adapter_info().name, path.display(), a.precision);
+    let what =
+        if a.backward { "backward (grad_input's kernel)".to_string() } else { format!("precision {}", a.precision) };
+    eprintln!("adapter: {}; cache: {}; {what}", ctx.adapter_info().name, path.display());
     for case in &cases {
         let case = a.batch.map_or(*case, |b| case.with_batch(b));
-        let prepared = Prepared::new(&ctx, &case, Pass::Forward)?;
+        let pass = if a.backward { Pass::Backward } else { Pass::Forward };
+        let prepared = Prepared::new(&ctx, &case, pass)?;
         let mut timed: Vec<(Strategy, f64)> = Vec::new();
         let mut line = format!("{:<6}", case.name);
-        // The candidates that compute this shape (the Winograd tiles take stride-1 shapes only).
-        let candidates =
-            Strategy::candidates_for(&ctx, a.precision).into_iter().filter(|s| s.computes(&ctx, &prepared.shape));
+        // The candidates that compute this shape (the Winograd tiles take stride-1 shapes only), or grad_input's.
+        let candidates: Vec<Strategy> = if a.backward {
+            convt::gpu::grad_input::candidates(&ctx, &prepared.shape)
+        } else {
+            Strategy::candidates_for(&ctx, a.precision)
+                .into_iter()
+                .filter(|s| s.computes(&ctx, &prepared.shape))
+                .collect()
+        };
+        let candidates = candidates.into_iter();
         for (i, strategy) in candidates.enumerate() {
             // The GPU idled while the case's inputs were drawn (and clocked down): the first candidate warms it
             // up for a second; each other one keeps it busy for a fraction of that after its pipelines are built
@@ -88,7 +107,11 @@ pub fn run(a: TuneArgs) -> Result<Outcome> {
         }
         if let Some((strategy, ms)) = best {
             println!("{line}\n       -> {} {:.3} ms", strategy.name(), ms);
-            let key = tune::key(ctx.adapter_info(), &prepared.shape, case.bias, a.precision);
+            let key = match (a.backward, convt::gpu::grad_input::as_transposed_convolution(&prepared.shape)) {
+                (false, _) => tune::key(ctx.adapter_info(), &prepared.shape, case.bias, a.precision),
+                (true, Some(t)) => tune::key(ctx.adapter_info(), &t, false, Precision::F32),
+                (true, None) => tune::grad_input_key(ctx.adapter_info(), &prepared.shape),
+            };
             cache.entries.insert(key, TuneEntry { strategy: strategy.name(), ms });
             cache.save(&path)?; // after every case, so an interrupted run keeps what it measured
         }
