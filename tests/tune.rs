@@ -7,17 +7,21 @@ mod common;
 
 use convt::gpu::grad_input::{self, GradInputKernel};
 use convt::gpu::tune::{grad_input_key, key, TuneCache, TuneEntry};
-use convt::gpu::{select, GpuContext, GpuOptions, Strategy};
+use convt::gpu::{select, GpuContext, GpuGradients, GpuOptions, GpuTensor, Strategy};
 use convt::{ConvTranspose2dParams, ErrorStats, Precision, Tensor};
+
+/// A GEMM tile for tests that need one whatever the tile list holds.
+const TILE: convt::gpu::gemm::Tile = convt::gpu::gemm::TILE_64X64_4X8;
 
 fn temp_path(name: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(format!("convt-tune-{}-{name}", std::process::id()))
 }
 
 /// A context reading its tuning cache from `path`.
+/// The environment's options, but no forced strategy (`CONVT_STRATEGY` would decide before the cache).
 fn ctx_with_cache(path: &std::path::Path) -> GpuContext {
-    GpuContext::with_options(GpuOptions { tune_cache: Some(path.to_path_buf()), ..GpuOptions::from_env().unwrap() })
-        .unwrap()
+    let opts = GpuOptions { tune_cache: Some(path.to_path_buf()), strategy: None, ..GpuOptions::from_env().unwrap() };
+    GpuContext::with_options(opts).unwrap()
 }
 
 #[test]
@@ -128,63 +132,85 @@ fn poisoned_ctx_with_cache(path: &std::path::Path) -> GpuContext {
 
 #[test]
 fn the_backward_takes_grad_inputs_kernel_from_the_tuning_cache() {
-    // At stride 2 grad_input is a sampled correlation: `convt tune --backward` keeps its GEMM tile, or the gather
-    // kernel (`direct`), under the case's grad_input key. Each cached winner runs, and gives the right gradients.
-    let params = ConvTranspose2dParams::default().stride(2).padding(1);
-    let shape = params.resolve(&[2, 32, 9, 7], &[32, 64, 3, 3], None).unwrap();
-    let dir = common::TempDir::new("tune-grad-input");
-    let path = dir.path("cache.json");
-    let plain = ctx_with_cache(&path);
-    let heuristic = grad_input::choose(&plain, &shape, None);
-    assert!(matches!(heuristic, GradInputKernel::Sampled(_)), "{heuristic:?}");
-    let candidates = grad_input::candidates(&plain, &shape);
-    assert!(candidates.contains(&Strategy::Direct), "{candidates:?}");
-    let tile = candidates
-        .iter()
-        .find_map(|s| match s {
-            Strategy::Gemm(t) if GradInputKernel::Sampled(*t) != heuristic => Some(*t),
-            _ => None,
-        })
-        .unwrap();
-    for (winner, expected) in
-        [(Strategy::Gemm(tile), GradInputKernel::Sampled(tile)), (Strategy::Direct, GradInputKernel::Gather)]
-    {
-        let mut cache = TuneCache::default();
-        cache
-            .entries
-            .insert(grad_input_key(plain.adapter_info(), &shape), TuneEntry { strategy: winner.name(), ms: 1.0 });
-        cache.save(&path).unwrap();
-        let tuned = poisoned_ctx_with_cache(&path);
-        assert_eq!(grad_input::choose(&tuned, &shape, None), expected);
-        backward_matches_reference(&tuned, &shape, &params, &winner.name());
-        // The entry is grad_input's alone: the forward's selector still decides the forward.
-        assert_eq!(select(&tuned, &shape, false, Precision::F32), select(&plain, &shape, false, Precision::F32));
+    // `convt tune --backward` keeps grad_input's kernel under the case's grad_input key: at stride 2 a GEMM tile on
+    // the sampled correlation or the gather kernel, at stride 1 a GEMM or Winograd kernel on the transposed
+    // convolution or the gather kernel. Each cached winner runs and gives the right gradients; the forward's
+    // selector, for the shape and for its transposed convolution, is untouched.
+    let strided = ConvTranspose2dParams::default().stride(2).padding(1);
+    let plain = ConvTranspose2dParams::default();
+    for (params, input, weight) in [(strided, [2, 32, 9, 7], [32, 64, 3, 3]), (plain, [1, 16, 9, 11], [16, 8, 3, 3])] {
+        let shape = params.resolve(&input, &weight, None).unwrap();
+        let dir = common::TempDir::new("tune-grad-input");
+        let path = dir.path("cache.json");
+        let untuned = ctx_with_cache(&path);
+        let heuristic = grad_input::choose(&untuned, &shape);
+        let candidates = grad_input::candidates(&untuned, &shape);
+        assert!(candidates.contains(&heuristic) && candidates.contains(&GradInputKernel::Gather), "{candidates:?}");
+        let other = *candidates.iter().find(|k| **k != heuristic && **k != GradInputKernel::Gather).unwrap();
+        match grad_input::as_transposed_convolution(&shape) {
+            Some(_) => assert!(matches!(other, GradInputKernel::Transposed(_)), "{other:?}"),
+            None => assert!(matches!(other, GradInputKernel::Sampled(_)), "{other:?}"),
+        }
+        for winner in [other, GradInputKernel::Gather] {
+            let mut cache = TuneCache::default();
+            let entry = TuneEntry { strategy: winner.cache_name(), ms: 1.0 };
+            cache.entries.insert(grad_input_key(untuned.adapter_info(), &shape), entry);
+            cache.save(&path).unwrap();
+            let tuned = poisoned_ctx_with_cache(&path);
+            assert_eq!(grad_input::choose(&tuned, &shape), winner);
+            backward_matches_reference(&tuned, &shape, &params, &winner.name());
+            assert_eq!(select(&tuned, &shape, false, Precision::F32), select(&untuned, &shape, false, Precision::F32));
+            if let Some(t) = grad_input::as_transposed_convolution(&shape) {
+                assert_eq!(select(&tuned, &t, false, Precision::F32), select(&untuned, &t, false, Precision::F32));
+            }
+        }
+        // A kernel passed explicitly runs and is reported; one of the other path (a tile on the sampled correlation
+        // at stride 1, on the transposed convolution at stride 2) is an error.
+        let ctx = poisoned_ctx_with_cache(&path);
+        let ran = run_backward_with(&ctx, &shape, &params, Some(other)).unwrap();
+        assert_eq!(ran, other);
+        let misplaced = match other {
+            GradInputKernel::Transposed(Strategy::Gemm(t)) => GradInputKernel::Sampled(t),
+            _ => GradInputKernel::Transposed(Strategy::Gemm(TILE)),
+        };
+        assert!(!misplaced.computes(&ctx, &shape), "{misplaced:?}");
+        let e = run_backward_with(&ctx, &shape, &params, Some(misplaced)).unwrap_err();
+        assert!(e.to_string().contains("grad_input kernel"), "{e}");
     }
-    // The tuner's candidate, passed explicitly, comes before the cache.
-    let tuned = ctx_with_cache(&path);
-    assert_eq!(grad_input::choose(&tuned, &shape, Some(Strategy::Gemm(tile))), GradInputKernel::Sampled(tile));
 }
 
 #[test]
-fn at_stride_1_grad_input_follows_the_transposed_convolutions_cache_entry() {
-    // At stride 1 grad_input is the transposed convolution of grad_output with the flipped weight: its kernel is
-    // the forward selector's for that shape, so `convt tune --backward` keeps the winner under that shape's key.
-    let params = ConvTranspose2dParams::default();
-    let shape = params.resolve(&[1, 16, 9, 11], &[16, 8, 3, 3], None).unwrap();
-    let t = grad_input::as_transposed_convolution(&shape).unwrap();
-    let dir = common::TempDir::new("tune-grad-input-stride1");
+fn a_grad_input_cache_entry_that_does_not_apply_gives_way() {
+    // An entry naming a kernel this version lacks, or one that cannot compute the shape (a Winograd tile at stride
+    // 2, a fast tile), is ignored: grad_input's usual choice runs.
+    let params = ConvTranspose2dParams::default().stride(2).padding(1);
+    let shape = params.resolve(&[1, 16, 5, 6], &[16, 32, 3, 3], None).unwrap();
+    let dir = common::TempDir::new("tune-grad-input-stale");
     let path = dir.path("cache.json");
-    let plain = ctx_with_cache(&path);
-    let heuristic = grad_input::choose(&plain, &shape, None);
-    let candidates = grad_input::candidates(&plain, &shape);
-    assert!(candidates.iter().all(|s| matches!(s, Strategy::Gemm(_) | Strategy::Winograd(_))), "{candidates:?}");
-    let winner = *candidates.iter().find(|s| GradInputKernel::Transposed(**s) != heuristic).unwrap();
-    let mut cache = TuneCache::default();
-    cache
-        .entries
-        .insert(key(plain.adapter_info(), &t, false, Precision::F32), TuneEntry { strategy: winner.name(), ms: 1.0 });
-    cache.save(&path).unwrap();
-    let tuned = poisoned_ctx_with_cache(&path);
-    assert_eq!(grad_input::choose(&tuned, &shape, None), GradInputKernel::Transposed(winner));
-    backward_matches_reference(&tuned, &shape, &params, &winner.name());
+    let untuned = ctx_with_cache(&path);
+    let usual = grad_input::choose(&untuned, &shape);
+    let fast = Strategy::fast_candidates()[0].name();
+    let winograd = Strategy::candidates().into_iter().find(|s| matches!(s, Strategy::Winograd(_))).unwrap().name();
+    for name in ["gemm_1x1x1_1x1", fast.as_str(), winograd.as_str()] {
+        let mut cache = TuneCache::default();
+        cache
+            .entries
+            .insert(grad_input_key(untuned.adapter_info(), &shape), TuneEntry { strategy: name.into(), ms: 1.0 });
+        cache.save(&path).unwrap();
+        assert_eq!(grad_input::choose(&ctx_with_cache(&path), &shape), usual, "{name}");
+    }
+}
+
+/// The backward of `shape` with grad_input's kernel given, on random operands: what it reports having run.
+fn run_backward_with(
+    ctx: &GpuContext,
+    shape: &convt::ConvShape,
+    params: &ConvTranspose2dParams,
+    kernel: Option<GradInputKernel>,
+) -> convt::Result<GradInputKernel> {
+    let x = GpuTensor::upload(ctx, &Tensor::uniform(shape.input_dims(), -1.0, 1.0, 1)?)?;
+    let w = GpuTensor::upload(ctx, &Tensor::uniform(shape.weight_dims(), -1.0, 1.0, 2)?)?;
+    let go = GpuTensor::upload(ctx, &Tensor::uniform(shape.output_dims(), -1.0, 1.0, 3)?)?;
+    let grads = GpuGradients::empty(ctx, &x, &w, None, params)?;
+    convt::gpu::conv_transpose2d_backward_with(ctx, kernel, &x, &w, None, &go, params, &grads, None)
 }

@@ -7,8 +7,9 @@
 use crate::error::{ConvtError, Result};
 use crate::gpu::buffers::{GpuTensor, InFlight};
 use crate::gpu::context::GpuContext;
+use crate::gpu::grad_input::GradInputKernel;
 use crate::gpu::timing::GpuTimer;
-use crate::gpu::{grad_bias, grad_input, grad_weight, Strategy};
+use crate::gpu::{grad_bias, grad_input, grad_weight};
 use crate::gradients::Gradients;
 use crate::params::ConvTranspose2dParams;
 use crate::tensor::Tensor;
@@ -75,16 +76,17 @@ pub fn conv_transpose2d_backward_into(
     grads: &GpuGradients,
     timer: Option<(&GpuTimer, u32)>,
 ) -> Result<()> {
-    conv_transpose2d_backward_with(ctx, None, input, weight, bias, grad_output, params, grads, timer)
+    conv_transpose2d_backward_with(ctx, None, input, weight, bias, grad_output, params, grads, timer).map(|_| ())
 }
 
-/// [`conv_transpose2d_backward_into`] with grad_input's kernel named by `grad_input_strategy` where it applies
-/// ([`grad_input::choose`]; `convt tune --backward` times each of [`grad_input::candidates`] this way), else
-/// chosen as usual.
+/// [`conv_transpose2d_backward_into`] with grad_input computed by `grad_input_kernel` (one of
+/// [`grad_input::candidates`]; `convt tune --backward` times each this way), or, with `None`, by the kernel
+/// [`grad_input::choose`] picks. Returns the kernel that ran; a kernel that does not compute this shape on this
+/// device is an error.
 #[allow(clippy::too_many_arguments)]
 pub fn conv_transpose2d_backward_with(
     ctx: &GpuContext,
-    grad_input_strategy: Option<Strategy>,
+    grad_input_kernel: Option<GradInputKernel>,
     input: &GpuTensor,
     weight: &GpuTensor,
     bias: Option<&GpuTensor>,
@@ -92,9 +94,19 @@ pub fn conv_transpose2d_backward_with(
     params: &ConvTranspose2dParams,
     grads: &GpuGradients,
     timer: Option<(&GpuTimer, u32)>,
-) -> Result<()> {
+) -> Result<GradInputKernel> {
     let shape = params.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?;
     shape.check_grad_output(grad_output.shape())?;
+    let kernel = match grad_input_kernel {
+        None => grad_input::choose(ctx, &shape),
+        Some(k) if k.computes(ctx, &shape) => k,
+        Some(k) => {
+            return Err(ConvtError::InvalidArgument(format!(
+                "grad_input kernel {} does not compute this shape on this adapter",
+                k.name()
+            )))
+        }
+    };
     let expect = |t: &GpuTensor, dims: Vec<usize>| {
         if t.shape() == dims {
             Ok(())
@@ -129,22 +141,14 @@ pub fn conv_transpose2d_backward_with(
             label: Some("convt conv_transpose2d backward"),
             timestamp_writes: timer.map(|(t, slot)| t.pass_writes(slot)),
         });
-        grad_input::encode(
-            ctx,
-            &shape,
-            grad_input_strategy,
-            weight,
-            grad_output,
-            &grads.grad_input,
-            &mut pass,
-            &mut in_flight,
-        )?;
+        grad_input::encode(ctx, &shape, kernel, weight, grad_output, &grads.grad_input, &mut pass, &mut in_flight)?;
         grad_weight::encode(ctx, &shape, input, grad_output, &grads.grad_weight, &mut pass, &mut in_flight)?;
         if let Some(gb) = grad_bias {
             grad_bias::encode(ctx, &shape, grad_output, gb, &mut pass)?;
         }
     }
-    in_flight.submit(ctx, encoder)
+    in_flight.submit(ctx, encoder)?;
+    Ok(kernel)
 }
 
 /// The backward pass on host tensors: upload, run, read back.

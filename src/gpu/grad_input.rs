@@ -103,98 +103,163 @@ pub(crate) fn as_sampled_correlation(shape: &ConvShape) -> (ConvShape, Geometry)
     (t, Geometry::Sampled { step: shape.stride, off })
 }
 
-/// The kernel that computes grad_input for a shape (what [`choose`] decides and [`encode`] runs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A kernel that computes grad_input: what [`choose`] picks, what [`candidates`] lists for the tuner, and what
+/// [`super::conv_transpose2d_backward_with`] takes and returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum GradInputKernel {
-    /// The forward's GEMM or Winograd kernel on [`as_transposed_convolution`] (stride 1).
+    /// The forward's exact GEMM or Winograd kernel on [`as_transposed_convolution`] (stride 1).
     Transposed(Strategy),
-    /// The GEMM kernel with this exact tile on [`as_sampled_correlation`] (any stride).
+    /// The GEMM kernel with this exact (f32) tile on [`as_sampled_correlation`] (any stride).
     Sampled(gemm::Tile),
     /// `shaders/grad_input.wgsl`, the gather over grad_output (every option).
     Gather,
 }
 
+/// The tuning-cache name of [`GradInputKernel::Gather`] (the others are named by their strategy or tile).
+const GATHER: &str = "gather";
+
 impl GradInputKernel {
-    /// The kernel's name, as `convt bench --backward` prints it.
+    /// The kernel and what it computes, as `convt bench --backward` prints it.
     pub fn name(&self) -> String {
         match self {
             GradInputKernel::Transposed(s) => format!("{} (transposed convolution)", s.name()),
             GradInputKernel::Sampled(t) => format!("{} (sampled correlation)", t.name()),
-            GradInputKernel::Gather => "gather".into(),
+            GradInputKernel::Gather => GATHER.into(),
         }
     }
-}
 
-/// The strategies that may compute grad_input for `shape` on `ctx`'s device (what `convt tune --backward`
-/// times), each naming a [`GradInputKernel`] through [`choose`]: at stride 1 the forward's exact GEMM and
-/// Winograd strategies that compute the equivalent transposed convolution; elsewhere every exact GEMM tile on
-/// the sampled correlation, and [`Strategy::Direct`] for the gather kernel.
-pub fn candidates(ctx: &GpuContext, shape: &ConvShape) -> Vec<Strategy> {
-    let all = Strategy::candidates().into_iter();
-    match as_transposed_convolution(shape) {
-        Some(t) => {
-            all.filter(|s| matches!(s, Strategy::Gemm(_) | Strategy::Winograd(_)) && s.computes(ctx, &t)).collect()
+    /// Its name in the tuning cache: the strategy's or tile's name, or `gather`. Which form a GEMM tile takes
+    /// follows from the shape ([`Self::from_cache_name`]).
+    pub fn cache_name(&self) -> String {
+        match self {
+            GradInputKernel::Transposed(s) => s.name(),
+            GradInputKernel::Sampled(t) => t.name(),
+            GradInputKernel::Gather => GATHER.into(),
         }
-        None => all.filter(|s| matches!(s, Strategy::Gemm(_) | Strategy::Direct) && s.runs_on(ctx)).collect(),
     }
-}
 
-/// Picks grad_input's kernel for `shape`. `wanted` (the tuner's candidate, else the context's forced strategy)
-/// decides where it applies: an exact GEMM or Winograd strategy that computes the transposed convolution at
-/// stride 1, an exact GEMM tile for the sampled correlation, `direct` or a rows variant for the gather kernel.
-/// Without one, the stride-1 path asks the forward's selector (whose tuning cache may hold the transposed
-/// convolution's shape), and the sampled path the tuning cache's grad_input entry for `shape`
-/// ([`super::tune::grad_input_key`], written by `convt tune --backward`), else the forward's heuristic for a
-/// stride-1 problem of the correlation's sizes (the gather kernel where it would take a gather kernel).
-pub fn choose(ctx: &GpuContext, shape: &ConvShape, wanted: Option<Strategy>) -> GradInputKernel {
-    let wanted = wanted.or(ctx.options().strategy);
-    if let Some(t) = as_transposed_convolution(shape) {
-        let strategy = match wanted {
-            Some(s @ (Strategy::Gemm(_) | Strategy::Winograd(_)))
-                if s.precision() == Precision::F32 && s.computes(ctx, &t) =>
-            {
-                s
+    /// The kernel a cache name stands for on `shape`: at stride 1 an exact GEMM or Winograd strategy runs the
+    /// transposed convolution, at other strides an exact GEMM tile the sampled correlation; `gather` the gather
+    /// kernel. None for any other name.
+    pub fn from_cache_name(name: &str, shape: &ConvShape) -> Option<Self> {
+        if name == GATHER {
+            return Some(GradInputKernel::Gather);
+        }
+        let strategy = Strategy::all().into_iter().find(|s| s.name() == name)?;
+        match (strategy, as_transposed_convolution(shape)) {
+            (Strategy::Gemm(_) | Strategy::Winograd(_), Some(_)) if strategy.precision() == Precision::F32 => {
+                Some(GradInputKernel::Transposed(strategy))
             }
-            _ => select(ctx, &t, false, Precision::F32),
-        };
+            (Strategy::Gemm(tile), None) if tile.operand == gemm::Operand::F32 => Some(GradInputKernel::Sampled(tile)),
+            _ => None,
+        }
+    }
+
+    /// Whether this kernel computes grad_input for `shape` on `ctx`'s device, exactly: a transposed-convolution
+    /// kernel where the shape has one (stride 1) and the forward kernel computes it, a sampled-correlation tile
+    /// where it has none and the tile runs here, the gather kernel always.
+    pub fn computes(&self, ctx: &GpuContext, shape: &ConvShape) -> bool {
+        match self {
+            GradInputKernel::Transposed(s) => {
+                matches!(s, Strategy::Gemm(_) | Strategy::Winograd(_))
+                    && s.precision() == Precision::F32
+                    && as_transposed_convolution(shape).is_some_and(|t| s.computes(ctx, &t))
+            }
+            // At stride 1 the transposed convolution serves (the sampled correlation is for the other shapes).
+            GradInputKernel::Sampled(tile) => {
+                tile.operand == gemm::Operand::F32
+                    && Strategy::Gemm(*tile).runs_on(ctx)
+                    && as_transposed_convolution(shape).is_none()
+            }
+            GradInputKernel::Gather => true,
+        }
+    }
+}
+
+/// The kernels that compute grad_input for `shape` on `ctx`'s device, as `convt tune --backward` times them: at
+/// stride 1 the forward's exact GEMM and Winograd strategies on the equivalent transposed convolution, at other
+/// strides every exact GEMM tile on the sampled correlation; and the gather kernel.
+pub fn candidates(ctx: &GpuContext, shape: &ConvShape) -> Vec<GradInputKernel> {
+    let kernels: Vec<GradInputKernel> = match as_transposed_convolution(shape) {
+        Some(_) => Strategy::candidates().into_iter().map(GradInputKernel::Transposed).collect(),
+        None => gemm::TILES.iter().map(|t| GradInputKernel::Sampled(*t)).collect(),
+    };
+    let mut kernels: Vec<GradInputKernel> = kernels.into_iter().filter(|k| k.computes(ctx, shape)).collect();
+    kernels.push(GradInputKernel::Gather);
+    kernels
+}
+
+/// Picks grad_input's kernel for `shape`, in this order:
+/// - the context's forced strategy (`CONVT_STRATEGY`) where it names one: `direct` or a rows variant the gather
+///   kernel; an exact GEMM tile, or a Winograd tile that computes the shape's transposed convolution, the
+///   forward kernel on it at stride 1; an exact GEMM tile the sampled correlation at other strides;
+/// - the tuning cache's entry for `shape` ([`super::tune::grad_input_key`], written by `convt tune --backward`)
+///   where it computes the shape on this device;
+/// - at stride 1 the forward selector's choice for the transposed convolution, where it is a GEMM or Winograd
+///   kernel;
+/// - else the forward's heuristic for a stride-1 problem of the sampled correlation's sizes: its GEMM tile, or the
+///   gather kernel where it would take a gather kernel or the tile cannot run here.
+pub fn choose(ctx: &GpuContext, shape: &ConvShape) -> GradInputKernel {
+    let transposed = as_transposed_convolution(shape);
+    let (sampled, _) = as_sampled_correlation(shape);
+    let runs = |tile: gemm::Tile| {
+        if Strategy::Gemm(tile).runs_on(ctx) {
+            GradInputKernel::Sampled(tile)
+        } else {
+            GradInputKernel::Gather
+        }
+    };
+    match (ctx.options().strategy, transposed) {
+        (Some(Strategy::Direct | Strategy::Rows(_)), _) => return GradInputKernel::Gather,
+        (Some(s @ Strategy::Gemm(tile)), t) if tile.operand == gemm::Operand::F32 => {
+            // As the forward takes a forced strategy: one this adapter cannot run reaches the caller as an error
+            // at stride 1 (the transposed convolution is the forward's kernel); the sampled path runs the gather
+            // kernel instead, as it always has.
+            return if t.is_some() { GradInputKernel::Transposed(s) } else { runs(tile) };
+        }
+        (Some(s @ Strategy::Winograd(_)), Some(t)) if s.computes(ctx, &t) => return GradInputKernel::Transposed(s),
+        _ => {}
+    }
+    let key = super::tune::grad_input_key(ctx.adapter_info(), shape);
+    let tuned = ctx.tuned().entries.get(&key).and_then(|e| GradInputKernel::from_cache_name(&e.strategy, shape));
+    if let Some(tuned) = tuned.filter(|k| k.computes(ctx, shape)) {
+        return tuned;
+    }
+    if let Some(t) = transposed {
+        let strategy = select(ctx, &t, false, Precision::F32);
         if let Strategy::Gemm(_) | Strategy::Winograd(_) = strategy {
             return GradInputKernel::Transposed(strategy);
         }
     }
-    let (t, _) = as_sampled_correlation(shape);
-    let tuned = || ctx.tuned().lookup(&super::tune::grad_input_key(ctx.adapter_info(), shape));
-    let tile = match wanted.or_else(tuned) {
-        Some(Strategy::Gemm(tile)) if tile.operand == gemm::Operand::F32 => tile,
-        Some(Strategy::Direct | Strategy::Rows(_)) => return GradInputKernel::Gather,
-        _ if prefers_gather(&t) => return GradInputKernel::Gather,
-        _ => gemm::pick_tile(&t),
-    };
-    if Strategy::Gemm(tile).runs_on(ctx) {
-        GradInputKernel::Sampled(tile)
-    } else {
+    if prefers_gather(&sampled) {
         GradInputKernel::Gather
+    } else {
+        runs(gemm::pick_tile(&sampled))
     }
 }
 
 /// Encodes grad_input = the gradient of the input given `grad_output`, into `grad_input` (the input's size),
-/// with the kernel [`choose`] picks (`wanted`: see there).
+/// with `kernel`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn encode(
     ctx: &GpuContext,
     shape: &ConvShape,
-    wanted: Option<Strategy>,
+    kernel: GradInputKernel,
     weight: &GpuTensor,
     grad_output: &GpuTensor,
     grad_input: &GpuTensor,
     pass: &mut wgpu::ComputePass<'_>,
     in_flight: &mut InFlight,
 ) -> Result<()> {
-    match choose(ctx, shape, wanted) {
+    match kernel {
         GradInputKernel::Transposed(strategy) => {
             // Both kernels read any [N, C, H, W] tensor through the slice plan; the chunks of grad_output and
             // grad_input are those of an input and an output of the transposed convolution's shape.
             let t = as_transposed_convolution(shape).ok_or_else(|| {
-                ConvtError::InvalidArgument("grad_input: no transposed convolution for this shape".into())
+                ConvtError::InvalidArgument(format!(
+                    "grad_input kernel {}: this shape has no equivalent transposed convolution (stride 1 only)",
+                    kernel.name()
+                ))
             })?;
             let flipped = flip_weights(ctx, shape, weight, pass)?;
             strategy.encode(ctx, &t, grad_output, &flipped, None, grad_input, pass, in_flight)?;

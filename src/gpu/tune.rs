@@ -63,10 +63,9 @@ pub fn key(info: &wgpu::AdapterInfo, shape: &ConvShape, has_bias: bool, precisio
     ) + suffix
 }
 
-/// The cache key of grad_input's kernel in the backward of `shape` where it computes a sampled correlation
-/// (stride above 1; [`crate::gpu::grad_input::choose`]): the exact key of the forward shape, with ` | grad_input`
-/// appended. At stride 1 grad_input runs the forward kernel of an equivalent transposed convolution, whose own
-/// shape's key holds its winner.
+/// The cache key of grad_input's kernel in the backward of `shape` ([`crate::gpu::grad_input::choose`]; written by
+/// `convt tune --backward`, whose entry holds [`crate::gpu::grad_input::GradInputKernel::cache_name`] and the
+/// whole backward's time): the exact key of the forward shape, with ` | grad_input` appended.
 pub fn grad_input_key(info: &wgpu::AdapterInfo, shape: &ConvShape) -> String {
     key(info, shape, false, Precision::F32) + " | grad_input"
 }

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 use clap::Args;
 use convt::gpu::ceilings::{self, Ceilings};
+use convt::gpu::grad_input::GradInputKernel;
 use convt::gpu::{conv_transpose2d_backward_with, conv_transpose2d_with, GpuGradients, GpuTimer, Strategy};
 use convt::suite::Case;
 use convt::{cpu, ConvShape, ErrorStats, GpuContext, GpuTensor, Precision, Tensor};
@@ -115,6 +116,23 @@ pub struct Prepared {
     outputs: Outputs,
 }
 
+/// What `convt tune` times on a prepared case: a forward strategy, or a kernel for the backward's grad_input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Candidate {
+    Forward(Strategy),
+    GradInput(GradInputKernel),
+}
+
+impl Candidate {
+    /// The name the tuner prints and caches.
+    pub fn name(&self) -> String {
+        match self {
+            Candidate::Forward(s) => s.name(),
+            Candidate::GradInput(k) => k.cache_name(),
+        }
+    }
+}
+
 impl Prepared {
     /// Random inputs U(0,1) (and for the backward grad_output U(-1,1)), several sets when small enough to sit in
     /// cache, weight and bias U(-0.1,0.1), and the outputs of a case's `pass`.
@@ -175,40 +193,42 @@ impl Prepared {
         match self.pass {
             Pass::Forward => convt::gpu::select(ctx, &self.shape, self.case.bias, self.precision).name(),
             Pass::Backward => {
-                format!("backward, grad_input {}", convt::gpu::grad_input::choose(ctx, &self.shape, None).name())
+                format!("backward, grad_input {}", convt::gpu::grad_input::choose(ctx, &self.shape).name())
             }
         }
     }
 
-    /// GPU times (ms) of `runs` calls after `warmup` untimed ones. `strategy` (or the selector's choice) picks the
-    /// forward's algorithm, or in the backward grad_input's kernel (`grad_input::choose`).
+    /// GPU times (ms) of `runs` calls after `warmup` untimed ones. `candidate` picks the forward's algorithm or
+    /// the backward's grad_input kernel; without one the selector (`gpu::select`, `grad_input::choose`) does.
     /// The warm-up is `warmup` calls, repeated until the GPU has been busy for `min_warmup`.
     pub fn time(
         &self,
         ctx: &GpuContext,
-        strategy: Option<Strategy>,
+        candidate: Option<Candidate>,
         warmup: u32,
         min_warmup: std::time::Duration,
         runs: u32,
     ) -> Result<Vec<f64>> {
         let timer = GpuTimer::new(ctx, runs)?;
-        let strategy = match (self.pass, strategy) {
-            (_, Some(s)) => Some(s),
-            (Pass::Forward, None) => Some(convt::gpu::select(ctx, &self.shape, self.case.bias, self.precision)),
+        let candidate = match (self.pass, candidate) {
+            (_, Some(c)) => Some(c),
+            (Pass::Forward, None) => {
+                Some(Candidate::Forward(convt::gpu::select(ctx, &self.shape, self.case.bias, self.precision)))
+            }
             (Pass::Backward, None) => None,
         };
         // Warm-up: `warmup` calls, then more until the GPU has been busy for `min_warmup` (a GPU left idle, as
         // while the previous case's error was checked on the CPU, clocks down: its first calls measured up to
         // four times slower on the H100/H200). The clock starts after a first call, which builds the strategy's
         // pipelines: the GPU idles while the driver compiles them.
-        self.call(ctx, strategy, &self.inputs[0], None)?;
+        self.call(ctx, candidate, &self.inputs[0], None)?;
         ctx.device().poll(wgpu::PollType::Wait { submission_index: None, timeout: None }).ok();
         let started = std::time::Instant::now();
         let mut rounds = 0;
         loop {
             for i in 0..warmup.max(1) {
                 let set = &self.inputs[i as usize % self.inputs.len()];
-                self.call(ctx, strategy, set, None)?;
+                self.call(ctx, candidate, set, None)?;
             }
             ctx.device().poll(wgpu::PollType::Wait { submission_index: None, timeout: None }).ok();
             rounds += 1;
@@ -219,31 +239,36 @@ impl Prepared {
         for i in warmup..warmup + runs {
             let slot = Some((&timer, i - warmup));
             let set = &self.inputs[i as usize % self.inputs.len()];
-            self.call(ctx, strategy, set, slot)?;
+            self.call(ctx, candidate, set, slot)?;
         }
         ctx.device().poll(wgpu::PollType::Wait { submission_index: None, timeout: None }).ok();
         Ok(timer.read_ms(ctx, runs)?)
     }
 
     /// One call of the pass on input set `set`, timed into `slot` if given.
-    /// `strategy`: the forward's (always given), or grad_input's in the backward (`None`: chosen as usual).
+    /// `candidate`: the forward's strategy (always given), or grad_input's kernel in the backward (`None`: chosen
+    /// as usual).
     fn call(
         &self,
         ctx: &GpuContext,
-        strategy: Option<Strategy>,
+        candidate: Option<Candidate>,
         set: &InputSet,
         slot: Option<(&GpuTimer, u32)>,
     ) -> Result<()> {
         let (weight, bias, params) = (&self.weight, self.bias.as_ref(), &self.case.params);
-        match (&self.outputs, &set.grad_output, strategy) {
-            (Outputs::Forward(output), _, Some(strategy)) => {
+        match (&self.outputs, &set.grad_output, candidate) {
+            (Outputs::Forward(output), _, Some(Candidate::Forward(strategy))) => {
                 conv_transpose2d_with(ctx, strategy, &set.input, weight, bias, params, output, slot)?
             }
-            (Outputs::Forward(_), _, None) => bail!("the forward runs a strategy"),
-            (Outputs::Backward(grads), Some(go), grad_input) => {
-                conv_transpose2d_backward_with(ctx, grad_input, &set.input, weight, bias, go, params, grads, slot)?
+            (Outputs::Backward(grads), Some(go), None | Some(Candidate::GradInput(_))) => {
+                let kernel = match candidate {
+                    Some(Candidate::GradInput(k)) => Some(k),
+                    _ => None,
+                };
+                conv_transpose2d_backward_with(ctx, kernel, &set.input, weight, bias, go, params, grads, slot)?;
             }
             (Outputs::Backward(_), None, _) => bail!("backward input sets carry a grad_output"),
+            _ => bail!("a forward strategy times the forward, a grad_input kernel the backward"),
         }
         Ok(())
     }

@@ -6,11 +6,11 @@
 use anyhow::Result;
 use clap::Args;
 use convt::gpu::tune::{self, TuneCache, TuneEntry};
-use convt::gpu::Strategy;
+use convt::gpu::{grad_input, Strategy};
 use convt::suite::Case;
 use convt::{GpuContext, GpuOptions, Precision};
 
-use crate::bench::{median, Pass, Prepared};
+use crate::bench::{median, Candidate, Pass, Prepared};
 use crate::Outcome;
 
 #[derive(Args, Debug)]
@@ -33,9 +33,10 @@ pub struct TuneArgs {
     /// runs (and the exact ones, which `fast` may also choose).
     #[arg(long, default_value = "f32")]
     precision: Precision,
-    /// Tune the backward pass: grad_input's kernel (at stride 1 the forward kernel of the equivalent transposed
-    /// convolution, kept under that shape's key; else the GEMM tile of the sampled correlation or the gather
-    /// kernel, kept under the case's ` | grad_input` key), each candidate timed in the whole backward.
+    /// Tune the backward pass: grad_input's kernel (at stride 1 the forward's exact GEMM and Winograd kernels on
+    /// the equivalent transposed convolution, at other strides each exact GEMM tile on the sampled correlation;
+    /// and the gather kernel), each timed in the whole backward; the winner is kept under the case's
+    /// ` | grad_input` key.
     #[arg(long)]
     backward: bool,
 }
@@ -65,54 +66,59 @@ pub fn run(a: TuneArgs) -> Result<Outcome> {
         let case = a.batch.map_or(*case, |b| case.with_batch(b));
         let pass = if a.backward { Pass::Backward } else { Pass::Forward };
         let prepared = Prepared::new(&ctx, &case, pass)?;
-        let mut timed: Vec<(Strategy, f64)> = Vec::new();
+        let mut timed: Vec<(Candidate, f64)> = Vec::new();
         let mut line = format!("{:<6}", case.name);
         // The candidates that compute this shape (the Winograd tiles take stride-1 shapes only), or grad_input's.
-        let candidates: Vec<Strategy> = if a.backward {
-            convt::gpu::grad_input::candidates(&ctx, &prepared.shape)
+        let candidates: Vec<Candidate> = if a.backward {
+            grad_input::candidates(&ctx, &prepared.shape).into_iter().map(Candidate::GradInput).collect()
         } else {
             Strategy::candidates_for(&ctx, a.precision)
                 .into_iter()
                 .filter(|s| s.computes(&ctx, &prepared.shape))
+                .map(Candidate::Forward)
                 .collect()
         };
-        let candidates = candidates.into_iter();
-        for (i, strategy) in candidates.enumerate() {
+        for (i, candidate) in candidates.into_iter().enumerate() {
             // The GPU idled while the case's inputs were drawn (and clocked down): the first candidate warms it
             // up for a second; each other one keeps it busy for a fraction of that after its pipelines are built
             // (the GPU idles while the driver compiles them; two calls of a 1-3 ms kernel measured up to twice
             // as slow as after a full warm-up on the H100).
             let min_warmup = std::time::Duration::from_millis(if i == 0 { 1000 } else { 250 });
-            match prepared.time(&ctx, Some(strategy), a.warmup, min_warmup, a.runs) {
+            match prepared.time(&ctx, Some(candidate), a.warmup, min_warmup, a.runs) {
                 Ok(times) => {
                     let ms = median(times);
-                    line += &format!("  {} {:.3}", strategy.name(), ms);
-                    timed.push((strategy, ms));
+                    line += &format!("  {} {:.3}", candidate.name(), ms);
+                    timed.push((candidate, ms));
                 }
                 // A candidate this adapter cannot run (a tile too large for it, say) is skipped.
-                Err(e) => line += &format!("  {} skipped ({e})", strategy.name()),
+                Err(e) => line += &format!("  {} skipped ({e})", candidate.name()),
             }
         }
         // The fastest few again, back to back: the winner is the fastest of this second round.
         timed.sort_by(|a, b| a.1.total_cmp(&b.1));
-        let mut best: Option<(Strategy, f64)> = None;
+        let mut best: Option<(Candidate, f64)> = None;
         line += "\n       again:";
-        for &(strategy, _) in timed.iter().take(FINALISTS) {
-            let ms =
-                median(prepared.time(&ctx, Some(strategy), a.warmup, std::time::Duration::from_millis(250), a.runs)?);
-            line += &format!("  {} {:.3}", strategy.name(), ms);
+        for &(candidate, _) in timed.iter().take(FINALISTS) {
+            let ms = median(prepared.time(
+                &ctx,
+                Some(candidate),
+                a.warmup,
+                std::time::Duration::from_millis(250),
+                a.runs,
+            )?);
+            line += &format!("  {} {:.3}", candidate.name(), ms);
             if best.is_none_or(|(_, b)| ms < b) {
-                best = Some((strategy, ms));
+                best = Some((candidate, ms));
             }
         }
-        if let Some((strategy, ms)) = best {
-            println!("{line}\n       -> {} {:.3} ms", strategy.name(), ms);
-            let key = match (a.backward, convt::gpu::grad_input::as_transposed_convolution(&prepared.shape)) {
-                (false, _) => tune::key(ctx.adapter_info(), &prepared.shape, case.bias, a.precision),
-                (true, Some(t)) => tune::key(ctx.adapter_info(), &t, false, Precision::F32),
-                (true, None) => tune::grad_input_key(ctx.adapter_info(), &prepared.shape),
+        if let Some((candidate, ms)) = best {
+            println!("{line}\n       -> {} {:.3} ms", candidate.name(), ms);
+            let key = if a.backward {
+                tune::grad_input_key(ctx.adapter_info(), &prepared.shape)
+            } else {
+                tune::key(ctx.adapter_info(), &prepared.shape, case.bias, a.precision)
             };
-            cache.entries.insert(key, TuneEntry { strategy: strategy.name(), ms });
+            cache.entries.insert(key, TuneEntry { strategy: candidate.name(), ms });
             cache.save(&path)?; // after every case, so an interrupted run keeps what it measured
         }
     }

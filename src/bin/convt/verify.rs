@@ -318,7 +318,7 @@ fn verify_backward(ctx: &GpuContext, case: &Case, seed: u64, a: &VerifyArgs) -> 
     }
     Ok(CaseResult {
         mode: if full { "full" } else { "sampled" },
-        kernel: format!("backward, grad_input {}", convt::gpu::grad_input::choose(ctx, &shape, None).name()),
+        kernel: format!("backward, grad_input {}", convt::gpu::grad_input::choose(ctx, &shape).name()),
         arithmetic: "exact f32",
         checks,
         all_finite,
