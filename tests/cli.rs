@@ -18,15 +18,18 @@ use convt::{ErrorStats, Tensor};
 /// Runs `convt` with `args`. RUST_BACKTRACE=1 so that a panic or an error carrying a backtrace would show it;
 /// RUST_LOG unset so the tool's own default (warnings only) applies.
 fn convt(args: &[&str]) -> Output {
-    convt_with_env(args, &[])
+    convt_with_env(args, &[], &[])
 }
 
-/// [`convt`] with these environment variables set.
-fn convt_with_env(args: &[&str], vars: &[(&str, &Path)]) -> Output {
+/// [`convt`] with the variables `set` set and those in `remove` removed from its environment.
+fn convt_with_env(args: &[&str], set: &[(&str, &Path)], remove: &[&str]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_convt"));
     cmd.args(args).env_remove("RUST_LOG").env("RUST_BACKTRACE", "1");
-    for (k, v) in vars {
+    for (k, v) in set {
         cmd.env(k, v);
+    }
+    for k in remove {
+        cmd.env_remove(k);
     }
     if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
         cmd.env("XDG_RUNTIME_DIR", std::env::temp_dir());
@@ -602,25 +605,34 @@ fn bad_precision_values_are_usage_errors() {
 #[test]
 fn tune_backward_keeps_grad_inputs_kernel_and_bench_runs_it() {
     // `convt tune --backward` on a strided case times grad_input's kernels and keeps the winner under the case's
-    // grad_input key; `convt bench --backward` with that cache runs it and says so.
+    // grad_input key; `convt bench --backward` runs the kernel that key names (rewritten here to one the untuned
+    // choice is not, so that a bench ignoring the cache fails) and says so.
     let dir = common::TempDir::new("cli-tune-backward");
     let cache = dir.path("tune.json");
     let small = ["--case", "dcgan", "--batch", "1", "--runs", "1"];
+    let no_forcing = ["CONVT_STRATEGY", "CONVT_TUNE_CACHE"];
     let mut args = vec!["tune", "--backward", "--warmup", "1", "--cache", cache.to_str().unwrap()];
     args.extend(small);
-    let out = convt_ok(&args);
+    let out = convt_with_env(&args, &[], &no_forcing);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&args, &out));
     assert!(text(&out.stdout).contains("->"), "{}", describe(&args, &out));
-    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cache).unwrap()).unwrap();
-    let entries = json["entries"].as_object().unwrap();
-    let (key, entry) = entries.iter().find(|(k, _)| k.ends_with(" | grad_input")).expect("a grad_input entry");
-    assert!(key.contains("N1 Cin512 Cout256") && entries.len() == 1, "{json}");
+    let mut json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cache).unwrap()).unwrap();
+    let entries = json["entries"].as_object_mut().unwrap();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    let (key, entry) = entries.iter_mut().next().unwrap();
+    assert!(key.ends_with(" | grad_input") && key.contains("N1 Cin512 Cout256"), "{key}");
     let winner = entry["strategy"].as_str().unwrap();
-    assert!(winner == "gather" || winner.starts_with("gemm_"), "{json}");
+    assert!(winner == "gather" || winner.starts_with("gemm_"), "{winner}");
 
     let mut args = vec!["bench", "--backward"];
     args.extend(small);
-    let out = convt_with_env(&args, &[("CONVT_TUNE_CACHE", &cache)]);
-    assert_eq!(out.status.code(), Some(0), "{}", describe(&args, &out));
-    let ran = if winner == "gather" { "grad_input gather".to_string() } else { format!("grad_input {winner} ") };
-    assert!(text(&out.stdout).contains(&ran), "expected {ran:?}\n{}", describe(&args, &out));
+    let empty = dir.path("empty.json");
+    let untuned = convt_with_env(&args, &[("CONVT_TUNE_CACHE", &empty)], &["CONVT_STRATEGY"]);
+    assert_eq!(untuned.status.code(), Some(0), "{}", describe(&args, &untuned));
+    assert!(text(&untuned.stdout).contains("grad_input gemm_"), "{}", describe(&args, &untuned));
+    entry["strategy"] = "gather".into();
+    std::fs::write(&cache, serde_json::to_string(&json).unwrap()).unwrap();
+    let tuned = convt_with_env(&args, &[("CONVT_TUNE_CACHE", &cache)], &["CONVT_STRATEGY"]);
+    assert_eq!(tuned.status.code(), Some(0), "{}", describe(&args, &tuned));
+    assert!(text(&tuned.stdout).contains("grad_input gather"), "{}", describe(&args, &tuned));
 }

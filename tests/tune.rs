@@ -125,8 +125,12 @@ fn backward_matches_reference(ctx: &GpuContext, shape: &convt::ConvShape, params
 
 /// A context reading its tuning cache from `path`, with outputs poisoned (NaN) before the kernels write them.
 fn poisoned_ctx_with_cache(path: &std::path::Path) -> GpuContext {
-    let opts =
-        GpuOptions { tune_cache: Some(path.to_path_buf()), poison_outputs: true, ..GpuOptions::from_env().unwrap() };
+    let opts = GpuOptions {
+        tune_cache: Some(path.to_path_buf()),
+        poison_outputs: true,
+        strategy: None,
+        ..GpuOptions::from_env().unwrap()
+    };
     GpuContext::with_options(opts).unwrap()
 }
 
@@ -164,14 +168,15 @@ fn the_backward_takes_grad_inputs_kernel_from_the_tuning_cache() {
                 assert_eq!(select(&tuned, &t, false, Precision::F32), select(&untuned, &t, false, Precision::F32));
             }
         }
-        // A kernel passed explicitly runs and is reported; one of the other path (a tile on the sampled correlation
-        // at stride 1, on the transposed convolution at stride 2) is an error.
+        // A kernel passed explicitly runs and is reported; one that does not compute the shape (a GEMM tile on a
+        // transposed convolution the strided shape lacks, an f16 tile) is an error.
         let ctx = poisoned_ctx_with_cache(&path);
         let ran = run_backward_with(&ctx, &shape, &params, Some(other)).unwrap();
         assert_eq!(ran, other);
-        let misplaced = match other {
-            GradInputKernel::Transposed(Strategy::Gemm(t)) => GradInputKernel::Sampled(t),
-            _ => GradInputKernel::Transposed(Strategy::Gemm(TILE)),
+        let f16 = convt::gpu::gemm::F16_TILES[0];
+        let misplaced = match grad_input::as_transposed_convolution(&shape) {
+            Some(_) => GradInputKernel::Sampled(f16),
+            None => GradInputKernel::Transposed(Strategy::Gemm(TILE)),
         };
         assert!(!misplaced.computes(&ctx, &shape), "{misplaced:?}");
         let e = run_backward_with(&ctx, &shape, &params, Some(misplaced)).unwrap_err();

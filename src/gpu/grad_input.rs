@@ -1,11 +1,12 @@
-//! grad_input, three ways, chosen in [`encode`]:
-//! - at stride 1 (without output_padding, padding at most dilation*(kernel-1)), grad_input is itself a
-//!   transposed convolution of grad_output with the flipped, channel-swapped weight (`shaders/flip_weights.wgsl`)
-//!   and padding dilation*(kernel-1) - padding, so the forward's selector and its GEMM or Winograd kernel run it;
+//! grad_input, three ways ([`GradInputKernel`]), chosen in [`choose`] (or by the tuner's cache entry,
+//! `convt tune --backward`):
+//! - where the shape has an equivalent transposed convolution (stride 1 without output_padding, padding at most
+//!   dilation*(kernel-1)), grad_input is that transposed convolution of grad_output with the flipped,
+//!   channel-swapped weight (`shaders/flip_weights.wgsl`) and padding dilation*(kernel-1) - padding, so the
+//!   forward's selector and its GEMM or Winograd kernel run it;
 //! - at any stride, grad_input is a strided convolution of grad_output with that weight: the same stride-1
 //!   correlation sampled every `stride` pixels, which the GEMM kernel computes as one phase
-//!   ([`gemm::Geometry::Sampled`]) wherever the forward's heuristic would take a GEMM for it, or with the tile
-//!   `convt tune --backward` measured fastest for the shape;
+//!   ([`gemm::Geometry::Sampled`]) wherever the forward's heuristic would take a GEMM for it;
 //! - otherwise, `shaders/grad_input.wgsl`: a gather over grad_output, one invocation per input pixel and block of
 //!   input channels, for every option.
 
@@ -138,9 +139,9 @@ impl GradInputKernel {
         }
     }
 
-    /// The kernel a cache name stands for on `shape`: at stride 1 an exact GEMM or Winograd strategy runs the
-    /// transposed convolution, at other strides an exact GEMM tile the sampled correlation; `gather` the gather
-    /// kernel. None for any other name.
+    /// The kernel a cache name stands for on `shape`: where the shape has an equivalent transposed convolution an
+    /// exact GEMM or Winograd strategy runs it, elsewhere an exact GEMM tile runs the sampled correlation;
+    /// `gather` the gather kernel. None for any other name.
     pub fn from_cache_name(name: &str, shape: &ConvShape) -> Option<Self> {
         if name == GATHER {
             return Some(GradInputKernel::Gather);
@@ -156,8 +157,8 @@ impl GradInputKernel {
     }
 
     /// Whether this kernel computes grad_input for `shape` on `ctx`'s device, exactly: a transposed-convolution
-    /// kernel where the shape has one (stride 1) and the forward kernel computes it, a sampled-correlation tile
-    /// where it has none and the tile runs here, the gather kernel always.
+    /// kernel where the shape has one and the forward kernel computes it, an f32 sampled-correlation tile that
+    /// runs here (any shape), the gather kernel always.
     pub fn computes(&self, ctx: &GpuContext, shape: &ConvShape) -> bool {
         match self {
             GradInputKernel::Transposed(s) => {
@@ -165,20 +166,16 @@ impl GradInputKernel {
                     && s.precision() == Precision::F32
                     && as_transposed_convolution(shape).is_some_and(|t| s.computes(ctx, &t))
             }
-            // At stride 1 the transposed convolution serves (the sampled correlation is for the other shapes).
-            GradInputKernel::Sampled(tile) => {
-                tile.operand == gemm::Operand::F32
-                    && Strategy::Gemm(*tile).runs_on(ctx)
-                    && as_transposed_convolution(shape).is_none()
-            }
+            GradInputKernel::Sampled(tile) => tile.operand == gemm::Operand::F32 && Strategy::Gemm(*tile).runs_on(ctx),
             GradInputKernel::Gather => true,
         }
     }
 }
 
-/// The kernels that compute grad_input for `shape` on `ctx`'s device, as `convt tune --backward` times them: at
-/// stride 1 the forward's exact GEMM and Winograd strategies on the equivalent transposed convolution, at other
-/// strides every exact GEMM tile on the sampled correlation; and the gather kernel.
+/// The kernels that compute grad_input for `shape` on `ctx`'s device, as `convt tune --backward` times them:
+/// where the shape has an equivalent transposed convolution (stride 1, see [`as_transposed_convolution`]) the
+/// forward's exact GEMM and Winograd strategies on it, elsewhere every exact GEMM tile on the sampled
+/// correlation; and the gather kernel.
 pub fn candidates(ctx: &GpuContext, shape: &ConvShape) -> Vec<GradInputKernel> {
     let kernels: Vec<GradInputKernel> = match as_transposed_convolution(shape) {
         Some(_) => Strategy::candidates().into_iter().map(GradInputKernel::Transposed).collect(),
@@ -191,12 +188,13 @@ pub fn candidates(ctx: &GpuContext, shape: &ConvShape) -> Vec<GradInputKernel> {
 
 /// Picks grad_input's kernel for `shape`, in this order:
 /// - the context's forced strategy (`CONVT_STRATEGY`) where it names one: `direct` or a rows variant the gather
-///   kernel; an exact GEMM tile, or a Winograd tile that computes the shape's transposed convolution, the
-///   forward kernel on it at stride 1; an exact GEMM tile the sampled correlation at other strides;
+///   kernel; an exact GEMM tile, or a Winograd tile that computes the transposed convolution, the forward kernel
+///   on the transposed convolution where the shape has one; elsewhere an exact GEMM tile the sampled correlation
+///   (the gather kernel if the tile cannot run here);
 /// - the tuning cache's entry for `shape` ([`super::tune::grad_input_key`], written by `convt tune --backward`)
 ///   where it computes the shape on this device;
-/// - at stride 1 the forward selector's choice for the transposed convolution, where it is a GEMM or Winograd
-///   kernel;
+/// - where the shape has a transposed convolution, the forward selector's choice for it, if that is a GEMM or
+///   Winograd kernel;
 /// - else the forward's heuristic for a stride-1 problem of the sampled correlation's sizes: its GEMM tile, or the
 ///   gather kernel where it would take a gather kernel or the tile cannot run here.
 pub fn choose(ctx: &GpuContext, shape: &ConvShape) -> GradInputKernel {

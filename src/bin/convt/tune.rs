@@ -33,10 +33,10 @@ pub struct TuneArgs {
     /// runs (and the exact ones, which `fast` may also choose).
     #[arg(long, default_value = "f32")]
     precision: Precision,
-    /// Tune the backward pass: grad_input's kernel (at stride 1 the forward's exact GEMM and Winograd kernels on
-    /// the equivalent transposed convolution, at other strides each exact GEMM tile on the sampled correlation;
-    /// and the gather kernel), each timed in the whole backward; the winner is kept under the case's
-    /// ` | grad_input` key.
+    /// Tune the backward pass: grad_input's kernel (the forward's exact GEMM and Winograd kernels on the
+    /// equivalent transposed convolution where the shape has one, at stride 1; elsewhere each exact GEMM tile on
+    /// the sampled correlation; and the gather kernel), each timed in the whole backward; the winner is kept
+    /// under the case's ` | grad_input` key.
     #[arg(long)]
     backward: bool,
 }

@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Result};
 use clap::{Args, ValueEnum};
+use convt::gpu::grad_input::GradInputKernel;
 use convt::suite::Case;
 use convt::{cpu, ConvShape, ErrorStats, GpuContext, GpuOptions, Precision, Tensor};
 use rand::{Rng, SeedableRng};
@@ -288,6 +289,12 @@ fn verify_backward(ctx: &GpuContext, case: &Case, seed: u64, a: &VerifyArgs) -> 
     let g =
         convt::gpu::conv_transpose2d_backward_host(ctx, &input, &weight, bias.as_ref(), &grad_output, &case.params)?;
     let gpu_s = t.elapsed().as_secs_f64();
+    // What computed grad_input, and how (grad_weight and grad_bias are exact f32 sums).
+    let grad_input = convt::gpu::grad_input::choose(ctx, &shape);
+    let arithmetic = match grad_input {
+        GradInputKernel::Transposed(strategy) => strategy.arithmetic(),
+        GradInputKernel::Sampled(_) | GradInputKernel::Gather => "exact f32",
+    };
     let all_finite = [Some(&g.grad_input), Some(&g.grad_weight), g.grad_bias.as_ref()]
         .into_iter()
         .flatten()
@@ -318,8 +325,8 @@ fn verify_backward(ctx: &GpuContext, case: &Case, seed: u64, a: &VerifyArgs) -> 
     }
     Ok(CaseResult {
         mode: if full { "full" } else { "sampled" },
-        kernel: format!("backward, grad_input {}", convt::gpu::grad_input::choose(ctx, &shape).name()),
-        arithmetic: "exact f32",
+        kernel: format!("backward, grad_input {}", grad_input.name()),
+        arithmetic,
         checks,
         all_finite,
         gpu_s,
