@@ -17,10 +17,15 @@ fn temp_path(name: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(format!("convt-tune-{}-{name}", std::process::id()))
 }
 
-/// A context reading its tuning cache from `path`.
-/// The environment's options, but no forced strategy (`CONVT_STRATEGY` would decide before the cache).
+/// A context reading its tuning cache from `path`: the environment's options, but no forced strategy
+/// (`CONVT_STRATEGY` would decide before the cache), with outputs poisoned (NaN) before the kernels write them.
 fn ctx_with_cache(path: &std::path::Path) -> GpuContext {
-    let opts = GpuOptions { tune_cache: Some(path.to_path_buf()), strategy: None, ..GpuOptions::from_env().unwrap() };
+    let opts = GpuOptions {
+        tune_cache: Some(path.to_path_buf()),
+        poison_outputs: true,
+        strategy: None,
+        ..GpuOptions::from_env().unwrap()
+    };
     GpuContext::with_options(opts).unwrap()
 }
 
@@ -123,17 +128,6 @@ fn backward_matches_reference(ctx: &GpuContext, shape: &convt::ConvShape, params
     }
 }
 
-/// A context reading its tuning cache from `path`, with outputs poisoned (NaN) before the kernels write them.
-fn poisoned_ctx_with_cache(path: &std::path::Path) -> GpuContext {
-    let opts = GpuOptions {
-        tune_cache: Some(path.to_path_buf()),
-        poison_outputs: true,
-        strategy: None,
-        ..GpuOptions::from_env().unwrap()
-    };
-    GpuContext::with_options(opts).unwrap()
-}
-
 #[test]
 fn the_backward_takes_grad_inputs_kernel_from_the_tuning_cache() {
     // `convt tune --backward` keeps grad_input's kernel under the case's grad_input key: at stride 2 a GEMM tile on
@@ -160,7 +154,7 @@ fn the_backward_takes_grad_inputs_kernel_from_the_tuning_cache() {
             let entry = TuneEntry { strategy: winner.cache_name(), ms: 1.0 };
             cache.entries.insert(grad_input_key(untuned.adapter_info(), &shape), entry);
             cache.save(&path).unwrap();
-            let tuned = poisoned_ctx_with_cache(&path);
+            let tuned = ctx_with_cache(&path);
             assert_eq!(grad_input::choose(&tuned, &shape), winner);
             backward_matches_reference(&tuned, &shape, &params, &winner.name());
             assert_eq!(select(&tuned, &shape, false, Precision::F32), select(&untuned, &shape, false, Precision::F32));
@@ -170,7 +164,7 @@ fn the_backward_takes_grad_inputs_kernel_from_the_tuning_cache() {
         }
         // A kernel passed explicitly runs and is reported; one that does not compute the shape (a GEMM tile on a
         // transposed convolution the strided shape lacks, an f16 tile) is an error.
-        let ctx = poisoned_ctx_with_cache(&path);
+        let ctx = ctx_with_cache(&path);
         let ran = run_backward_with(&ctx, &shape, &params, Some(other)).unwrap();
         assert_eq!(ran, other);
         let f16 = convt::gpu::gemm::F16_TILES[0];
