@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # The side-by-side benchmark of docs/PERFORMANCE.md on a GPU machine: tunes every suite case (exact f32; precision
-# `fast` on the cases where it may take tensor cores), checks the chosen kernels at full size against the float64
-# reference, times convt (GPU timestamps) and PyTorch (CUDA events) in the same command, and writes the tables
-# and charts.
+# `fast` on the cases where it may take tensor cores; the backward's grad_input kernel), checks the chosen kernels
+# at full size against the float64 reference (forward at both precisions, backward), times convt (GPU timestamps)
+# and PyTorch (CUDA events) in the same command, forward and backward, and writes the tables and charts.
 #
 #   bash scripts/gpu_bench.sh all   OUTDIR [CONVT_BINARY]           # everything, one command
 #   bash scripts/gpu_bench.sh tune  OUTDIR [CONVT_BINARY]           # the tuning only (OUTDIR/tune.json)
 #   bash scripts/gpu_bench.sh bench OUTDIR [CONVT_BINARY] [CACHE]   # the rest, with a cache from `tune`
 #
 # OUTDIR gets: tune.json (the tuning cache), log.txt (every tuning time, verification line and benchmark table),
-# and for `bench`/`all` convt_f32.json, convt_fast.json, torch.json, tables.md, chart_f32.png, chart_fast.png.
+# and for `bench`/`all` convt_f32.json, convt_fast.json, convt_backward.json, torch.json, torch_backward.json,
+# tables.md (forward f32, forward fast, backward), chart_f32.png, chart_fast.png, chart_backward.png.
 # The PyTorch side needs python3 with torch (and matplotlib for the charts).
 set -euo pipefail
 what=${1:?usage: gpu_bench.sh all|tune|bench OUTDIR [CONVT_BINARY] [CACHE]}
@@ -30,18 +31,25 @@ if [ "$what" = all ] || [ "$what" = tune ]; then
   # takes the exact winner (gpu::select).
   run "$convt" tune --runs 10
   run "$convt" tune --precision fast --runs 10 --case kb57 kb65 kb69 up2x dcgan
+  run "$convt" tune --backward --runs 10
   grep -E -- '->' "$log"
 fi
 if [ "$what" = all ] || [ "$what" = bench ]; then
   run "$convt" verify
   run "$convt" verify --precision fast
+  run "$convt" verify --backward
   run "$convt" bench --ceilings --runs 20 --json "$out/convt_f32.json"
   run "$convt" bench --precision fast --runs 20 --json "$out/convt_fast.json"
+  run "$convt" bench --backward --runs 20 --json "$out/convt_backward.json"
   run python3 "$here/torch_bench.py" --runs 20 --json "$out/torch.json"
-  python3 "$here/side_by_side.py" "$out/convt_f32.json" "$out/torch.json" --md "$out/table_f32.md" --png "$out/chart_f32.png"
-  python3 "$here/side_by_side.py" "$out/convt_fast.json" "$out/torch.json" --md "$out/table_fast.md" --png "$out/chart_fast.png"
-  cat "$out/table_f32.md" "$out/table_fast.md" > "$out/tables.md"
-  rm "$out/table_f32.md" "$out/table_fast.md"
+  run python3 "$here/torch_bench.py" --backward --runs 20 --json "$out/torch_backward.json"
+  for t in f32 fast backward; do
+    torch_json="$out/torch.json"
+    if [ "$t" = backward ]; then torch_json="$out/torch_backward.json"; fi
+    python3 "$here/side_by_side.py" "$out/convt_$t.json" "$torch_json" --md "$out/table_$t.md" --png "$out/chart_$t.png"
+  done
+  cat "$out/table_f32.md" "$out/table_fast.md" "$out/table_backward.md" > "$out/tables.md"
+  rm "$out/table_f32.md" "$out/table_fast.md" "$out/table_backward.md"
   grep -E 'ok$|MISMATCH' "$log" | cut -c1-160
   cat "$out/tables.md"
 fi
