@@ -78,20 +78,6 @@ const ROW: u32 = TILE / 4u + 1u;
 var<workgroup> xs: array<vec4<f32>, BK * ROW>;   // [k][ic / 4]
 var<workgroup> gs: array<vec4<f32>, BK * ROW>;   // [k][oc / 4]
 
-// Input indices [lo, hi) along one axis whose output index i*s - pad + k*d lies in [0, out_size), for tap k.
-fn axis_range(k: u32, s: u32, pad: u32, d: u32, in_size: u32, out_size: u32) -> vec2<u32> {
-    let kd = k * d;
-    if (out_size - 1u + pad < kd) {
-        return vec2<u32>(0u, 0u);
-    }
-    var lo = 0u;
-    if (pad > kd) {
-        lo = (pad - kd + s - 1u) / s;
-    }
-    let hi = min(in_size, (out_size - 1u + pad - kd) / s + 1u);
-    return vec2<u32>(lo, max(lo, hi));
-}
-
 // What the loads of a step need.
 struct LoadCtx {
     rh: vec2<u32>,  // the tap's input rows [rh.x, rh.y) and columns [rw.x, rw.y)

@@ -295,10 +295,11 @@ fn many_channels_span_several_grad_weight_tiles() {
 #[test]
 fn grad_weight_is_right_with_every_tile_size() {
     // The grad_weight GEMM's tile follows the channels per group (16, 32 or 64 wide): each size against the
-    // float64 reference, with the channels filling the tile exactly and partly.
+    // float64 reference, with the channels filling the tile exactly and partly. Stride 1, or more than 32 input
+    // channels per group: shapes the per-tap GEMM computes (strided ones with fewer go to the rows kernel, below).
     let mut sizes = std::collections::BTreeSet::new();
     for (cin, cout, groups, stride) in
-        [(12usize, 6usize, 2i64, 2i64), (16, 16, 1, 1), (24, 20, 1, 2), (32, 8, 1, 1), (40, 36, 1, 3)]
+        [(12usize, 6usize, 2i64, 1i64), (16, 16, 1, 1), (24, 20, 1, 1), (32, 8, 1, 1), (40, 36, 1, 3)]
     {
         let params = convt::ConvTranspose2dParams::default().stride((stride, 1)).padding((1, 0)).groups(groups);
         let p = Problem {
@@ -309,8 +310,45 @@ fn grad_weight_is_right_with_every_tile_size() {
             seed: common::fresh_seed(),
         };
         let shape = p.shape();
+        assert_eq!(convt::gpu::grad_weight::rows_kernel(common::ctx(), &shape, [1, 1]), None, "{shape:?}");
         sizes.insert(convt::gpu::grad_weight::tile_for(&shape));
         check(common::ctx(), &p).unwrap();
     }
     assert_eq!(sizes.into_iter().collect::<Vec<_>>(), convt::gpu::grad_weight::TILES.to_vec());
+}
+
+#[test]
+fn grad_weight_rows_kernel_takes_strided_problems_with_few_channels() {
+    // The rows kernel (shaders/grad_weight_rows.wgsl) on the strided shapes it takes (groups of at most 16 x 16
+    // channels), against the float64 reference: kb75-like (groups, stride 2 x 3, padding 1 x 2, dilation 2 x 1,
+    // 3 x 5 kernel) and kb81-like (stride 5, dilation 2: rows and columns no tap reaches); input channels per group
+    // that are not a multiple of 4 (its vec4s padded); rows longer than its staged columns (several chunks per row:
+    // 16 channels, 300 columns); padding beyond dilation * (kernel - 1), so that some input rows reach no output
+    // row; output padding; a stride along one axis only; a batch of 3 and input rows that leave a partial block of
+    // rows. Wider groups go to the per-tap GEMM.
+    let p = |s: [i64; 2], pad: [i64; 2], op: [i64; 2], d: [i64; 2], g: i64| convt::ConvTranspose2dParams {
+        stride: s,
+        padding: pad,
+        output_padding: op,
+        dilation: d,
+        groups: g,
+    };
+    let cases = [
+        (vec![2, 32, 6, 9], vec![32, 16, 3, 5], p([2, 3], [1, 2], [0, 0], [2, 1], 4)),
+        (vec![2, 16, 5, 7], vec![16, 16, 3, 3], p([5, 5], [1, 1], [0, 0], [2, 2], 1)),
+        (vec![3, 6, 7, 5], vec![6, 5, 2, 3], p([2, 2], [0, 1], [1, 1], [1, 1], 2)),
+        (vec![1, 16, 3, 300], vec![16, 8, 2, 2], p([1, 2], [0, 0], [0, 1], [1, 1], 1)),
+        (vec![2, 5, 9, 4], vec![5, 7, 2, 3], p([3, 1], [4, 1], [0, 0], [1, 2], 1)),
+    ];
+    for (input, weight, params) in cases {
+        let shape = params.resolve(&input, &weight, None).unwrap();
+        let rows = convt::gpu::grad_weight::rows_kernel(common::ctx(), &shape, [1, 1]);
+        assert!(rows.is_some(), "the rows kernel does not take {shape:?}");
+        let wider = convt::ConvTranspose2dParams { groups: 1, ..params }.resolve(&[1, 32, 4, 4], &[32, 32, 3, 3], None);
+        assert_eq!(convt::gpu::grad_weight::rows_kernel(common::ctx(), &wider.unwrap(), [1, 1]), None);
+        for bias in [true, false] {
+            let prob = Problem { bias, ..with_bias(&input, &weight, params) };
+            check(common::ctx(), &prob).unwrap_or_else(|e| panic!("{rows:?}: {e}"));
+        }
+    }
 }

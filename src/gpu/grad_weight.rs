@@ -1,7 +1,8 @@
-//! The grad_weight kernel, `shaders/grad_weight.wgsl`: one GEMM per tap (input channels x output channels,
+//! The grad_weight kernels. `shaders/grad_weight.wgsl`: one GEMM per tap (input channels x output channels,
 //! reduced over samples and pixels) in square workgroup tiles (64, or 32 or 16 for groups with fewer channels)
-//! with the reduction split into chunks, whose partial sums `shaders/reduce_splits.wgsl` adds in a fixed order:
-//! deterministic, no atomics.
+//! with the reduction split into chunks. `shaders/grad_weight_rows.wgsl` ([`RowsKernel`]): for strided problems
+//! with few input channels per group, a kernel row's taps from one pass over their grad_output rows. Both write
+//! partial sums that `shaders/reduce_splits.wgsl` adds in a fixed order: deterministic, no atomics.
 
 use crate::error::Result;
 use crate::gpu::buffers::{GpuTensor, InFlight, STORAGE};
@@ -13,6 +14,11 @@ use crate::params::ConvShape;
 
 pub const SHADER_NAME: &str = "grad_weight.wgsl";
 pub const SHADER: &str = include_str!("../../shaders/grad_weight.wgsl");
+/// Which input indices a tap reaches the output from: put in both kernels' modules.
+pub const TAP_RANGE_SHADER_NAME: &str = "tap_range.wgsl";
+const TAP_RANGE: &str = include_str!("../../shaders/tap_range.wgsl");
+pub const ROWS_SHADER_NAME: &str = "grad_weight_rows.wgsl";
+pub const ROWS_SHADER: &str = include_str!("../../shaders/grad_weight_rows.wgsl");
 pub const REDUCE_SHADER_NAME: &str = "reduce_splits.wgsl";
 pub const REDUCE_SHADER: &str = include_str!("../../shaders/reduce_splits.wgsl");
 /// The tile sizes (channels per workgroup tile on each side, `TILE` in the shader), and pixels per K step (`BK`).
@@ -41,6 +47,15 @@ struct SliceUniform {
     chunk: u32,
     dispatch_width: u32,
     _pad: u32,
+}
+
+/// The uniform block `Params` of `shaders/grad_weight_rows.wgsl`, field for field.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct RowsUniform {
+    n_count: u32,
+    dispatch_width: u32,
+    _pad: [u32; 2],
 }
 
 #[repr(C)]
@@ -98,7 +113,93 @@ pub fn source(tile: usize) -> String {
         }
     }
     let body = SHADER.replace("//#ACC_DECL\n", &decl).replace("//#MATH\n", &math).replace("//#EPILOGUE\n", &epilogue);
-    format!("const TILE: u32 = {tile}u;\nconst TN: u32 = {tn}u;\n{body}")
+    format!("const TILE: u32 = {tile}u;\nconst TN: u32 = {tn}u;\n{body}\n{TAP_RANGE}")
+}
+
+/// The layout of `shaders/grad_weight_rows.wgsl` for a shape: vec4s of input channels per group (`cig4`), output
+/// channels per workgroup (`ocb`; the workgroup has `ocb` x `kernel_w` invocations), input rows per partial-sum
+/// slot (`rb`) and x columns staged at once (`xw`). Everything the generated source depends on, so that it names
+/// the module.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowsKernel {
+    pub cig4: usize,
+    pub ocb: usize,
+    pub kernel_w: usize,
+    pub rb: usize,
+    pub xw: usize,
+}
+
+/// The widest per-tap GEMM tile (`tile_for`) whose shapes the rows kernel takes instead. On the H100
+/// (docs/PERFORMANCE.md, i5) it took kb75's backward (8 x 16 channels per group: the 16-wide tile, 16 invocations
+/// per workgroup) from 2.56 to 1.90 ms, and made kb81's (32 x 64: the 64-wide tile) slower, 0.80 -> 1.12.
+const ROWS_MAX_TILE: usize = 16;
+/// The most invocations of a rows workgroup.
+const ROWS_MAX_THREADS: usize = 256;
+/// Input rows per partial-sum slot before the slots' size asks for more.
+const ROWS_MIN_RB: usize = 4;
+
+impl RowsKernel {
+    /// Where the rows kernel serves instead of the per-tap GEMM: a stride above 1 (where each tap's GEMM reads its
+    /// own strided subset of grad_output) on groups small enough for the GEMM's 16-wide tile (`ROWS_MAX_TILE`: at
+    /// most 16 input and output channels), x and grad_output each in one binding (`chunks`: 1 each), and its
+    /// workgroup and partial sums within `limits` and `partial_cap` bytes.
+    pub fn for_shape(shape: &ConvShape, chunks: [usize; 2], limits: &wgpu::Limits, partial_cap: u64) -> Option<Self> {
+        let (cig, cog, [k_h, k_w]) = (shape.in_per_group(), shape.out_per_group(), shape.kernel);
+        let small = tile_for(shape) <= ROWS_MAX_TILE;
+        if shape.stride == [1, 1] || !small || chunks != [1, 1] || shape.batch == 0 || k_w > ROWS_MAX_THREADS {
+            return None;
+        }
+        let cig4 = cig.div_ceil(4);
+        let max_threads = ROWS_MAX_THREADS.min(limits.max_compute_invocations_per_workgroup as usize);
+        let ocb = cog.min(max_threads / k_w);
+        let xw = shape.in_hw[1].min(256).min(limits.max_compute_workgroup_storage_size as usize / (16 * cig4));
+        if ocb == 0 || xw == 0 {
+            return None;
+        }
+        let elems = (shape.in_channels * cog * k_h * k_w) as u64;
+        let mut rb = ROWS_MIN_RB;
+        while (shape.batch * shape.in_hw[0].div_ceil(rb)) as u64 * elems * 4 > partial_cap {
+            if rb >= shape.in_hw[0] {
+                return None;
+            }
+            rb *= 2;
+        }
+        Some(RowsKernel { cig4, ocb, kernel_w: k_w, rb, xw })
+    }
+
+    /// Partial-sum slots: one per sample and block of `rb` input rows.
+    fn slots(&self, shape: &ConvShape) -> usize {
+        shape.batch * shape.in_hw[0].div_ceil(self.rb)
+    }
+
+    /// Workgroups of the dispatch.
+    fn workgroups(&self, shape: &ConvShape) -> usize {
+        self.slots(shape) * shape.groups * shape.out_per_group().div_ceil(self.ocb) * shape.kernel[0]
+    }
+
+    /// The shader: `shaders/grad_weight_rows.wgsl` with this layout's constants in front.
+    pub fn source(&self) -> String {
+        format!(
+            "const CIG4: u32 = {}u;\nconst OCB: u32 = {}u;\nconst RB: u32 = {}u;\nconst XW: u32 = {}u;\nconst THREADS: u32 = {}u;\n{ROWS_SHADER}\n{TAP_RANGE}",
+            self.cig4,
+            self.ocb,
+            self.rb,
+            self.xw,
+            self.ocb * self.kernel_w
+        )
+    }
+}
+
+/// Bytes of partial sums a call may keep: `MAX_PARTIAL_BYTES`, at least one weight's, within one binding.
+fn partial_cap(ctx: &GpuContext, elems: usize) -> u64 {
+    MAX_PARTIAL_BYTES.max(elems as u64 * 4).min(ctx.binding_limit())
+}
+
+/// The rows kernel's layout where it computes grad_weight for `shape` on `ctx` with x and grad_output in `chunks`
+/// bindings ([`RowsKernel::for_shape`]); `None` where the per-tap GEMM does.
+pub fn rows_kernel(ctx: &GpuContext, shape: &ConvShape, chunks: [usize; 2]) -> Option<RowsKernel> {
+    let elems = shape.weight_dims().iter().product();
+    RowsKernel::for_shape(shape, chunks, &ctx.device.limits(), partial_cap(ctx, elems))
 }
 
 /// (splits, pixels per split) for `pixels` pixels of reduction per tap over `tiles` workgroup tiles, with at
@@ -119,23 +220,41 @@ pub(crate) fn encode(
     pass: &mut wgpu::ComputePass<'_>,
     in_flight: &mut InFlight,
 ) -> Result<()> {
-    let slices = plan(shape, input, grad_output);
-    let accumulate = slices.len() > 1;
     let gw = grad_weight.single_buffer("grad_weight", ctx)?;
     let consts = crate::gpu::grad_input::constants(shape)?;
     let checks = ctx.options().shader_checks;
+    let elems = grad_weight.numel();
+    let partial_cap = partial_cap(ctx, elems);
+    let reduce_module = ctx.module(REDUCE_SHADER_NAME, REDUCE_SHADER)?;
+    let reduce = ctx.pipeline(format!("reduce_splits {checks:?}"), &reduce_module, &[])?;
+    let chunks = [input.chunks().len(), grad_output.chunks().len()];
+    if let Some(rows) = rows_kernel(ctx, shape, chunks) {
+        return ctx.scoped(|| {
+            let name = format!("grad_weight_rows {rows:?}");
+            let module = ctx.module_with(&name, || rows.source())?;
+            let pipeline = ctx.pipeline(format!("{name} {checks:?} {consts:?}"), &module, &consts)?;
+            let slots = rows.slots(shape);
+            let partial = in_flight.keep(ctx.pool.get(&ctx.device, (slots * elems * 4) as u64, STORAGE));
+            let g = grid(ctx, rows.workgroups(shape));
+            let u = RowsUniform { n_count: shape.batch as u32, dispatch_width: g.0, _pad: [0; 2] };
+            let (x, go) = (&input.chunks()[0].buffer, &grad_output.chunks()[0].buffer);
+            dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &[x, go, &partial], g);
+            let g = grid(ctx, elems.div_ceil(REDUCE_WORKGROUP_SIZE));
+            let r = ReduceUniform { elems: elems as u32, splits: slots as u32, accumulate: 0, dispatch_width: g.0 };
+            dispatch_buffers(ctx, pass, &reduce, bytemuck::bytes_of(&r), &[&partial, gw], g);
+            Ok(())
+        });
+    }
+    let slices = plan(shape, input, grad_output);
+    let accumulate = slices.len() > 1;
     let tile = tile_for(shape);
     let name = format!("grad_weight_{tile}");
     let module = ctx.module_with(&name, || source(tile))?;
     let gemm = ctx.pipeline(format!("{name} {checks:?} {consts:?}"), &module, &consts)?;
-    let reduce_module = ctx.module(REDUCE_SHADER_NAME, REDUCE_SHADER)?;
-    let reduce = ctx.pipeline(format!("reduce_splits {checks:?}"), &reduce_module, &[])?;
 
     let taps = shape.kernel[0] * shape.kernel[1];
-    let elems = grad_weight.numel();
     let tiles = shape.groups * shape.in_per_group().div_ceil(tile) * shape.out_per_group().div_ceil(tile) * taps;
     let target_workgroups = TARGET_INVOCATIONS / invocations(tile);
-    let partial_cap = MAX_PARTIAL_BYTES.max(elems as u64 * 4).min(ctx.binding_limit());
     let max_splits = (partial_cap / (elems as u64 * 4)) as usize;
     ctx.scoped(|| {
         for s in &slices {

@@ -230,6 +230,16 @@ pub fn shader_sources() -> Vec<(&'static str, String, String)> {
             .iter()
             .map(|&t| (grad_weight::SHADER_NAME, format!("grad_weight_{t}"), grad_weight::source(t))),
     );
+    // The rows kernel of grad_weight at two layouts (kb75's and kb81's): its constants are prepended per shape.
+    v.extend([(2, 16, 5), (8, 64, 3)].map(|(cig4, ocb, kernel_w)| {
+        let k = grad_weight::RowsKernel { cig4, ocb, kernel_w, rb: 4, xw: 128 };
+        (grad_weight::ROWS_SHADER_NAME, format!("grad_weight_rows {k:?}"), k.source())
+    }));
+    v.push((
+        grad_weight::TAP_RANGE_SHADER_NAME,
+        format!("{} + {}", grad_weight::TAP_RANGE_SHADER_NAME, grad_weight::SHADER_NAME),
+        grad_weight::source(grad_weight::TILES[0]),
+    ));
     v.extend(rows::VARIANTS.iter().map(|r| (rows::SHADER_NAME, r.name(), r.source())));
     // What the gather kernels share has no entry point of its own: it is validated inside a kernel that uses it.
     v.push((

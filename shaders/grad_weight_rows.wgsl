@@ -1,0 +1,154 @@
+// grad_weight_rows.wgsl: the gradient of conv_transpose2d with respect to its weight for strided problems whose
+// groups have few channels (at most 16 x 16: kb75), by rows: each workgroup reads the grad_output rows of one kernel
+// row kh for a block of input rows once and accumulates every kernel column's products from them.
+//
+// What it computes: partial[slot][ic][oc][tap] = sum over the block's input rows ih, the columns iw and, for tap
+// (kh, kw), the output pixel oh = ih*S_H - P_H + kh*D_H, ow = iw*S_W - P_W + kw*D_W where it lies inside the output,
+// of x[n, ic, ih, iw] * grad_output[n, g*Cog + oc, oh, ow]; one slot per sample and block of RB input rows.
+// shaders/reduce_splits.wgsl then adds the slots in a fixed order (deterministic, no atomics), as it does for
+// shaders/grad_weight.wgsl.
+//
+// Why this form. shaders/grad_weight.wgsl runs one GEMM per tap, and at a stride above 1 each tap reads its own
+// strided subset of grad_output: on kb75 (stride 2 x 3, dilation 2 x 1) its 15 taps all read the same half of the
+// rows, every 32-byte sector of them, and its groups of 8 x 16 channels take 16-invocation tiles; grad_weight took
+// 1.6 of the backward's 2.54 ms (docs/PERFORMANCE.md, i4). Here a kernel row's taps share one pass over their
+// grad_output rows: the lanes of one output channel read neighbouring columns (kernel columns D_W apart) through L1.
+// On the H100 this took kb75's backward from 2.56 to 1.90 ms; on kb81's groups of 32 x 64 channels the per-tap
+// GEMM's 64-wide register tiles stayed faster (0.80 ms against 1.12), so the host gives this kernel only the shapes
+// the GEMM would run with its 16-wide tile (src/gpu/grad_weight.rs, `RowsKernel::for_shape`; i5).
+//
+// Mapping: a workgroup takes (sample n, block of RB input rows, kernel row kh, group g, block of OCB output
+// channels), kh fastest so that the workgroups reading overlapping grad_output rows (other kernel rows, same input
+// rows) run together and share them through L2. Invocation (oc, kw), kw fastest, keeps CIG4 vec4 accumulators:
+// its sums for the group's input channels. For each input row, the x row (the group's channels, XW columns at a
+// time) is staged in workgroup memory as [iw][ic / 4] (loaded along the row, coalesced); each invocation then
+// walks the staged columns its tap reaches the output from, loads UNROLL grad_output values at a time and
+// multiply-adds them with the staged x values (one load at a time, in a loop that tested each column, it ran
+// kb75's backward in 4.0 ms).
+//
+// The host prepends CIG4 (vec4s of input channels per group, zero-padded), OCB, RB, XW and THREADS = OCB * K_W
+// (src/gpu/grad_weight.rs, `RowsKernel`), appends shaders/tap_range.wgsl, and binds whole tensors (one binding
+// each: the host uses this kernel only where they fit).
+
+override C_IN: u32;
+override C_OUT: u32;
+override GROUPS: u32;
+override IN_H: u32;
+override IN_W: u32;
+override OUT_H: u32;
+override OUT_W: u32;
+override K_H: u32;
+override K_W: u32;
+override S_H: u32;
+override S_W: u32;
+override P_H: u32;
+override P_W: u32;
+override D_H: u32;
+override D_W: u32;
+
+struct Params {
+    n_count: u32,
+    dispatch_width: u32,
+    _pad0: u32,
+    _pad1: u32,
+}
+
+@group(0) @binding(0) var<uniform> u: Params;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> grad_out: array<f32>;
+@group(0) @binding(3) var<storage, read_write> partial: array<f32>;
+
+var<workgroup> xs: array<vec4<f32>, XW * CIG4>; // [iw - c0][ic / 4]
+
+// Columns of grad_output a lane loads before it multiplies.
+const UNROLL: u32 = 8u;
+
+@compute @workgroup_size(THREADS)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let cig = C_IN / GROUPS;
+    let cog = C_OUT / GROUPS;
+    let oc_blocks = (cog + OCB - 1u) / OCB;
+    let row_blocks = (IN_H + RB - 1u) / RB;
+    let wg = wid.y * u.dispatch_width + wid.x;
+    if (wg >= u.n_count * row_blocks * GROUPS * oc_blocks * K_H) {
+        return; // the grid's last row: the whole workgroup leaves, before any barrier
+    }
+    let kh = wg % K_H;
+    let ob = (wg / K_H) % oc_blocks;
+    let group = (wg / (K_H * oc_blocks)) % GROUPS;
+    let slot = wg / (K_H * oc_blocks * GROUPS); // n * row_blocks + the row block
+    let n = slot / row_blocks;
+    let ih0 = (slot % row_blocks) * RB;
+
+    let kw = lid % K_W;
+    let oc = ob * OCB + lid / K_W; // within the group
+    let has_oc = oc < cog;
+    let cols = axis_range(kw, S_W, P_W, D_W, IN_W, OUT_W); // the input columns whose kw tap lands in the output
+    var acc: array<vec4<f32>, CIG4>;
+
+    for (var r = 0u; r < RB; r++) {
+        let ih = ih0 + r;
+        // The output row of (ih, kh): oh = ih*S_H + kh*D_H - P_H, when inside the output (the same for the
+        // whole workgroup).
+        let oh_p = ih * S_H + kh * D_H;
+        if (ih >= IN_H || oh_p < P_H || oh_p - P_H >= OUT_H) {
+            continue;
+        }
+        let go_row = ((n * C_OUT + group * cog + oc) * OUT_H + oh_p - P_H) * OUT_W;
+        let x_row = ((n * C_IN + group * cig) * IN_H + ih) * IN_W;
+        for (var c0 = 0u; c0 < IN_W; c0 += XW) {
+            workgroupBarrier(); // the last chunk's staged values are read
+            // Stage x[n, group's channels, ih, c0 .. c0 + XW) as [iw][ic / 4], zero past the row and the channels.
+            for (var i = lid; i < XW * CIG4 * 4u; i += THREADS) {
+                let col = i % XW;
+                let ic = i / XW;
+                var v = 0.0;
+                if (ic < cig && c0 + col < IN_W) {
+                    v = x[x_row + ic * IN_H * IN_W + c0 + col];
+                }
+                xs[col * CIG4 + ic / 4u][ic % 4u] = v;
+            }
+            workgroupBarrier();
+            if (has_oc) {
+                // The chunk's columns whose ow = iw*S_W + kw*D_W - P_W lies inside the output, UNROLL at a time:
+                // their grad_output loads issued together, then the multiply-adds (one load at a time left the loop
+                // waiting on each: docs/PERFORMANCE.md, i5).
+                let lo = max(cols.x, c0);
+                let hi = min(cols.y, c0 + XW);
+                var iw = lo;
+                for (; iw + UNROLL <= hi; iw += UNROLL) {
+                    var g: array<f32, UNROLL>;
+                    for (var j = 0u; j < UNROLL; j++) {
+                        g[j] = grad_out[go_row + (iw + j) * S_W + kw * D_W - P_W];
+                    }
+                    for (var j = 0u; j < UNROLL; j++) {
+                        for (var q = 0u; q < CIG4; q++) {
+                            acc[q] += xs[(iw + j - c0) * CIG4 + q] * g[j];
+                        }
+                    }
+                }
+                for (; iw < hi; iw++) {
+                    let g = grad_out[go_row + iw * S_W + kw * D_W - P_W];
+                    for (var q = 0u; q < CIG4; q++) {
+                        acc[q] += xs[(iw - c0) * CIG4 + q] * g;
+                    }
+                }
+            }
+        }
+    }
+
+    // Slot `slot` of the scratch buffer, [ic][oc][tap] with ic in global numbering: every value of this workgroup's
+    // (group, channel block, kernel row) part, zero where no row of the block reaches the output.
+    if (has_oc) {
+        let taps = K_H * K_W;
+        let tap = kh * K_W + kw;
+        for (var q = 0u; q < CIG4; q++) {
+            for (var e = 0u; e < 4u; e++) {
+                let ic = 4u * q + e;
+                if (ic < cig) {
+                    partial[((slot * C_IN + group * cig + ic) * cog + oc) * taps + tap] = acc[q][e];
+                }
+            }
+        }
+    }
+}
