@@ -207,6 +207,11 @@ fn mse_gradient_on_the_gpu_is_two_over_n_times_the_difference() {
     assert!(s.non_finite == 0 && s.rel_l2 <= common::F32_TOLERANCE, "{s:?}");
 }
 
+/// Parameters from stride, padding, output padding, dilation and groups.
+fn params(s: [i64; 2], pad: [i64; 2], op: [i64; 2], d: [i64; 2], g: i64) -> convt::ConvTranspose2dParams {
+    convt::ConvTranspose2dParams { stride: s, padding: pad, output_padding: op, dilation: d, groups: g }
+}
+
 /// A problem with a bias and fresh random tensors.
 fn with_bias(input: &[usize], weight: &[usize], params: convt::ConvTranspose2dParams) -> Problem {
     Problem { input: input.to_vec(), weight: weight.to_vec(), bias: true, params, seed: common::fresh_seed() }
@@ -244,13 +249,7 @@ fn strided_grad_input_runs_on_every_gemm_tile() {
     // convolution, which the GEMM kernel runs as one sampled phase. Each exact GEMM tile forced, and the heuristic
     // (which takes the GEMM on these channel counts), against the float64 reference; H != W and channel counts
     // that leave partial tiles.
-    let p = |s: [i64; 2], pad: [i64; 2], op: [i64; 2], d: [i64; 2], g: i64| convt::ConvTranspose2dParams {
-        stride: s,
-        padding: pad,
-        output_padding: op,
-        dilation: d,
-        groups: g,
-    };
+    let p = params;
     let cases = [
         // up2x-like: 3x3, stride 2, padding 1, output_padding 1.
         (vec![2, 40, 6, 9], vec![40, 24, 3, 3], p([2, 2], [1, 1], [1, 1], [1, 1], 1)),
@@ -326,13 +325,7 @@ fn grad_weight_rows_kernel_takes_strided_problems_with_few_channels() {
     // 16 channels, 300 columns); padding beyond dilation * (kernel - 1), so that some input rows reach no output
     // row; output padding; a stride along one axis only; a batch of 3 and input rows that leave a partial block of
     // rows. Wider groups go to the per-tap GEMM.
-    let p = |s: [i64; 2], pad: [i64; 2], op: [i64; 2], d: [i64; 2], g: i64| convt::ConvTranspose2dParams {
-        stride: s,
-        padding: pad,
-        output_padding: op,
-        dilation: d,
-        groups: g,
-    };
+    let p = params;
     let cases = [
         (vec![2, 32, 6, 9], vec![32, 16, 3, 5], p([2, 3], [1, 2], [0, 0], [2, 1], 4)),
         (vec![2, 16, 5, 7], vec![16, 16, 3, 3], p([5, 5], [1, 1], [0, 0], [2, 2], 1)),
