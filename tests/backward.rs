@@ -332,13 +332,15 @@ fn grad_weight_rows_kernel_takes_strided_problems_with_few_channels() {
         (vec![3, 6, 7, 5], vec![6, 5, 2, 3], p([2, 2], [0, 1], [1, 1], [1, 1], 2)),
         (vec![1, 16, 3, 300], vec![16, 8, 2, 2], p([1, 2], [0, 0], [0, 1], [1, 1], 1)),
         (vec![2, 5, 9, 4], vec![5, 7, 2, 3], p([3, 1], [4, 1], [0, 0], [1, 2], 1)),
+        // A kernel 20 columns wide: 12 output channels per workgroup (256 invocations at most), so blocks of 12 and 4.
+        (vec![1, 4, 3, 30], vec![4, 16, 2, 20], p([2, 2], [0, 0], [0, 0], [1, 1], 1)),
     ];
+    let wider = p([2, 2], [0, 0], [0, 0], [1, 1], 1).resolve(&[1, 32, 4, 4], &[32, 32, 3, 3], None).unwrap();
+    assert_eq!(convt::gpu::grad_weight::rows_kernel(common::ctx(), &wider, [1, 1]), None, "32 channels per group");
     for (input, weight, params) in cases {
         let shape = params.resolve(&input, &weight, None).unwrap();
         let rows = convt::gpu::grad_weight::rows_kernel(common::ctx(), &shape, [1, 1]);
         assert!(rows.is_some(), "the rows kernel does not take {shape:?}");
-        let wider = convt::ConvTranspose2dParams { groups: 1, ..params }.resolve(&[1, 32, 4, 4], &[32, 32, 3, 3], None);
-        assert_eq!(convt::gpu::grad_weight::rows_kernel(common::ctx(), &wider.unwrap(), [1, 1]), None);
         for bias in [true, false] {
             let prob = Problem { bias, ..with_bias(&input, &weight, params) };
             check(common::ctx(), &prob).unwrap_or_else(|e| panic!("{rows:?}: {e}"));

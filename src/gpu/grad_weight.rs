@@ -150,7 +150,9 @@ impl RowsKernel {
             return None;
         }
         let cig4 = cig.div_ceil(4);
-        let max_threads = ROWS_MAX_THREADS.min(limits.max_compute_invocations_per_workgroup as usize);
+        let max_threads = ROWS_MAX_THREADS
+            .min(limits.max_compute_invocations_per_workgroup as usize)
+            .min(limits.max_compute_workgroup_size_x as usize);
         let ocb = cog.min(max_threads / k_w);
         let xw = shape.in_hw[1].min(256).min(limits.max_compute_workgroup_storage_size as usize / (16 * cig4));
         if ocb == 0 || xw == 0 {
@@ -188,6 +190,16 @@ impl RowsKernel {
             self.ocb * self.kernel_w
         )
     }
+}
+
+/// A scratch buffer for `values` partial sums, kept until the call's submission; filled with NaN where the context
+/// poisons outputs, so that a slot element no workgroup writes shows in the reduced gradient.
+fn partial_sums(ctx: &GpuContext, in_flight: &mut InFlight, values: usize) -> wgpu::Buffer {
+    let partial = in_flight.keep(ctx.pool.get(&ctx.device, (values * 4) as u64, STORAGE));
+    if ctx.options().poison_outputs {
+        ctx.queue.write_buffer(&partial, 0, &vec![0xff; values * 4]); // 0xffffffff is an f32 NaN
+    }
+    partial
 }
 
 /// Bytes of partial sums a call may keep: `MAX_PARTIAL_BYTES`, at least one weight's, within one binding.
@@ -234,7 +246,7 @@ pub(crate) fn encode(
             let module = ctx.module_with(&name, || rows.source())?;
             let pipeline = ctx.pipeline(format!("{name} {checks:?} {consts:?}"), &module, &consts)?;
             let slots = rows.slots(shape);
-            let partial = in_flight.keep(ctx.pool.get(&ctx.device, (slots * elems * 4) as u64, STORAGE));
+            let partial = partial_sums(ctx, in_flight, slots * elems);
             let g = grid(ctx, rows.workgroups(shape));
             let u = RowsUniform { n_count: shape.batch as u32, dispatch_width: g.0, _pad: [0; 2] };
             let (x, go) = (&input.chunks()[0].buffer, &grad_output.chunks()[0].buffer);
@@ -261,7 +273,7 @@ pub(crate) fn encode(
             // Every tap's pixels lie in the slice's samples x the input plane.
             let pixels = s.samples.len() * shape.in_hw[0] * shape.in_hw[1];
             let (splits, chunk) = split_k(pixels, tiles, max_splits, target_workgroups);
-            let partial = in_flight.keep(ctx.pool.get(&ctx.device, (splits * elems * 4) as u64, STORAGE));
+            let partial = partial_sums(ctx, in_flight, splits * elems);
             let g = grid(ctx, tiles * splits);
             let u = SliceUniform {
                 n_count: s.samples.len() as u32,
@@ -296,6 +308,39 @@ pub(crate) fn encode(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rows_kernel_takes_strided_small_groups_within_the_limits() {
+        let shape = |stride: i64, cin: usize, cout: usize, groups: i64, in_hw: [usize; 2], kernel: [usize; 2]| {
+            let params = crate::ConvTranspose2dParams::default().stride(stride).groups(groups);
+            let weight = [cin, cout / groups as usize, kernel[0], kernel[1]];
+            params.resolve(&[2, cin, in_hw[0], in_hw[1]], &weight, None).unwrap()
+        };
+        let limits = wgpu::Limits::default(); // 256 invocations, 16 KiB of workgroup memory
+        let cap = MAX_PARTIAL_BYTES;
+        // kb75's groups of 8 x 16 channels: two vec4s of input channels, every output channel in one workgroup.
+        let kb75 = shape(2, 32, 64, 4, [128, 256], [3, 5]);
+        let k = RowsKernel::for_shape(&kb75, [1, 1], &limits, cap).unwrap();
+        assert_eq!(k, RowsKernel { cig4: 2, ocb: 16, kernel_w: 5, rb: ROWS_MIN_RB, xw: 256 });
+        // Stride 1, groups wider than the 16-wide tile, or tensors in several bindings: the per-tap GEMM.
+        assert_eq!(RowsKernel::for_shape(&shape(1, 16, 16, 1, [8, 8], [3, 3]), [1, 1], &limits, cap), None);
+        assert_eq!(RowsKernel::for_shape(&shape(2, 32, 32, 1, [8, 8], [3, 3]), [1, 1], &limits, cap), None);
+        assert_eq!(RowsKernel::for_shape(&kb75, [2, 1], &limits, cap), None);
+        // A wide kernel: output channels per workgroup so that it keeps at most 256 invocations; the staged columns
+        // within the workgroup memory (16 channels: 64 bytes per column).
+        let wide = shape(2, 16, 16, 1, [4, 600], [2, 20]);
+        let k = RowsKernel::for_shape(&wide, [1, 1], &limits, cap).unwrap();
+        assert_eq!((k.ocb, k.ocb * k.kernel_w, k.xw), (12, 240, 256));
+        let small = wgpu::Limits { max_compute_workgroup_storage_size: 4096, ..limits.clone() };
+        assert_eq!(RowsKernel::for_shape(&wide, [1, 1], &small, cap).unwrap().xw, 64);
+        // Partial sums: more input rows per slot until the slots fit the cap, none where even one slot per sample
+        // does not.
+        let elems = (kb75.in_channels * 16 * 15 * 4) as u64;
+        let slots = |rb: usize| (2 * 128usize.div_ceil(rb)) as u64;
+        let k = RowsKernel::for_shape(&kb75, [1, 1], &limits, slots(16) * elems).unwrap();
+        assert_eq!(k.rb, 16);
+        assert_eq!(RowsKernel::for_shape(&kb75, [1, 1], &limits, elems), None);
+    }
 
     #[test]
     fn split_k_covers_every_pixel_once_within_the_limits() {

@@ -230,9 +230,10 @@ pub fn shader_sources() -> Vec<(&'static str, String, String)> {
             .iter()
             .map(|&t| (grad_weight::SHADER_NAME, format!("grad_weight_{t}"), grad_weight::source(t))),
     );
-    // The rows kernel of grad_weight at two layouts (kb75's and kb81's): its constants are prepended per shape.
-    v.extend([(2, 16, 5), (8, 64, 3)].map(|(cig4, ocb, kernel_w)| {
-        let k = grad_weight::RowsKernel { cig4, ocb, kernel_w, rb: 4, xw: 128 };
+    // The rows kernel of grad_weight at kb75's layout and at the largest `RowsKernel::for_shape` makes (256
+    // invocations, 16 KiB of staged x): its constants are prepended per shape.
+    v.extend([(2, 16, 5, 256), (4, 16, 16, 256)].map(|(cig4, ocb, kernel_w, xw)| {
+        let k = grad_weight::RowsKernel { cig4, ocb, kernel_w, rb: 4, xw };
         (grad_weight::ROWS_SHADER_NAME, format!("grad_weight_rows {k:?}"), k.source())
     }));
     v.push((
