@@ -20,6 +20,9 @@
 // fixed order. No atomics: the result is the same bit for bit on every run. The workgroups of one chunk (every
 // tap and channel tile) are neighbours in the grid, so they share the chunk's loads through L2.
 //
+// The host appends shaders/tap_range.wgsl (`axis_range`: a tap's input rows and columns that reach the output),
+// which shaders/grad_weight_rows.wgsl shares.
+//
 // Large tensors arrive in slices (src/gpu/plan.rs, x read with grad_output): a dispatch covers samples
 // [0, n_count) of the bound chunks, x channels [ic_begin, ic_end) and grad_output channels [oc_begin, oc_end);
 // channels outside the slice contribute zero to its slots.
