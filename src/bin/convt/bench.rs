@@ -256,18 +256,17 @@ impl Prepared {
         slot: Option<(&GpuTimer, u32)>,
     ) -> Result<()> {
         let (weight, bias, params) = (&self.weight, self.bias.as_ref(), &self.case.params);
-        match (&self.outputs, &set.grad_output, candidate) {
-            (Outputs::Forward(output), _, Some(Candidate::Forward(strategy))) => {
+        let backward = |grads: &GpuGradients, kernel: Option<GradInputKernel>| -> Result<()> {
+            let Some(go) = &set.grad_output else { bail!("backward input sets carry a grad_output") };
+            conv_transpose2d_backward_with(ctx, kernel, &set.input, weight, bias, go, params, grads, slot)?;
+            Ok(())
+        };
+        match (&self.outputs, candidate) {
+            (Outputs::Forward(output), Some(Candidate::Forward(strategy))) => {
                 conv_transpose2d_with(ctx, strategy, &set.input, weight, bias, params, output, slot)?
             }
-            (Outputs::Backward(grads), Some(go), None | Some(Candidate::GradInput(_))) => {
-                let kernel = match candidate {
-                    Some(Candidate::GradInput(k)) => Some(k),
-                    _ => None,
-                };
-                conv_transpose2d_backward_with(ctx, kernel, &set.input, weight, bias, go, params, grads, slot)?;
-            }
-            (Outputs::Backward(_), None, _) => bail!("backward input sets carry a grad_output"),
+            (Outputs::Backward(grads), None) => backward(grads, None)?,
+            (Outputs::Backward(grads), Some(Candidate::GradInput(kernel))) => backward(grads, Some(kernel))?,
             _ => bail!("a forward strategy times the forward, a grad_input kernel the backward"),
         }
         Ok(())
