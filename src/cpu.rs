@@ -6,13 +6,12 @@
 //! position lies inside the output; then the bias is added. The gradients follow from the same form: each term
 //! `x * w` sends `grad_output` at its output position back to `x` (weighted by `w`) and to `w` (weighted by `x`).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use crate::error::Result;
 use crate::gradients::Gradients;
 use crate::params::{ConvShape, ConvTranspose2dParams};
-use crate::tensor::Tensor;
+use crate::tensor::{filled_vec, to_f32_vec, Tensor};
 
 /// `conv_transpose2d` on the CPU in f64, rounded to f32 at the end. Validates exactly like the GPU path.
 pub fn conv_transpose2d(
@@ -22,23 +21,24 @@ pub fn conv_transpose2d(
     params: &ConvTranspose2dParams,
 ) -> Result<Tensor> {
     let shape = params.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?;
-    let out = conv_transpose2d_f64(&shape, input.data(), weight.data(), bias.map(|b| b.data()));
-    Tensor::new(shape.output_dims_as_given(), out.into_iter().map(|v| v as f32).collect())
+    let out = conv_transpose2d_f64(&shape, input.data(), weight.data(), bias.map(|b| b.data()))?;
+    Tensor::new(shape.output_dims_as_given(), to_f32_vec(&out, || "the output".into())?)
 }
 
 /// Runs `task(i, chunk)` for every `chunk_len`-long chunk `i` of `out`, spread over the machine's cores. Each
 /// task owns its chunk.
 fn par_chunks(out: &mut [f64], chunk_len: usize, task: impl Fn(usize, &mut [f64]) + Sync) {
-    let chunks: Vec<Mutex<&mut [f64]>> = out.chunks_mut(chunk_len.max(1)).map(Mutex::new).collect();
-    let next = AtomicUsize::new(0);
-    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(chunks.len().max(1));
+    let count = out.len().div_ceil(chunk_len.max(1));
+    // The chunks are handed out one at a time from a shared iterator (no list of them is made: its size would
+    // grow with the output's). The lock is held only to take the next chunk.
+    let chunks = Mutex::new(out.chunks_mut(chunk_len.max(1)).enumerate());
+    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(count.max(1));
     std::thread::scope(|scope| {
         for _ in 0..threads {
             scope.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(chunk) = chunks.get(i) else { break };
-                // Each chunk is taken by one task only; the lock is never contended.
-                task(i, &mut chunk.lock().unwrap_or_else(|e| e.into_inner()));
+                let next = chunks.lock().unwrap_or_else(|e| e.into_inner()).next();
+                let Some((i, chunk)) = next else { break };
+                task(i, chunk);
             });
         }
     });
@@ -54,11 +54,16 @@ fn out_index(shape: &ConvShape, axis: usize, i: usize, k: usize) -> Option<usize
 
 /// The reference in f64 for an already validated problem: the output, `[N, Cout, Ho, Wo]` flattened.
 /// One task per output plane `(n, output channel)`.
-pub fn conv_transpose2d_f64(shape: &ConvShape, input: &[f32], weight: &[f32], bias: Option<&[f32]>) -> Vec<f64> {
+pub fn conv_transpose2d_f64(
+    shape: &ConvShape,
+    input: &[f32],
+    weight: &[f32],
+    bias: Option<&[f32]>,
+) -> Result<Vec<f64>> {
     let [h, w] = shape.in_hw;
     let [ho, wo] = shape.out_hw;
     let [kh_n, kw_n] = shape.kernel;
-    let mut out = vec![0f64; shape.batch * shape.out_channels * ho * wo];
+    let mut out = filled_vec(shape.batch * shape.out_channels * ho * wo, 0f64, || "the f64 reference output".into())?;
     par_chunks(&mut out, ho * wo, |task, dst| {
         let (n, co) = (task / shape.out_channels, task % shape.out_channels);
         let (g, oc) = (co / shape.out_per_group(), co % shape.out_per_group());
@@ -79,7 +84,7 @@ pub fn conv_transpose2d_f64(shape: &ConvShape, input: &[f32], weight: &[f32], bi
             }
         }
     });
-    out
+    Ok(out)
 }
 
 /// The three gradients of `conv_transpose2d` given the gradient of its output, on the CPU in f64, rounded to
@@ -93,26 +98,29 @@ pub fn conv_transpose2d_backward(
 ) -> Result<Gradients> {
     let shape = params.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?;
     shape.check_grad_output(grad_output.shape())?;
-    let to_f32 = |v: Vec<f64>| v.into_iter().map(|v| v as f32).collect::<Vec<f32>>();
-    let gi = grad_input_f64(&shape, grad_output.data(), weight.data());
-    let gw = grad_weight_f64(&shape, input.data(), grad_output.data());
-    Ok(Gradients {
-        grad_input: Tensor::new(shape.input_dims_as_given(), to_f32(gi))?,
-        grad_weight: Tensor::new(shape.weight_dims(), to_f32(gw))?,
-        grad_bias: bias
-            .map(|_| Tensor::new(vec![shape.out_channels], to_f32(grad_bias_f64(&shape, grad_output.data()))))
-            .transpose()?,
-    })
+    let gi = grad_input_f64(&shape, grad_output.data(), weight.data())?;
+    let grad_input = Tensor::new(shape.input_dims_as_given(), to_f32_vec(&gi, || "grad_input".into())?)?;
+    drop(gi);
+    let gw = grad_weight_f64(&shape, input.data(), grad_output.data())?;
+    let grad_weight = Tensor::new(shape.weight_dims(), to_f32_vec(&gw, || "grad_weight".into())?)?;
+    let grad_bias = match bias {
+        Some(_) => {
+            let gb = grad_bias_f64(&shape, grad_output.data())?;
+            Some(Tensor::new(vec![shape.out_channels], to_f32_vec(&gb, || "grad_bias".into())?)?)
+        }
+        None => None,
+    };
+    Ok(Gradients { grad_input, grad_weight, grad_bias })
 }
 
 /// `grad_input[n, ic, ih, iw]` = sum over the output channels `oc` of `ic`'s group and the taps `(kh, kw)` that
 /// land inside the output of `grad_output[n, oc, ih*sH - pH + kh*dH, iw*sW - pW + kw*dW] * w[ic, oc, kh, kw]`:
 /// the derivative of the scatter form with respect to each input element. `[N, Cin, H, W]` flattened.
-pub fn grad_input_f64(shape: &ConvShape, grad_output: &[f32], weight: &[f32]) -> Vec<f64> {
+pub fn grad_input_f64(shape: &ConvShape, grad_output: &[f32], weight: &[f32]) -> Result<Vec<f64>> {
     let [h, w] = shape.in_hw;
     let [ho, wo] = shape.out_hw;
     let [kh_n, kw_n] = shape.kernel;
-    let mut gi = vec![0f64; shape.batch * shape.in_channels * h * w];
+    let mut gi = filled_vec(shape.batch * shape.in_channels * h * w, 0f64, || "the f64 reference grad_input".into())?;
     par_chunks(&mut gi, h * w, |task, dst| {
         let (n, ic) = (task / shape.in_channels, task % shape.in_channels);
         let g = ic / shape.in_per_group();
@@ -133,18 +141,18 @@ pub fn grad_input_f64(shape: &ConvShape, grad_output: &[f32], weight: &[f32]) ->
             }
         }
     });
-    gi
+    Ok(gi)
 }
 
 /// `grad_weight[ic, oc, kh, kw]` = sum over samples and input pixels whose tap `(kh, kw)` lands inside the output
 /// of `x[n, ic, ih, iw] * grad_output[n, g*Cog + oc, ih*sH - pH + kh*dH, iw*sW - pW + kw*dW]`.
 /// `[Cin, Cout/groups, kH, kW]` flattened.
-pub fn grad_weight_f64(shape: &ConvShape, input: &[f32], grad_output: &[f32]) -> Vec<f64> {
+pub fn grad_weight_f64(shape: &ConvShape, input: &[f32], grad_output: &[f32]) -> Result<Vec<f64>> {
     let [h, w] = shape.in_hw;
     let [ho, wo] = shape.out_hw;
     let [kh_n, kw_n] = shape.kernel;
     let row = shape.out_per_group() * kh_n * kw_n;
-    let mut gw = vec![0f64; shape.in_channels * row];
+    let mut gw = filled_vec(shape.in_channels * row, 0f64, || "the f64 reference grad_weight".into())?;
     par_chunks(&mut gw, row, |ic, dst| {
         let g = ic / shape.in_per_group();
         for n in 0..shape.batch {
@@ -168,20 +176,20 @@ pub fn grad_weight_f64(shape: &ConvShape, input: &[f32], grad_output: &[f32]) ->
             }
         }
     });
-    gw
+    Ok(gw)
 }
 
 /// `grad_bias[co]` = the sum of `grad_output[n, co, :, :]` over samples and pixels. `[Cout]`.
-pub fn grad_bias_f64(shape: &ConvShape, grad_output: &[f32]) -> Vec<f64> {
+pub fn grad_bias_f64(shape: &ConvShape, grad_output: &[f32]) -> Result<Vec<f64>> {
     let plane = shape.out_hw[0] * shape.out_hw[1];
-    (0..shape.out_channels)
-        .map(|co| {
-            (0..shape.batch)
-                .flat_map(|n| &grad_output[(n * shape.out_channels + co) * plane..][..plane])
-                .map(|&v| v as f64)
-                .sum()
-        })
-        .collect()
+    let mut gb = filled_vec(shape.out_channels, 0f64, || "the f64 reference grad_bias".into())?;
+    for (co, acc) in gb.iter_mut().enumerate() {
+        *acc = (0..shape.batch)
+            .flat_map(|n| &grad_output[(n * shape.out_channels + co) * plane..][..plane])
+            .map(|&v| v as f64)
+            .sum();
+    }
+    Ok(gb)
 }
 
 /// One output element in f64 by the gather form, written independently of [`conv_transpose2d_f64`]: a tap

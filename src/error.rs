@@ -81,8 +81,19 @@ pub enum ConvtError {
     Gpu(String),
     #[error("shader `{name}` failed to validate: {message}")]
     Shader { name: String, message: String },
+    #[error(
+        "not enough host memory for {what}: it needs {bytes} bytes{}",
+        available.map_or(String::new(), |a| format!(", and about {a} bytes are available"))
+    )]
+    HostOutOfMemory { what: String, bytes: u128, available: Option<u64> },
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
+    #[error("cannot write {path}: {source}")]
+    Write { path: PathBuf, source: std::io::Error },
+    #[error("{path} exists and is not a regular file ({kind}): convt writes its outputs to regular files only")]
+    NotARegularFile { path: PathBuf, kind: String },
+    #[error("{path} is the same file as the input {input}: write the output to another path")]
+    SameFileAsInput { path: PathBuf, input: PathBuf },
     #[error("{path}: not a valid safetensors file: {message}")]
     TensorFile { path: PathBuf, message: String },
     #[error("{path}: tensor `{name}` not found (found: {found})")]

@@ -1,45 +1,95 @@
 //! Reading and writing named f32 tensors in safetensors files (the format PyTorch users exchange weights in).
+//!
+//! Reading maps the file into memory and checks its header (length, JSON, every tensor's dtype, shape and data
+//! offsets against the file's size) before any tensor data is read; a tensor's values are copied out only when
+//! it is asked for, so a file far larger than memory costs nothing but the tensors taken from it.
+//!
+//! Writing never destroys what it was not asked to write ([`OutputFile`]): the target must be a regular file or
+//! not exist yet, must not be one of the inputs, and is replaced only once the new contents are complete.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use safetensors::tensor::{Dtype, SafeTensorError, SafeTensors, TensorView};
+use safetensors::tensor::{Dtype, SafeTensorError, SafeTensors};
 
 use crate::error::{ConvtError, Result};
-use crate::tensor::Tensor;
+use crate::tensor::{filled_vec, Tensor};
 
-/// The tensors of one file, by name, and the file's string metadata.
-#[derive(Debug, Clone, Default)]
+/// A safetensors file whose header has been checked; its tensors are read on demand.
+#[derive(Debug)]
 pub struct TensorFile {
-    pub tensors: BTreeMap<String, Tensor>,
-    pub metadata: HashMap<String, String>,
+    path: PathBuf,
+    bytes: FileBytes,
+    /// Where the data section starts in `bytes`.
+    data_start: usize,
+    /// name -> (shape, data offsets within the data section), every one f32 and within the file.
+    entries: BTreeMap<String, (Vec<usize>, (usize, usize))>,
+    metadata: HashMap<String, String>,
+}
+
+/// A file's bytes: mapped for a regular file, read for anything else (a pipe, a device).
+#[derive(Debug)]
+enum FileBytes {
+    Mapped(memmap2::Mmap),
+    Owned(Vec<u8>),
+}
+
+impl std::ops::Deref for FileBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            FileBytes::Mapped(m) => m,
+            FileBytes::Owned(v) => v,
+        }
+    }
 }
 
 impl TensorFile {
-    /// Reads every tensor of a safetensors file; all of them must be f32.
+    /// Opens a safetensors file and checks its header; every tensor must be f32. A regular file is mapped into
+    /// memory, not read: only the tensors later taken with [`Self::get`] are read. (Changing the file while it
+    /// is open is not supported, as with any memory-mapped reader.)
     pub fn load(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|source| ConvtError::Io { path: path.into(), source })?;
-        Self::from_bytes(&bytes, path)
+        let io = |source| ConvtError::Io { path: path.into(), source };
+        let mut file = File::open(path).map_err(io)?;
+        let meta = file.metadata().map_err(io)?;
+        let bytes = if meta.is_file() && meta.len() > 0 {
+            // SAFETY: the map is only read, and lives as long as this value; the file is not changed by convt
+            // while mapped (a change by another process is the documented exception of every mapped reader).
+            FileBytes::Mapped(unsafe { memmap2::Mmap::map(&file) }.map_err(io)?)
+        } else {
+            FileBytes::Owned(read_declared(&mut file, path)?)
+        };
+        Self::parse(bytes, path)
     }
 
-    /// Parses safetensors bytes; `path` only names the source in errors. Every tensor must be f32; a file that
-    /// breaks the format is a [`ConvtError::TensorFile`] whose message names the offending values (header
-    /// length, tensor, dtype, shape, data offsets, file size).
+    /// Parses safetensors bytes held in memory; `path` only names the source in errors. Every tensor must be
+    /// f32; a file that breaks the format is a [`ConvtError::TensorFile`] whose message names the offending
+    /// values (header length, tensor, dtype, shape, data offsets, file size).
     pub fn from_bytes(bytes: &[u8], path: &Path) -> Result<Self> {
-        let bad = |e: SafeTensorError| ConvtError::TensorFile { path: path.into(), message: explain(bytes, &e) };
-        // The reader checks the header: lengths, JSON, and that the data offsets tile the data section exactly,
-        // each tensor's span matching its dtype and shape.
-        let parsed = SafeTensors::read_metadata(bytes);
+        let mut owned = filled_vec(bytes.len(), 0u8, || format!("a copy of {}", path.display()))?;
+        owned.copy_from_slice(bytes);
+        Self::parse(FileBytes::Owned(owned), path)
+    }
+
+    fn parse(bytes: FileBytes, path: &Path) -> Result<Self> {
+        let bad = |e: SafeTensorError| ConvtError::TensorFile { path: path.into(), message: explain(&bytes, &e) };
+        // The reader checks the header only: lengths, JSON, and that the data offsets tile the data section
+        // exactly, each tensor's span matching its dtype and shape. No tensor data is touched.
+        let parsed = SafeTensors::read_metadata(&bytes);
         // JSON allows a key twice and the reader keeps the last: a file naming one tensor twice is ambiguous.
-        if let Some(name) = repeated_name(bytes) {
+        if let Some(name) = repeated_name(&bytes) {
             return Err(ConvtError::TensorFile {
                 path: path.into(),
                 message: format!("the header names tensor `{name}` more than once"),
             });
         }
         let (header_len, header) = parsed.map_err(bad)?;
-        let data = &bytes[8 + header_len..];
+        let data_start = 8 + header_len;
+        let data_len = bytes.len() - data_start;
         // By name, so that the first non-f32 tensor reported is the same on every run.
         let mut infos: Vec<_> = header.tensors().into_iter().collect();
         infos.sort_by(|a, b| a.0.cmp(&b.0));
@@ -50,53 +100,329 @@ impl TensorFile {
                 dtype: format!("{:?}", info.dtype),
             });
         }
-        let mut tensors = BTreeMap::new();
+        let mut entries = BTreeMap::new();
         for (name, info) in infos {
             let (start, end) = info.data_offsets;
-            let raw = data.get(start..end).ok_or_else(|| bad(SafeTensorError::InvalidOffset(name.clone())))?;
-            let values: Vec<f32> = raw.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
-            tensors.insert(name, Tensor::new(info.shape.clone(), values)?);
+            if start > end || end > data_len {
+                return Err(bad(SafeTensorError::InvalidOffset(name)));
+            }
+            entries.insert(name, (info.shape.clone(), info.data_offsets));
         }
         let metadata = header.metadata().clone().unwrap_or_default();
-        Ok(Self { tensors, metadata })
+        Ok(Self { path: path.into(), bytes, data_start, entries, metadata })
     }
 
-    /// The tensor called `name`, or an error listing what the file holds.
-    pub fn get(&self, name: &str, path: &Path) -> Result<&Tensor> {
-        self.tensors.get(name).ok_or_else(|| ConvtError::MissingTensor {
-            path: path.into(),
+    /// The tensor called `name`, read from the file now, or an error listing what the file holds.
+    pub fn get(&self, name: &str) -> Result<Tensor> {
+        let (shape, (start, end)) = self.entries.get(name).ok_or_else(|| ConvtError::MissingTensor {
+            path: self.path.clone(),
             name: name.into(),
-            found: self.tensors.keys().cloned().collect::<Vec<_>>().join(", "),
-        })
+            found: self.names().collect::<Vec<_>>().join(", "),
+        })?;
+        let raw = &self.bytes[self.data_start + start..self.data_start + end];
+        let mut values = filled_vec(raw.len() / 4, 0f32, || format!("tensor `{name}` of {}", self.path.display()))?;
+        for (v, b) in values.iter_mut().zip(raw.chunks_exact(4)) {
+            *v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        }
+        Tensor::new(shape.clone(), values)
     }
 
-    /// Removes and returns the tensor called `name`, if present.
-    pub fn take(&mut self, name: &str) -> Option<Tensor> {
-        self.tensors.remove(name)
+    /// The tensor called `name` if the file has one.
+    pub fn get_optional(&self, name: &str) -> Result<Option<Tensor>> {
+        self.contains(name).then(|| self.get(name)).transpose()
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.entries.contains_key(name)
+    }
+
+    /// The tensors' names, in order.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.entries.keys().map(String::as_str)
+    }
+
+    /// How many tensors the file holds.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The size of tensor `name`, if the file has it (from the header; no data is read).
+    pub fn shape(&self, name: &str) -> Option<&[usize]> {
+        self.entries.get(name).map(|(shape, _)| shape.as_slice())
+    }
+
+    /// The file's string metadata (`__metadata__`).
+    pub fn metadata(&self) -> &HashMap<String, String> {
+        &self.metadata
+    }
+
+    /// The path the file was opened from.
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 }
 
-/// Writes named f32 tensors (and optional metadata) to a safetensors file.
+/// Reads a safetensors stream that cannot be mapped (a pipe, a device): its header first (at most
+/// [`MAX_HEADER_BYTES`]), then only as many data bytes as the header declares, so an endless or oversized
+/// stream is refused by its header instead of filling memory.
+fn read_declared(file: &mut File, path: &Path) -> Result<Vec<u8>> {
+    let io = |source| ConvtError::Io { path: path.into(), source };
+    let mut bytes = Vec::new();
+    Read::by_ref(file).take(8).read_to_end(&mut bytes).map_err(io)?;
+    let Ok(len8) = <[u8; 8]>::try_from(bytes.as_slice()) else { return Ok(bytes) };
+    let header_len = u64::from_le_bytes(len8);
+    if header_len > MAX_HEADER_BYTES {
+        return Ok(bytes); // the parser names the length
+    }
+    Read::by_ref(file).take(header_len).read_to_end(&mut bytes).map_err(io)?;
+    let declared = header_entries(&bytes, header_len).iter().map(|t| t.offsets.1 as u64).max().unwrap_or(0);
+    let want = usize::try_from(declared).unwrap_or(usize::MAX);
+    let mut data = filled_vec(want, 0u8, || format!("the data of {}", path.display()))?;
+    let mut got = 0;
+    while got < want {
+        match file.read(&mut data[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(io(e)),
+        }
+    }
+    data.truncate(got);
+    bytes.try_reserve_exact(data.len()).map_err(|_| ConvtError::HostOutOfMemory {
+        what: format!("the data of {}", path.display()),
+        bytes: (bytes.len() + data.len()) as u128,
+        available: None,
+    })?;
+    bytes.extend_from_slice(&data);
+    // One more byte than declared is enough to tell the parser the file is longer than its header says.
+    let mut extra = [0u8; 1];
+    if got == want && file.read(&mut extra).map_err(io)? == 1 {
+        bytes.push(extra[0]);
+    }
+    Ok(bytes)
+}
+
+/// Writes named f32 tensors (and optional metadata) to a safetensors file, through [`OutputFile`]: `path` must
+/// be a regular file or not exist yet, and is replaced only once the new file is complete.
 pub fn save_tensors(
     path: impl AsRef<Path>,
     tensors: &[(&str, &Tensor)],
     metadata: Option<HashMap<String, String>>,
 ) -> Result<()> {
-    let path = path.as_ref();
-    let bytes: Vec<(String, Vec<u8>, Vec<usize>)> = tensors
-        .iter()
-        .map(|(name, t)| (name.to_string(), bytemuck::cast_slice(t.data()).to_vec(), t.shape().to_vec()))
-        .collect();
-    let views = bytes
-        .iter()
-        .map(|(name, data, shape)| {
-            TensorView::new(Dtype::F32, shape.clone(), data)
-                .map(|v| (name.clone(), v))
-                .map_err(|e| ConvtError::TensorFile { path: path.into(), message: e.to_string() })
+    OutputFile::create(path.as_ref(), &[])?.write_tensors(tensors, metadata)
+}
+
+/// An output file being written. [`OutputFile::create`] checks the target before any work is done; the new
+/// contents go to a temporary file in the target's directory, which replaces the target (keeping its mode and,
+/// where allowed, its owner; a new file's mode follows the umask) only when complete. Dropped unfinished, it
+/// removes its temporary file and leaves the target as it was.
+#[derive(Debug)]
+pub struct OutputFile {
+    /// The path as the user gave it (named in errors).
+    path: PathBuf,
+    /// The regular file to replace or create: `path` with its links resolved.
+    target: PathBuf,
+    tmp: PathBuf,
+    file: Option<File>,
+}
+
+impl OutputFile {
+    /// Checks that `path` can take the output, and creates its temporary file. Refused: a `path` that exists
+    /// and is not a regular file (a device, a pipe, a directory, a link to one), one that is the same file as
+    /// any of `inputs` (compared by resolved path and by file identity, so links are caught), and one whose
+    /// directory does not exist or cannot be written.
+    pub fn create(path: &Path, inputs: &[&Path]) -> Result<Self> {
+        let write_err = |source| ConvtError::Write { path: path.into(), source };
+        let name = path.file_name().ok_or_else(|| {
+            write_err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "the path does not name a file"))
+        })?;
+        let existing = match std::fs::metadata(path) {
+            Ok(meta) => Some(meta),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if std::fs::symlink_metadata(path).is_ok() {
+                    return Err(ConvtError::NotARegularFile { path: path.into(), kind: "a dangling link".into() });
+                }
+                None
+            }
+            Err(e) => return Err(write_err(e)),
+        };
+        let target = match &existing {
+            Some(meta) if !meta.is_file() => {
+                return Err(ConvtError::NotARegularFile { path: path.into(), kind: file_kind(meta) });
+            }
+            Some(_) => std::fs::canonicalize(path).map_err(write_err)?,
+            None => {
+                let dir = match path.parent() {
+                    Some(d) if !d.as_os_str().is_empty() => d,
+                    _ => Path::new("."),
+                };
+                std::fs::canonicalize(dir).map_err(write_err)?.join(name)
+            }
+        };
+        for input in inputs {
+            let same_path = std::fs::canonicalize(input).is_ok_and(|p| p == target);
+            let same_file = match (&existing, std::fs::metadata(input)) {
+                (Some(out), Ok(inp)) => same_identity(out, &inp),
+                _ => false,
+            };
+            if same_path || same_file {
+                return Err(ConvtError::SameFileAsInput { path: path.into(), input: input.to_path_buf() });
+            }
+        }
+        let dir = target.parent().unwrap_or(Path::new("/"));
+        let (tmp, file) = create_temporary(dir, name).map_err(write_err)?;
+        let out = Self { path: path.into(), target, tmp, file: Some(file) };
+        if let Some(meta) = &existing {
+            out.take_over_attributes(meta).map_err(write_err)?;
+        }
+        Ok(out)
+    }
+
+    /// The path the output will be written to, as given.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Writes the tensors as a safetensors file (little-endian f32, in the order given) and puts it in place.
+    pub fn write_tensors(self, tensors: &[(&str, &Tensor)], metadata: Option<HashMap<String, String>>) -> Result<()> {
+        let mut header = serde_json::Map::new();
+        let mut offset = 0usize;
+        for (name, t) in tensors {
+            let bytes = t.numel() * 4;
+            let entry =
+                serde_json::json!({"dtype": "F32", "shape": t.shape(), "data_offsets": [offset, offset + bytes]});
+            if *name == "__metadata__" || header.insert(name.to_string(), entry).is_some() {
+                return Err(ConvtError::InvalidArgument(format!(
+                    "cannot write tensor name `{name}` twice or as a name"
+                )));
+            }
+            offset += bytes;
+        }
+        if let Some(m) = metadata {
+            header.insert("__metadata__".into(), serde_json::json!(m));
+        }
+        let mut text = serde_json::to_vec(&header).map_err(|e| ConvtError::InvalidArgument(e.to_string()))?;
+        // The data section starts 8-byte aligned, as safetensors' own writer pads it.
+        text.resize(text.len().next_multiple_of(8), b' ');
+        self.write_with(|w| {
+            w.write_all(&(text.len() as u64).to_le_bytes())?;
+            w.write_all(&text)?;
+            for (_, t) in tensors {
+                if cfg!(target_endian = "little") {
+                    w.write_all(bytemuck::cast_slice(t.data()))?;
+                } else {
+                    for v in t.data() {
+                        w.write_all(&v.to_le_bytes())?;
+                    }
+                }
+            }
+            Ok(())
         })
-        .collect::<Result<Vec<_>>>()?;
-    safetensors::serialize_to_file(views, metadata, path)
-        .map_err(|e| ConvtError::TensorFile { path: path.into(), message: e.to_string() })
+    }
+
+    /// Writes `bytes` as the whole file and puts it in place.
+    pub fn write_bytes(self, bytes: &[u8]) -> Result<()> {
+        self.write_with(|w| w.write_all(bytes))
+    }
+
+    fn write_with(mut self, body: impl FnOnce(&mut BufWriter<&File>) -> std::io::Result<()>) -> Result<()> {
+        let file = self.file.take().expect("an OutputFile is written once");
+        let result = (|| {
+            let mut w = BufWriter::new(&file);
+            body(&mut w)?;
+            w.flush()?;
+            drop(w);
+            file.sync_all()?;
+            drop(file);
+            std::fs::rename(&self.tmp, &self.target)
+        })();
+        result.map_err(|source| ConvtError::Write { path: self.path.clone(), source })?;
+        self.tmp = PathBuf::new(); // renamed: nothing left to remove
+        Ok(())
+    }
+
+    /// Gives the temporary file the replaced file's permissions and (where the process may) its owner.
+    fn take_over_attributes(&self, meta: &std::fs::Metadata) -> std::io::Result<()> {
+        let file = self.file.as_ref().expect("open until written");
+        file.set_permissions(meta.permissions())?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            let mine = file.metadata()?;
+            if (mine.uid(), mine.gid()) != (meta.uid(), meta.gid()) {
+                // Only a privileged process may give a file away; otherwise the new file is the writer's.
+                let _ = std::os::unix::fs::fchown(file, Some(meta.uid()), Some(meta.gid()));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for OutputFile {
+    fn drop(&mut self) {
+        if !self.tmp.as_os_str().is_empty() {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
+}
+
+/// A new file beside the target, hidden and unique to this process, created only if no such file exists.
+fn create_temporary(dir: &Path, name: &std::ffi::OsStr) -> std::io::Result<(PathBuf, File)> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    loop {
+        let mut tmp_name = std::ffi::OsString::from(".");
+        tmp_name.push(name);
+        tmp_name.push(format!(".{}-{}.convt-tmp", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed)));
+        let tmp = dir.join(tmp_name);
+        match OpenOptions::new().write(true).create_new(true).open(&tmp) {
+            Ok(f) => return Ok((tmp, f)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Whether two existing paths are the same file (device and inode on Unix; elsewhere the resolved paths decide).
+fn same_identity(a: &std::fs::Metadata, b: &std::fs::Metadata) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        a.dev() == b.dev() && a.ino() == b.ino()
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (a, b);
+        false
+    }
+}
+
+/// What kind of file `meta` describes, in words.
+fn file_kind(meta: &std::fs::Metadata) -> String {
+    if meta.is_dir() {
+        return "a directory".into();
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        let t = meta.file_type();
+        if t.is_char_device() {
+            return "a character device".into();
+        }
+        if t.is_block_device() {
+            return "a block device".into();
+        }
+        if t.is_fifo() {
+            return "a named pipe".into();
+        }
+        if t.is_socket() {
+            return "a socket".into();
+        }
+    }
+    "not a regular file".into()
 }
 
 /// The largest header the safetensors reader accepts (its own `MAX_HEADER_SIZE`).

@@ -223,19 +223,14 @@ impl ConvTranspose2d {
         Self::from_tensor_file(TensorFile::load(path)?, prefix, options, path)
     }
 
-    fn from_tensor_file(
-        mut file: TensorFile,
-        prefix: &str,
-        options: ConvTranspose2dOptions,
-        path: &Path,
-    ) -> Result<Self> {
+    fn from_tensor_file(file: TensorFile, prefix: &str, options: ConvTranspose2dOptions, path: &Path) -> Result<Self> {
         let bad = |message: String| ConvtError::StateDict { path: path.into(), message };
         let weight_key = format!("{prefix}weight");
         let bias_key = format!("{prefix}bias");
-        let weight = file.get(&weight_key, path)?.clone();
-        let bias = file.take(&bias_key);
+        let weight = file.get(&weight_key)?;
+        let bias = file.get_optional(&bias_key)?;
         if prefix.is_empty() {
-            let extra: Vec<&String> = file.tensors.keys().filter(|k| **k != weight_key).collect();
+            let extra: Vec<&str> = file.names().filter(|k| *k != weight_key && *k != bias_key).collect();
             if !extra.is_empty() {
                 return Err(bad(format!(
                     "unexpected tensors {extra:?} (an nn.ConvTranspose2d has only weight and bias)"

@@ -27,7 +27,7 @@ impl Tensor {
     pub fn zeros(shape: impl Into<Vec<usize>>) -> Result<Self> {
         let shape = shape.into();
         let n = checked_numel(&shape)?;
-        Ok(Self { shape, data: vec![0.0; n] })
+        Ok(Self { data: filled_vec(n, 0.0, || format!("a tensor of size {shape:?}"))?, shape })
     }
 
     /// Independent draws from U(low, high), reproducible from `seed`.
@@ -35,7 +35,8 @@ impl Tensor {
         let shape = shape.into();
         let n = checked_numel(&shape)?;
         let mut rng = StdRng::seed_from_u64(seed);
-        let data = (0..n).map(|_| rng.random_range(low..high)).collect();
+        let mut data = filled_vec(n, 0.0, || format!("a tensor of size {shape:?}"))?;
+        data.iter_mut().for_each(|v| *v = rng.random_range(low..high));
         Ok(Self { shape, data })
     }
 
@@ -59,6 +60,41 @@ impl Tensor {
     pub fn reshape(self, shape: impl Into<Vec<usize>>) -> Result<Self> {
         Self::new(shape, self.data)
     }
+}
+
+/// A vector of `len` copies of `value`, or [`ConvtError::HostOutOfMemory`] naming `what` when the host cannot hold
+/// it. Every host buffer whose size comes from the user's shapes or files is made here: an infallible allocation
+/// of that size would abort the process instead of returning an error, and on Linux a size beyond the memory
+/// available would be granted lazily and end in the out-of-memory killer.
+pub(crate) fn filled_vec<T: Clone>(len: usize, value: T, what: impl Fn() -> String) -> Result<Vec<T>> {
+    let bytes = len as u128 * std::mem::size_of::<T>() as u128;
+    let available = available_host_memory();
+    let refuse = || ConvtError::HostOutOfMemory { what: what(), bytes, available };
+    if available.is_some_and(|a| bytes > a as u128) {
+        return Err(refuse());
+    }
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|_| refuse())?;
+    v.resize(len, value);
+    Ok(v)
+}
+
+/// f64 values rounded to f32, in a fallibly allocated vector.
+pub(crate) fn to_f32_vec(values: &[f64], what: impl Fn() -> String) -> Result<Vec<f32>> {
+    let mut out = filled_vec(values.len(), 0f32, what)?;
+    out.iter_mut().zip(values).for_each(|(o, &v)| *o = v as f32);
+    Ok(out)
+}
+
+/// The memory the host can still give, in bytes (Linux: `MemAvailable` plus free swap), where the system says.
+fn available_host_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let field = |name: &str| -> Option<u64> {
+        let line = info.lines().find(|l| l.starts_with(name))?;
+        let kib: u64 = line[name.len()..].trim().trim_end_matches("kB").trim().parse().ok()?;
+        Some(kib.saturating_mul(1024))
+    };
+    Some(field("MemAvailable:")?.saturating_add(field("SwapFree:").unwrap_or(0)))
 }
 
 /// How far a result is from a reference: the measures `convt verify` prints and the tests assert.

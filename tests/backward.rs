@@ -31,10 +31,10 @@ fn check(ctx: &GpuContext, p: &Problem) -> Result<(), TestCaseError> {
     let g = convt::gpu::conv_transpose2d_backward_host(ctx, &x, &w, b.as_ref(), &go, &p.params).unwrap();
     prop_assert_eq!(g.grad_input.shape(), &shape.input_dims_as_given()[..]);
     prop_assert_eq!(g.grad_weight.shape(), &shape.weight_dims()[..]);
-    close("grad_input", &g.grad_input, &cpu::grad_input_f64(&shape, go.data(), w.data()), p)?;
-    close("grad_weight", &g.grad_weight, &cpu::grad_weight_f64(&shape, x.data(), go.data()), p)?;
+    close("grad_input", &g.grad_input, &cpu::grad_input_f64(&shape, go.data(), w.data()).unwrap(), p)?;
+    close("grad_weight", &g.grad_weight, &cpu::grad_weight_f64(&shape, x.data(), go.data()).unwrap(), p)?;
     match (&g.grad_bias, &b) {
-        (Some(gb), Some(_)) => close("grad_bias", gb, &cpu::grad_bias_f64(&shape, go.data()), p)?,
+        (Some(gb), Some(_)) => close("grad_bias", gb, &cpu::grad_bias_f64(&shape, go.data()).unwrap(), p)?,
         (None, None) => {}
         _ => prop_assert!(false, "grad_bias present iff the bias is"),
     }
@@ -81,18 +81,18 @@ proptest! {
         // forward reference, which tests/fixtures.rs checks against PyTorch.
         let shape: ConvShape = p.shape();
         let (x, w, b, go) = operands(&p);
-        let y = cpu::conv_transpose2d_f64(&shape, x.data(), w.data(), None);
+        let y = cpu::conv_transpose2d_f64(&shape, x.data(), w.data(), None).unwrap();
         let go64: Vec<f64> = go.data().iter().map(|&v| v as f64).collect();
         let lhs: f64 = y.iter().zip(&go64).map(|(a, b)| a * b).sum();
-        let via_input = dot(x.data(), &cpu::grad_input_f64(&shape, go.data(), w.data()));
-        let via_weight = dot(w.data(), &cpu::grad_weight_f64(&shape, x.data(), go.data()));
+        let via_input = dot(x.data(), &cpu::grad_input_f64(&shape, go.data(), w.data()).unwrap());
+        let via_weight = dot(w.data(), &cpu::grad_weight_f64(&shape, x.data(), go.data()).unwrap());
         let scale = 1.0 + y.iter().map(|v| v.abs()).sum::<f64>();
         prop_assert!((lhs - via_input).abs() <= 1e-9 * scale, "<y,go> {} vs <x,gi> {} for {:?}", lhs, via_input, p);
         prop_assert!((lhs - via_weight).abs() <= 1e-9 * scale, "<y,go> {} vs <w,gw> {} for {:?}", lhs, via_weight, p);
         if let Some(b) = &b {
-            let with_bias = cpu::conv_transpose2d_f64(&shape, x.data(), w.data(), Some(b.data()));
+            let with_bias = cpu::conv_transpose2d_f64(&shape, x.data(), w.data(), Some(b.data())).unwrap();
             let lhs_b: f64 = with_bias.iter().zip(&go64).map(|(a, b)| a * b).sum::<f64>() - lhs;
-            let via_bias = dot(b.data(), &cpu::grad_bias_f64(&shape, go.data()));
+            let via_bias = dot(b.data(), &cpu::grad_bias_f64(&shape, go.data()).unwrap());
             prop_assert!((lhs_b - via_bias).abs() <= 1e-9 * scale, "bias: {} vs {} for {:?}", lhs_b, via_bias, p);
         }
     }
@@ -151,7 +151,7 @@ fn grad_bias_is_exact_to_f32_when_its_terms_nearly_cancel() {
     go.iter_mut().for_each(|v| *v = (*v as f64 - mean) as f32);
     go[0] += 0.01;
     let go = Tensor::new(shape.output_dims(), go).unwrap();
-    let reference = cpu::grad_bias_f64(&shape, go.data());
+    let reference = cpu::grad_bias_f64(&shape, go.data()).unwrap();
     let magnitudes: f64 = go.data().iter().map(|&v| (v as f64).abs()).sum();
     assert!(
         reference[0].abs() < 1e-3 * magnitudes,

@@ -5,8 +5,10 @@
 
 mod common;
 
+use common::cli::{assert_no_panic, convt, convt_fails, convt_ok, convt_with_env, describe, s, text};
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 use convt::io::{save_tensors, TensorFile};
 use convt::{ErrorStats, Tensor};
@@ -15,88 +17,14 @@ use convt::{ErrorStats, Tensor};
 // Helpers
 // ---------------------------------------------------------------------------------------------------------
 
-/// Runs `convt` with `args`. RUST_BACKTRACE=1 so that a panic or an error carrying a backtrace would show it;
-/// RUST_LOG unset so the tool's own default (warnings only) applies.
-fn convt(args: &[&str]) -> Output {
-    convt_with_env(args, &[], &[])
-}
-
-/// [`convt`] with the variables `set` set and those in `remove` removed from its environment.
-fn convt_with_env(args: &[&str], set: &[(&str, &Path)], remove: &[&str]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_convt"));
-    cmd.args(args).env_remove("RUST_LOG").env("RUST_BACKTRACE", "1");
-    for (k, v) in set {
-        cmd.env(k, v);
-    }
-    for k in remove {
-        cmd.env_remove(k);
-    }
-    if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
-        cmd.env("XDG_RUNTIME_DIR", std::env::temp_dir());
-    }
-    cmd.output().expect("convt runs")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn describe(args: &[&str], out: &Output) -> String {
-    format!(
-        "convt {}\nexit: {:?}\nstdout:\n{}\nstderr:\n{}",
-        args.join(" "),
-        out.status.code(),
-        text(&out.stdout),
-        text(&out.stderr)
-    )
-}
-
-/// Runs `convt` and asserts it succeeded.
-#[track_caller]
-fn convt_ok(args: &[&str]) -> Output {
-    let out = convt(args);
-    assert_eq!(out.status.code(), Some(0), "{}", describe(args, &out));
-    assert_no_panic(args, &out);
-    out
-}
-
-#[track_caller]
-fn assert_no_panic(args: &[&str], out: &Output) {
-    let stderr = text(&out.stderr).to_lowercase();
-    assert!(!stderr.contains("panicked") && !stderr.contains("backtrace"), "{}", describe(args, out));
-}
-
-/// Runs `convt` and asserts a clean failure: exit code 2, nothing on stdout, exactly one line on stderr that
-/// starts with `error:` and contains each of `mentions`. Returns that line.
-#[track_caller]
-fn convt_fails(args: &[&str], mentions: &[&str]) -> String {
-    let out = convt(args);
-    let what = describe(args, &out);
-    assert_eq!(out.status.code(), Some(2), "{what}");
-    assert_no_panic(args, &out);
-    assert!(out.stdout.is_empty(), "{what}");
-    let stderr = text(&out.stderr);
-    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(lines.len(), 1, "expected exactly one line on stderr\n{what}");
-    assert!(lines[0].starts_with("error:"), "{what}");
-    for m in mentions {
-        assert!(lines[0].contains(m), "stderr should mention {m:?}\n{what}");
-    }
-    lines[0].to_string()
-}
-
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("UTF-8 path")
 }
 
 /// The fixture's options (its "params" metadata, as tests/fixtures.rs reads it) as `convt` flags.
 fn fixture_flags(file: &TensorFile) -> Vec<String> {
     let meta: serde_json::Value =
-        serde_json::from_str(&file.metadata["params"]).expect("fixture metadata holds params JSON");
+        serde_json::from_str(&file.metadata()["params"]).expect("fixture metadata holds params JSON");
     let pair = |k: &str| -> String {
         let v = meta[k].as_array().expect("pair");
         format!("{},{}", v[0].as_i64().unwrap(), v[1].as_i64().unwrap())
@@ -118,7 +46,7 @@ fn fixture_flags(file: &TensorFile) -> Vec<String> {
 /// The `output` tensor of a file `convt forward` wrote.
 fn read_output(path: &Path) -> Tensor {
     let file = TensorFile::load(path).expect("convt wrote a readable file");
-    file.get("output", path).expect("output tensor").clone()
+    file.get("output").expect("output tensor")
 }
 
 fn rel_l2(result: &Tensor, expected: &Tensor) -> ErrorStats {
@@ -134,7 +62,7 @@ fn rel_l2(result: &Tensor, expected: &Tensor) -> ErrorStats {
 fn forward_matches_fixture(backend: &str) {
     let tensors = fixture("everything.safetensors");
     let file = TensorFile::load(&tensors).unwrap();
-    let expected = file.get("output", &tensors).unwrap();
+    let expected = file.get("output").unwrap();
     let dir = common::TempDir::new(backend);
     let out_path = dir.path("out.safetensors");
     let flags = fixture_flags(&file);
@@ -144,7 +72,7 @@ fn forward_matches_fixture(backend: &str) {
     assert!(text(&out.stderr).contains(&format!("{:?}", expected.shape())), "{}", describe(&args, &out));
 
     let result = read_output(&out_path);
-    let stats = rel_l2(&result, expected);
+    let stats = rel_l2(&result, &expected);
     assert!(
         stats.rel_l2 <= common::F32_TOLERANCE,
         "{backend}: rel L2 {:e} ({} non-finite)",
@@ -354,13 +282,13 @@ fn backward_matches_the_reference(backend: &str) {
     )
     .unwrap();
     let file = run_backward(&dir, &path, backend);
-    let names: Vec<&str> = file.tensors.keys().map(String::as_str).collect();
+    let names: Vec<&str> = file.names().collect();
     assert_eq!(names, ["grad_bias", "grad_input", "grad_weight"]);
     let expected_bias = expected.grad_bias.as_ref().expect("the layer has a bias");
     for (name, want) in
         [("grad_input", &expected.grad_input), ("grad_weight", &expected.grad_weight), ("grad_bias", expected_bias)]
     {
-        let stats = rel_l2(&file.tensors[name], want);
+        let stats = rel_l2(&file.get(name).unwrap(), want);
         assert!(
             stats.rel_l2 <= common::F32_TOLERANCE,
             "{backend} {name}: rel L2 {:e} ({} non-finite)",
@@ -393,10 +321,10 @@ fn backward_without_bias_writes_no_grad_bias() {
     )
     .unwrap();
     let file = run_backward(&dir, &path, "gpu");
-    let names: Vec<&str> = file.tensors.keys().map(String::as_str).collect();
+    let names: Vec<&str> = file.names().collect();
     assert_eq!(names, ["grad_input", "grad_weight"]);
-    assert!(rel_l2(&file.tensors["grad_input"], &expected.grad_input).rel_l2 <= common::F32_TOLERANCE);
-    assert!(rel_l2(&file.tensors["grad_weight"], &expected.grad_weight).rel_l2 <= common::F32_TOLERANCE);
+    assert!(rel_l2(&file.get("grad_input").unwrap(), &expected.grad_input).rel_l2 <= common::F32_TOLERANCE);
+    assert!(rel_l2(&file.get("grad_weight").unwrap(), &expected.grad_weight).rel_l2 <= common::F32_TOLERANCE);
 }
 
 /// `convt backward` on `tensors` with [`BACKWARD_FLAGS`] and `backend` must fail cleanly and write nothing.
@@ -580,7 +508,7 @@ fn forward_at_precision_fast_says_which_kernel_ran() {
     args.extend(["--precision", "fast"]);
     let out = convt_ok(&args);
     assert!(text(&out.stderr).contains("ran "), "{}", describe(&args, &out));
-    let expected = file.get("output", &tensors).unwrap().clone();
+    let expected = file.get("output").unwrap();
     let s = rel_l2(&read_output(&out_path), &expected);
     assert!(s.rel_l2 <= 1e-3, "rel L2 {:e}\n{}", s.rel_l2, describe(&args, &out));
 }

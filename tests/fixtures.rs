@@ -36,9 +36,9 @@ fn load_fixtures() -> Vec<Fixture> {
     paths
         .iter()
         .map(|path| {
-            let mut file = TensorFile::load(path).expect("fixture loads");
+            let file = TensorFile::load(path).expect("fixture loads");
             let meta: serde_json::Value =
-                serde_json::from_str(&file.metadata["params"]).expect("fixture metadata holds params JSON");
+                serde_json::from_str(&file.metadata()["params"]).expect("fixture metadata holds params JSON");
             let pair = |k: &str| -> [i64; 2] {
                 let v = meta[k].as_array().expect("pair");
                 [v[0].as_i64().expect("int"), v[1].as_i64().expect("int")]
@@ -52,16 +52,16 @@ fn load_fixtures() -> Vec<Fixture> {
             };
             Fixture {
                 name: path.file_stem().unwrap().to_string_lossy().into_owned(),
-                input: file.take("input").expect("input"),
-                weight: file.take("weight").expect("weight"),
-                bias: file.take("bias"),
-                expected: file.take("output").expect("output"),
+                input: file.get("input").expect("input"),
+                weight: file.get("weight").expect("weight"),
+                bias: file.get_optional("bias").expect("bias reads"),
+                expected: file.get("output").expect("output"),
                 params,
-                grad_output: file.take("grad_output").expect("grad_output"),
+                grad_output: file.get("grad_output").expect("grad_output"),
                 expected_grads: Gradients {
-                    grad_input: file.take("grad_input").expect("grad_input"),
-                    grad_weight: file.take("grad_weight").expect("grad_weight"),
-                    grad_bias: file.take("grad_bias"),
+                    grad_input: file.get("grad_input").expect("grad_input"),
+                    grad_weight: file.get("grad_weight").expect("grad_weight"),
+                    grad_bias: file.get_optional("grad_bias").expect("grad_bias reads"),
                 },
             }
         })

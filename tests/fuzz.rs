@@ -701,7 +701,7 @@ fn check_accepted(bytes: &[u8], file: &TensorFile) -> Result<(), String> {
         }
         let shape: Vec<usize> = serde_json::from_value(entry["shape"].clone()).map_err(|e| e.to_string())?;
         let offsets: [usize; 2] = serde_json::from_value(entry["data_offsets"].clone()).map_err(|e| e.to_string())?;
-        let t = file.tensors.get(name).ok_or_else(|| format!("tensor `{name}` of the header is missing"))?;
+        let t = file.get(name).map_err(|e| format!("tensor `{name}` of the header does not read: {e}"))?;
         let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).ok_or("accepted an overflowing shape")?;
         if t.shape() != &shape[..] || t.numel() != n || offsets[1].checked_sub(offsets[0]) != Some(4 * n) {
             return Err(format!("tensor `{name}`: shape {shape:?}, offsets {offsets:?}, read {:?}", t.shape()));
@@ -714,8 +714,8 @@ fn check_accepted(bytes: &[u8], file: &TensorFile) -> Result<(), String> {
         }
         spans.push(offsets);
     }
-    if seen != file.tensors.len() {
-        return Err(format!("the header has {seen} tensors, the reader returned {}", file.tensors.len()));
+    if seen != file.len() {
+        return Err(format!("the header has {seen} tensors, the reader returned {}", file.len()));
     }
     spans.sort();
     let mut end = 0;
@@ -739,9 +739,9 @@ fn reader_once(rng: &mut StdRng, corpus: &Corpus, iteration: u64, input: &mut St
             let (bytes, tensors) = &corpus[rng.random_range(0..corpus.len())];
             return match (TensorFile::from_bytes(bytes, path), tensors) {
                 (Ok(f), Some(tensors)) => {
-                    let same = f.tensors.len() == tensors.len()
+                    let same = f.len() == tensors.len()
                         && tensors.iter().all(|(n, t)| {
-                            f.tensors.get(n).is_some_and(|r| {
+                            f.get(n).is_ok_and(|r| {
                                 r.shape() == t.shape()
                                     && r.data().iter().zip(t.data()).all(|(a, b)| a.to_bits() == b.to_bits())
                             })

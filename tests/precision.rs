@@ -49,17 +49,17 @@ fn check_within_f16_rounding(
     b: Option<&Tensor>,
     out: &Tensor,
 ) -> Result<(), String> {
-    let reference = cpu::conv_transpose2d_f64(shape, x.data(), w.data(), b.map(|b| b.data()));
+    let reference = cpu::conv_transpose2d_f64(shape, x.data(), w.data(), b.map(|b| b.data())).unwrap();
     let abs = |t: &Tensor| t.data().iter().map(|v| v.abs()).collect::<Vec<f32>>();
     // The largest finite magnitude, as the kernels' scale sees it, spread over the whole tensor.
     let largest_everywhere = |t: &Tensor| {
         let m = t.data().iter().filter(|v| v.is_finite()).fold(0f32, |m, v| m.max(v.abs()));
         vec![m; t.numel()]
     };
-    let magnitude = cpu::conv_transpose2d_f64(shape, &abs(x), &abs(w), None);
+    let magnitude = cpu::conv_transpose2d_f64(shape, &abs(x), &abs(w), None).unwrap();
     let subnormal = [
-        cpu::conv_transpose2d_f64(shape, &largest_everywhere(x), &abs(w), None),
-        cpu::conv_transpose2d_f64(shape, &abs(x), &largest_everywhere(w), None),
+        cpu::conv_transpose2d_f64(shape, &largest_everywhere(x), &abs(w), None).unwrap(),
+        cpu::conv_transpose2d_f64(shape, &abs(x), &largest_everywhere(w), None).unwrap(),
     ];
     let largest = reference.iter().chain(&magnitude).fold(0f64, |m, v| m.max(v.abs()));
     let per_product = 2.0 * F16_ROUNDOFF * (1.0 + F16_ROUNDOFF);
@@ -206,7 +206,8 @@ fn values_outside_f16_range_keep_their_accuracy() {
             let (x, w) = (scaled(&x, fx), scaled(&w, fw));
             let b = b.map(|b| scaled(&b, fx * fw));
             let (out, ran) = run_fast(ctx, &p, &x, &w, b.as_ref());
-            let reference = cpu::conv_transpose2d_f64(&p.shape(), x.data(), w.data(), b.as_ref().map(|b| b.data()));
+            let reference =
+                cpu::conv_transpose2d_f64(&p.shape(), x.data(), w.data(), b.as_ref().map(|b| b.data())).unwrap();
             let s = ErrorStats::compare(out.data(), &reference);
             assert_eq!(s.non_finite, 0, "{}: x*{fx:e}, w*{fw:e}: non-finite outputs", ran.name());
             assert!(s.rel_l2 <= 1e-3, "{}: x*{fx:e}, w*{fw:e}: rel L2 {:e}", ran.name(), s.rel_l2);
@@ -233,7 +234,7 @@ fn suite_cases_scaled_down_stay_within_1e_3() {
         let x = Tensor::uniform(shape.input_dims(), -1.0, 1.0, seed).unwrap();
         let w = Tensor::uniform(shape.weight_dims(), -1.0, 1.0, seed ^ 1).unwrap();
         let b = c.bias.then(|| Tensor::uniform(vec![shape.out_channels], -1.0, 1.0, seed ^ 2).unwrap());
-        let reference = cpu::conv_transpose2d_f64(&shape, x.data(), w.data(), b.as_ref().map(|b| b.data()));
+        let reference = cpu::conv_transpose2d_f64(&shape, x.data(), w.data(), b.as_ref().map(|b| b.data())).unwrap();
         for ctx in &choices {
             let (out, ran) =
                 gpu::conv_transpose2d_host_as(ctx, Precision::Fast, &x, &w, b.as_ref(), &c.params).unwrap();
@@ -267,7 +268,8 @@ fn non_finite_values_propagate_as_in_the_exact_gemm() {
             &p.params,
         )
         .unwrap();
-        let reference = cpu::conv_transpose2d_f64(&p.shape(), x.data(), w.data(), b.as_ref().map(|b| b.data()));
+        let reference =
+            cpu::conv_transpose2d_f64(&p.shape(), x.data(), w.data(), b.as_ref().map(|b| b.data())).unwrap();
         let (out, ran) = run_fast(common::ctx_with_strategy(k), &p, &x, &w, b.as_ref());
         assert_eq!(ran, k);
         let mut finite = (Vec::new(), Vec::new());

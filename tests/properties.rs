@@ -14,7 +14,7 @@ fn check(ctx: &GpuContext, p: &Problem) -> Result<(), TestCaseError> {
     let (x, w, b) = p.tensors();
     let out = convt::gpu::conv_transpose2d_host(ctx, &x, &w, b.as_ref(), &p.params).unwrap();
     prop_assert_eq!(out.shape(), &shape.output_dims_as_given()[..]);
-    let reference = cpu::conv_transpose2d_f64(&shape, x.data(), w.data(), b.as_ref().map(|b| b.data()));
+    let reference = cpu::conv_transpose2d_f64(&shape, x.data(), w.data(), b.as_ref().map(|b| b.data())).unwrap();
     let s = ErrorStats::compare(out.data(), &reference);
     prop_assert!(s.non_finite == 0, "{} unwritten or non-finite outputs for {:?}", s.non_finite, p);
     prop_assert!(s.rel_l2 <= common::F32_TOLERANCE, "rel L2 {:e} for {:?}", s.rel_l2, p);
@@ -54,7 +54,7 @@ proptest! {
         let shape = p.shape();
         let (x, w, b) = p.tensors();
         let bias = b.as_ref().map(|b| b.data());
-        let scatter = cpu::conv_transpose2d_f64(&shape, x.data(), w.data(), bias);
+        let scatter = cpu::conv_transpose2d_f64(&shape, x.data(), w.data(), bias).unwrap();
         let dims = shape.output_dims();
         let mut i = 0;
         for n in 0..dims[0] { for c in 0..dims[1] { for oh in 0..dims[2] { for ow in 0..dims[3] {

@@ -21,7 +21,7 @@ fn rel_l2(got: &Tensor, expected: &Tensor) -> f64 {
 /// The configuration PyTorch's layer was built with, from the metadata of the exported io file.
 fn torch_config() -> LayerConfig {
     let io = TensorFile::load(fixture("layer_io.safetensors")).unwrap();
-    serde_json::from_str(&io.metadata["config"]).unwrap()
+    serde_json::from_str(&io.metadata()["config"]).unwrap()
 }
 
 fn options_of(c: &LayerConfig) -> ConvTranspose2dOptions {
@@ -42,7 +42,7 @@ fn a_pytorch_state_dict_loads_and_gives_pytorchs_output() {
     let layer = ConvTranspose2d::from_state_dict(fixture("layer.safetensors"), options_of(&config)).unwrap();
     assert_eq!(layer.config(), config, "channels and kernel size read from the weight");
     let io = TensorFile::load(fixture("layer_io.safetensors")).unwrap();
-    let (x, y) = (&io.tensors["input"], &io.tensors["output"]);
+    let (x, y) = (&io.get("input").unwrap(), &io.get("output").unwrap());
     assert!(rel_l2(&layer.forward_cpu(x).unwrap(), y) <= common::F32_TOLERANCE);
     assert!(rel_l2(&layer.forward(common::ctx(), x).unwrap(), y) <= common::F32_TOLERANCE);
 }
@@ -55,9 +55,9 @@ fn save_then_load_round_trips_exactly_with_pytorchs_names_and_config() {
     let path = dir.path("saved.safetensors");
     layer.save_state_dict(&path).unwrap();
     let file = TensorFile::load(&path).unwrap();
-    assert_eq!(file.tensors.keys().collect::<Vec<_>>(), ["bias", "weight"], "exactly PyTorch's keys");
+    assert_eq!(file.names().collect::<Vec<_>>(), ["bias", "weight"], "exactly PyTorch's keys");
     // scripts/state_dict.py rebuilds nn.ConvTranspose2d from this JSON: it must be PyTorch's own arguments.
-    let saved: LayerConfig = serde_json::from_str(&file.metadata["convt"]).unwrap();
+    let saved: LayerConfig = serde_json::from_str(&file.metadata()["convt"]).unwrap();
     assert_eq!(saved, config);
     let reloaded = ConvTranspose2d::from_state_dict(&path, options_of(&config)).unwrap();
     assert_eq!(reloaded.weight(), layer.weight());

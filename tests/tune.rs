@@ -42,7 +42,7 @@ fn the_selector_follows_the_tuning_cache() {
     let mut cache = TuneCache::default();
     cache.entries.insert(
         key(plain.adapter_info(), &shape, false, Precision::F32),
-        TuneEntry { strategy: winner.name(), ms: 1.0 },
+        TuneEntry::new(winner.name(), 1.0, Precision::F32),
     );
     // And a winner for precision `fast` (an f16 kernel where this adapter runs one, else an exact one).
     let fast_heuristic = select(&plain, &shape, false, Precision::Fast);
@@ -50,7 +50,7 @@ fn the_selector_follows_the_tuning_cache() {
         Strategy::candidates_for(&plain, Precision::Fast).into_iter().find(|s| *s != fast_heuristic).unwrap();
     cache.entries.insert(
         key(plain.adapter_info(), &shape, false, Precision::Fast),
-        TuneEntry { strategy: fast_winner.name(), ms: 1.0 },
+        TuneEntry::new(fast_winner.name(), 1.0, Precision::Fast),
     );
     cache.save(&path).unwrap();
     assert_eq!(TuneCache::load(&path).unwrap().entries.len(), 2);
@@ -81,7 +81,7 @@ fn fast_takes_the_tuned_exact_winner_where_it_keeps_to_exact_kernels() {
     let mut cache = TuneCache::default();
     cache.entries.insert(
         key(plain.adapter_info(), &shape, false, Precision::F32),
-        TuneEntry { strategy: winner.name(), ms: 1.0 },
+        TuneEntry::new(winner.name(), 1.0, Precision::F32),
     );
     cache.save(&path).unwrap();
     let tuned = ctx_with_cache(&path);
@@ -101,7 +101,7 @@ fn a_cached_kernel_this_version_lacks_gives_way_to_the_heuristic() {
     for precision in [Precision::F32, Precision::Fast] {
         cache.entries.insert(
             key(plain.adapter_info(), &shape, false, precision),
-            TuneEntry { strategy: "wino_w2_64x64x8_8x8".into(), ms: 1.0 },
+            TuneEntry::new("wino_w2_64x64x8_8x8".into(), 1.0, precision),
         );
     }
     cache.save(&path).unwrap();
@@ -120,8 +120,8 @@ fn backward_matches_reference(ctx: &GpuContext, shape: &convt::ConvShape, params
     let go = Tensor::uniform(shape.output_dims(), -1.0, 1.0, seed ^ 2).unwrap();
     let g = convt::gpu::conv_transpose2d_backward_host(ctx, &x, &w, None, &go, params).unwrap();
     for (name, got, want) in [
-        ("grad_input", &g.grad_input, convt::cpu::grad_input_f64(shape, go.data(), w.data())),
-        ("grad_weight", &g.grad_weight, convt::cpu::grad_weight_f64(shape, x.data(), go.data())),
+        ("grad_input", &g.grad_input, convt::cpu::grad_input_f64(shape, go.data(), w.data()).unwrap()),
+        ("grad_weight", &g.grad_weight, convt::cpu::grad_weight_f64(shape, x.data(), go.data()).unwrap()),
     ] {
         let s = ErrorStats::compare(got.data(), &want);
         assert!(s.non_finite == 0 && s.rel_l2 <= common::F32_TOLERANCE, "{what}, {name}: {s:?} (seed {seed})");
@@ -151,7 +151,7 @@ fn the_backward_takes_grad_inputs_kernel_from_the_tuning_cache() {
         }
         for winner in [other, GradInputKernel::Gather] {
             let mut cache = TuneCache::default();
-            let entry = TuneEntry { strategy: winner.cache_name(), ms: 1.0 };
+            let entry = TuneEntry::new(winner.cache_name(), 1.0, Precision::F32);
             cache.entries.insert(grad_input_key(untuned.adapter_info(), &shape), entry);
             cache.save(&path).unwrap();
             let tuned = ctx_with_cache(&path);
@@ -194,7 +194,7 @@ fn a_grad_input_cache_entry_that_does_not_apply_gives_way() {
         let mut cache = TuneCache::default();
         cache
             .entries
-            .insert(grad_input_key(untuned.adapter_info(), &shape), TuneEntry { strategy: name.into(), ms: 1.0 });
+            .insert(grad_input_key(untuned.adapter_info(), &shape), TuneEntry::new(name.into(), 1.0, Precision::F32));
         cache.save(&path).unwrap();
         assert_eq!(grad_input::choose(&ctx_with_cache(&path), &shape), usual, "{name}");
     }
@@ -212,4 +212,46 @@ fn run_backward_with(
     let go = GpuTensor::upload(ctx, &Tensor::uniform(shape.output_dims(), -1.0, 1.0, 3)?)?;
     let grads = GpuGradients::empty(ctx, &x, &w, None, params)?;
     convt::gpu::conv_transpose2d_backward_with(ctx, kernel, &x, &w, None, &go, params, &grads, None)
+}
+
+#[test]
+fn an_entry_is_used_only_for_the_precision_and_dtype_it_was_tuned_for() {
+    // An exact call must never run an f16 kernel, whatever the cache says under its key: an entry recording
+    // another precision, an entry that records none (an older cache), one for another dtype, and one that claims
+    // f32 but names an f16 kernel are all ignored, and the call stays exact.
+    let shape = ConvTranspose2dParams::default().resolve(&[1, 16, 7, 6], &[16, 16, 3, 3], None).unwrap();
+    let path = temp_path("precision.json");
+    let plain = ctx_with_cache(&path);
+    let heuristic = select(&plain, &shape, false, Precision::F32);
+    let f16 = Strategy::fast_candidates()[0];
+    let exact = Strategy::candidates().into_iter().find(|s| *s != heuristic).unwrap();
+    let k = key(plain.adapter_info(), &shape, false, Precision::F32);
+    let entries = [
+        TuneEntry::new(exact.name(), 1.0, Precision::Fast),
+        TuneEntry { precision: None, dtype: None, ..TuneEntry::new(exact.name(), 1.0, Precision::F32) },
+        TuneEntry { dtype: Some("bf16".into()), ..TuneEntry::new(exact.name(), 1.0, Precision::F32) },
+        TuneEntry::new(f16.name(), 1.0, Precision::F32),
+    ];
+    for (i, entry) in entries.into_iter().enumerate() {
+        let mut cache = TuneCache::default();
+        cache.entries.insert(k.clone(), entry.clone());
+        cache.save(&path).unwrap();
+        let tuned = ctx_with_cache(&path);
+        assert_eq!(select(&tuned, &shape, false, Precision::F32), heuristic, "entry {i}: {entry:?}");
+        let seed = common::fresh_seed();
+        let x = Tensor::uniform(shape.input_dims(), -1.0, 1.0, seed).unwrap();
+        let w = Tensor::uniform(shape.weight_dims(), -1.0, 1.0, seed ^ 1).unwrap();
+        let params = ConvTranspose2dParams::default();
+        let (y, ran) = convt::gpu::conv_transpose2d_host_as(&tuned, Precision::F32, &x, &w, None, &params).unwrap();
+        assert_eq!(ran.precision(), Precision::F32, "entry {i} ran {}", ran.name());
+        let reference = convt::cpu::conv_transpose2d_f64(&shape, x.data(), w.data(), None).unwrap();
+        let e = ErrorStats::compare(y.data(), &reference);
+        assert!(e.rel_l2 <= common::F32_TOLERANCE, "entry {i} (seed {seed}): rel L2 {:e}", e.rel_l2);
+    }
+    // The same entry, recorded for f32, is used.
+    let mut cache = TuneCache::default();
+    cache.entries.insert(k, TuneEntry::new(exact.name(), 1.0, Precision::F32));
+    cache.save(&path).unwrap();
+    assert_eq!(select(&ctx_with_cache(&path), &shape, false, Precision::F32), exact);
+    std::fs::remove_file(&path).ok();
 }

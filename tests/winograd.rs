@@ -17,7 +17,7 @@ fn check(ctx: &GpuContext, strategy: GpuStrategy, p: &Problem) -> Result<(), Tes
     let ran = convt::gpu::conv_transpose2d_host_as(ctx, convt::Precision::F32, &x, &w, b.as_ref(), &p.params);
     let (out, used) = ran.map_err(|e| TestCaseError::fail(format!("{e} for {p:?}")))?;
     prop_assert_eq!(used, strategy, "the forced tile did not run for {:?}", p);
-    let reference = cpu::conv_transpose2d_f64(&shape, x.data(), w.data(), b.as_ref().map(|b| b.data()));
+    let reference = cpu::conv_transpose2d_f64(&shape, x.data(), w.data(), b.as_ref().map(|b| b.data())).unwrap();
     let s = ErrorStats::compare(out.data(), &reference);
     prop_assert!(
         s.non_finite == 0,
@@ -150,7 +150,7 @@ fn strided_dilated_and_oversized_kernels_are_refused_with_the_reason() {
         let (y, used) =
             convt::gpu::conv_transpose2d_host_as(forced, convt::Precision::F32, &x, &w, None, &params).unwrap();
         assert!(!matches!(used, GpuStrategy::Winograd(_)), "{}", used.name());
-        let reference = cpu::conv_transpose2d_f64(&shape, x.data(), w.data(), None);
+        let reference = cpu::conv_transpose2d_f64(&shape, x.data(), w.data(), None).unwrap();
         assert!(ErrorStats::compare(y.data(), &reference).rel_l2 <= common::F32_TOLERANCE);
     }
 }

@@ -308,7 +308,7 @@ impl GpuTensor {
 
     /// Copies the tensor back to the host through a MAP_READ staging buffer per chunk.
     pub fn download(&self, ctx: &GpuContext) -> Result<Tensor> {
-        let mut data = vec![0f32; self.numel()];
+        let mut data = crate::tensor::filled_vec(self.numel(), 0f32, || format!("a tensor of size {:?}", self.shape))?;
         for c in &self.chunks {
             let bytes = (c.planes * self.plane_elems * 4) as u64;
             let dst = &mut data[c.first_plane * self.plane_elems..][..c.planes * self.plane_elems];

@@ -219,7 +219,8 @@ pub fn choose(ctx: &GpuContext, shape: &ConvShape) -> GradInputKernel {
         _ => {}
     }
     let key = super::tune::grad_input_key(ctx.adapter_info(), shape);
-    let tuned = ctx.tuned().entries.get(&key).and_then(|e| GradInputKernel::from_cache_name(&e.strategy, shape));
+    let tuned =
+        ctx.tuned().entry_name(&key, Precision::F32).and_then(|name| GradInputKernel::from_cache_name(name, shape));
     if let Some(tuned) = tuned.filter(|k| k.computes(ctx, shape)) {
         return tuned;
     }

@@ -294,7 +294,7 @@ pub fn select(ctx: &GpuContext, shape: &ConvShape, has_bias: bool, precision: Pr
     }
     let tuned = |precision| {
         ctx.tuned()
-            .lookup(&tune::key(ctx.adapter_info(), shape, has_bias, precision))
+            .lookup(&tune::key(ctx.adapter_info(), shape, has_bias, precision), precision)
             .filter(|s| s.computes(ctx, shape))
     };
     if let Some(tuned) = tuned(precision) {

@@ -26,6 +26,23 @@ pub struct TuneEntry {
     pub strategy: String,
     /// Its median time, ms.
     pub ms: f64,
+    /// The precision it was tuned for. An entry is used only for that precision; one without it (written
+    /// before entries recorded it) is ignored.
+    #[serde(default)]
+    pub precision: Option<Precision>,
+    /// The tensors' element type it was tuned for (`f32`); likewise checked.
+    #[serde(default)]
+    pub dtype: Option<String>,
+}
+
+/// The element type of every tensor convt computes on today, as tuning entries record it.
+pub const DTYPE: &str = "f32";
+
+impl TuneEntry {
+    /// An entry for `strategy`, tuned at `precision` on f32 tensors.
+    pub fn new(strategy: String, ms: f64, precision: Precision) -> Self {
+        Self { strategy, ms, precision: Some(precision), dtype: Some(DTYPE.into()) }
+    }
 }
 
 /// The default cache location.
@@ -83,17 +100,60 @@ impl TuneCache {
         }
     }
 
-    pub fn save(&self, path: &Path) -> Result<()> {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|source| ConvtError::Io { path: dir.into(), source })?;
-        }
-        let text = serde_json::to_string_pretty(self).map_err(|e| ConvtError::InvalidArgument(e.to_string()))?;
-        std::fs::write(path, text).map_err(|source| ConvtError::Io { path: path.into(), source })
+    /// Checks, before any tuning, that [`Self::save`] can write `path` (making its directory if needed).
+    pub fn check_writable(path: &Path) -> Result<()> {
+        make_parent(path)?;
+        crate::io::OutputFile::create(path, &[]).map(drop)
     }
 
-    /// The cached strategy for a key, if it names one this build knows.
-    pub fn lookup(&self, key: &str) -> Option<Strategy> {
-        let name = &self.entries.get(key)?.strategy;
-        Strategy::all().into_iter().find(|s| &s.name() == name)
+    /// Writes the cache (through [`crate::io::OutputFile`]: the path must be a regular file or new, and is
+    /// replaced only once the new contents are complete), making its directory if needed.
+    pub fn save(&self, path: &Path) -> Result<()> {
+        make_parent(path)?;
+        let text = serde_json::to_string_pretty(self).map_err(|e| ConvtError::InvalidArgument(e.to_string()))?;
+        crate::io::OutputFile::create(path, &[])?.write_bytes(text.as_bytes())
     }
+
+    /// The cached strategy for a key, if the entry was tuned for `precision` on f32 tensors and names a strategy
+    /// of this build that computes at that precision (an exact call never runs an f16 kernel). Any other entry
+    /// under the key is ignored, with a warning.
+    pub fn lookup(&self, key: &str, precision: Precision) -> Option<Strategy> {
+        let name = self.entry_name(key, precision)?;
+        let strategy = Strategy::all().into_iter().find(|s| s.name() == name);
+        match strategy {
+            Some(s) if precision == Precision::Fast || s.precision() == Precision::F32 => Some(s),
+            Some(s) => ignore(key, &format!("its strategy `{name}` computes at precision {}", s.precision())),
+            None => ignore(key, &format!("this build has no strategy `{name}`")),
+        }
+    }
+
+    /// The name held under `key` if the entry was tuned for `precision` on f32 tensors; otherwise `None`, with a
+    /// warning where an entry exists.
+    pub fn entry_name(&self, key: &str, precision: Precision) -> Option<&str> {
+        let entry = self.entries.get(key)?;
+        match (entry.precision, entry.dtype.as_deref()) {
+            (Some(p), Some(DTYPE)) if p == precision => Some(&entry.strategy),
+            (Some(p), Some(DTYPE)) => ignore(key, &format!("it was tuned for precision {p}, not {precision}")),
+            (None, _) | (_, None) => ignore(key, "it does not record the precision and dtype it was tuned for"),
+            (_, Some(d)) => ignore(key, &format!("it was tuned for dtype {d}")),
+        }
+    }
+}
+
+/// Makes the directory of `path` where it does not exist.
+fn make_parent(path: &Path) -> Result<()> {
+    match path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        Some(dir) => std::fs::create_dir_all(dir).map_err(|source| ConvtError::Write { path: path.into(), source }),
+        None => Ok(()),
+    }
+}
+
+/// Warns (once per key and process) that a cache entry is not used, and why.
+fn ignore<T>(key: &str, why: &str) -> Option<T> {
+    static WARNED: std::sync::Mutex<std::collections::BTreeSet<String>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    if WARNED.lock().unwrap_or_else(|e| e.into_inner()).insert(key.to_string()) {
+        log::warn!("tuning cache entry `{key}` ignored: {why}; `convt tune` measures it again");
+    }
+    None
 }

@@ -25,32 +25,67 @@ pub fn parse_pair(text: &str) -> Result<[i64; 2], String> {
 
 #[derive(Args, Debug, Clone)]
 pub struct ConvArgs {
-    /// Stride, N or H,W.
-    #[arg(long, value_parser = parse_pair, default_value = "1", allow_hyphen_values = true)]
-    pub stride: [i64; 2],
-    /// Zero-padding removed from each side of the output, N or H,W.
-    #[arg(long, value_parser = parse_pair, default_value = "0", allow_hyphen_values = true)]
-    pub padding: [i64; 2],
-    /// Extra rows/columns added to one side of the output, N or H,W (must be < max(stride, dilation)).
-    #[arg(long, value_parser = parse_pair, default_value = "0", allow_hyphen_values = true)]
-    pub output_padding: [i64; 2],
-    /// Spacing between kernel taps, N or H,W.
-    #[arg(long, value_parser = parse_pair, default_value = "1", allow_hyphen_values = true)]
-    pub dilation: [i64; 2],
-    /// Number of blocked connections from input to output channels.
-    #[arg(long, default_value_t = 1, allow_hyphen_values = true)]
-    pub groups: i64,
+    /// Stride, N or H,W [default: 1].
+    #[arg(long, value_parser = parse_pair, allow_hyphen_values = true)]
+    pub stride: Option<[i64; 2]>,
+    /// Zero-padding removed from each side of the output, N or H,W [default: 0].
+    #[arg(long, value_parser = parse_pair, allow_hyphen_values = true)]
+    pub padding: Option<[i64; 2]>,
+    /// Extra rows/columns added to one side of the output, N or H,W (must be < max(stride, dilation))
+    /// [default: 0].
+    #[arg(long, value_parser = parse_pair, allow_hyphen_values = true)]
+    pub output_padding: Option<[i64; 2]>,
+    /// Spacing between kernel taps, N or H,W [default: 1].
+    #[arg(long, value_parser = parse_pair, allow_hyphen_values = true)]
+    pub dilation: Option<[i64; 2]>,
+    /// Number of blocked connections from input to output channels [default: 1].
+    #[arg(long, allow_hyphen_values = true)]
+    pub groups: Option<i64>,
 }
 
 impl ConvArgs {
+    /// The options, PyTorch's defaults where a flag is not given.
     pub fn params(&self) -> ConvTranspose2dParams {
+        let d = ConvTranspose2dParams::default();
         ConvTranspose2dParams {
-            stride: self.stride,
-            padding: self.padding,
-            output_padding: self.output_padding,
-            dilation: self.dilation,
-            groups: self.groups,
+            stride: self.stride.unwrap_or(d.stride),
+            padding: self.padding.unwrap_or(d.padding),
+            output_padding: self.output_padding.unwrap_or(d.output_padding),
+            dilation: self.dilation.unwrap_or(d.dilation),
+            groups: self.groups.unwrap_or(d.groups),
         }
+    }
+
+    /// The flags given on the command line, by name.
+    pub fn given(&self) -> Vec<&'static str> {
+        [
+            ("--stride", self.stride.is_some()),
+            ("--padding", self.padding.is_some()),
+            ("--output-padding", self.output_padding.is_some()),
+            ("--dilation", self.dilation.is_some()),
+            ("--groups", self.groups.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(name, given)| given.then_some(name))
+        .collect()
+    }
+}
+
+/// A finite number >= 0 (a tolerance, a size in GFLOP): NaN, infinities and negative values are refused.
+pub fn non_negative(text: &str) -> Result<f64, String> {
+    let v: f64 = text.trim().parse().map_err(|_| format!("`{text}` is not a number"))?;
+    if v.is_finite() && v >= 0.0 {
+        Ok(v)
+    } else {
+        Err(format!("expected a finite number >= 0, got `{text}`"))
+    }
+}
+
+/// A finite number > 0.
+pub fn positive(text: &str) -> Result<f64, String> {
+    match non_negative(text)? {
+        v if v > 0.0 => Ok(v),
+        _ => Err(format!("expected a finite number > 0, got `{text}`")),
     }
 }
 

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
-use convt::io::{save_tensors, TensorFile};
+use convt::io::{OutputFile, TensorFile};
 use convt::{GpuContext, Tensor};
 
 use crate::args::ConvArgs;
@@ -29,11 +29,14 @@ pub struct BackwardArgs {
 }
 
 pub fn run(a: BackwardArgs) -> Result<Outcome> {
+    // The output's path is checked (and its temporary file made) before anything is read or computed.
+    let out = OutputFile::create(&a.out, &[&a.tensors])?;
     let file = TensorFile::load(&a.tensors)?;
-    let input = file.get("input", &a.tensors)?;
-    let weight = file.get("weight", &a.tensors)?;
-    let bias = file.tensors.get("bias");
-    let grad_output = file.get("grad_output", &a.tensors)?;
+    let input = &file.get("input")?;
+    let weight = &file.get("weight")?;
+    let bias = file.get_optional("bias")?;
+    let bias = bias.as_ref();
+    let grad_output = &file.get("grad_output")?;
     let params = a.conv.params();
     // Validate before touching the GPU, so bad input fails fast and the same way on both backends.
     params.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?.check_grad_output(grad_output.shape())?;
@@ -49,7 +52,7 @@ pub fn run(a: BackwardArgs) -> Result<Outcome> {
     if let Some(gb) = &grads.grad_bias {
         written.push(("grad_bias", gb));
     }
-    save_tensors(&a.out, &written, None)?;
+    out.write_tensors(&written, None)?;
     let list: Vec<String> = written.iter().map(|(name, t)| format!("{name} {:?}", t.shape())).collect();
     eprintln!("wrote {} to {}", list.join(", "), a.out.display());
     Ok(Outcome::Ok)

@@ -10,6 +10,7 @@ use clap::Args;
 use convt::gpu::ceilings::{self, Ceilings};
 use convt::gpu::grad_input::GradInputKernel;
 use convt::gpu::{conv_transpose2d_backward_with, conv_transpose2d_with, GpuGradients, GpuTimer, Strategy};
+use convt::io::OutputFile;
 use convt::suite::Case;
 use convt::{cpu, ConvShape, ErrorStats, GpuContext, GpuTensor, Precision, Tensor};
 use serde_json::json;
@@ -22,7 +23,7 @@ pub struct BenchArgs {
     #[arg(long, num_args = 1..)]
     case: Vec<String>,
     /// Timed runs per case (the median is reported).
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..))]
     runs: u32,
     /// Untimed runs before timing.
     #[arg(long, default_value_t = 5)]
@@ -289,6 +290,8 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
     if a.backward && a.precision != Precision::F32 {
         bail!("the backward pass runs in exact f32 only (--precision fast is for the forward)");
     }
+    // The JSON file's path is checked before anything is measured.
+    let json_out = a.json.as_deref().map(|p| OutputFile::create(p, &[])).transpose()?;
     let ctx = GpuContext::new()?;
     let info = ctx.adapter_info().clone();
     eprintln!("adapter: {} ({:?}, driver {} {})", info.name, info.backend, info.driver, info.driver_info);
@@ -350,13 +353,12 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
             "input_sets": prepared.inputs.len(), "algorithm": algorithm, "rel_l2": rel_l2,
             "error_samples": error.map(|e| e.compared)}));
     }
-    if let Some(path) = a.json {
+    if let Some(out) = json_out {
         let doc = json!({"adapter": info.name, "backend": format!("{:?}", info.backend), "driver": info.driver,
             "driver_info": info.driver_info, "pass": pass.name(), "precision": a.precision, "runs": a.runs,
             "warmup": a.warmup,
             "shader_checks": format!("{:?}", ctx.options().shader_checks), "ceilings": ceil, "cases": rows});
-        std::fs::write(&path, serde_json::to_string_pretty(&doc)?)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        out.write_bytes(serde_json::to_string_pretty(&doc)?.as_bytes())?;
     }
     Ok(Outcome::Ok)
 }

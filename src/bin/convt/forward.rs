@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::{Args, ValueEnum};
-use convt::io::{save_tensors, TensorFile};
+use convt::io::{OutputFile, TensorFile};
 use convt::{GpuContext, Precision};
 
 use crate::args::ConvArgs;
@@ -37,10 +37,13 @@ pub struct ForwardArgs {
 }
 
 pub fn run(a: ForwardArgs) -> Result<Outcome> {
+    // The output's path is checked (and its temporary file made) before anything is read or computed.
+    let out = OutputFile::create(&a.out, &[&a.tensors])?;
     let file = TensorFile::load(&a.tensors)?;
-    let input = file.get("input", &a.tensors)?;
-    let weight = file.get("weight", &a.tensors)?;
-    let bias = file.tensors.get("bias");
+    let input = &file.get("input")?;
+    let weight = &file.get("weight")?;
+    let bias = file.get_optional("bias")?;
+    let bias = bias.as_ref();
     let params = a.conv.params();
     // Validate before touching the GPU, so bad input fails fast and the same way on both backends.
     let shape = params.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?;
@@ -54,7 +57,7 @@ pub fn run(a: ForwardArgs) -> Result<Outcome> {
             output
         }
     };
-    save_tensors(&a.out, &[("output", &output)], None)?;
+    out.write_tensors(&[("output", &output)], None)?;
     eprintln!("wrote output {:?} to {}", shape.output_dims_as_given(), a.out.display());
     Ok(Outcome::Ok)
 }

@@ -22,7 +22,7 @@ pub struct TuneArgs {
     #[arg(long)]
     batch: Option<usize>,
     /// Timed runs per candidate (median).
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
     runs: u32,
     #[arg(long, default_value_t = 2)]
     warmup: u32,
@@ -57,8 +57,9 @@ pub fn run(a: TuneArgs) -> Result<Outcome> {
         .or_else(|| opts.tune_cache.clone())
         .or_else(tune::default_path)
         .ok_or_else(|| anyhow::anyhow!("no cache location: pass --cache or set CONVT_TUNE_CACHE"))?;
-    let ctx = GpuContext::with_options(opts)?;
     let mut cache = TuneCache::load(&path)?;
+    TuneCache::check_writable(&path)?;
+    let ctx = GpuContext::with_options(opts)?;
     let what =
         if a.backward { "backward (grad_input's kernel)".to_string() } else { format!("precision {}", a.precision) };
     eprintln!("adapter: {}; cache: {}; {what}", ctx.adapter_info().name, path.display());
@@ -118,7 +119,7 @@ pub fn run(a: TuneArgs) -> Result<Outcome> {
             } else {
                 tune::key(ctx.adapter_info(), &prepared.shape, case.bias, a.precision)
             };
-            cache.entries.insert(key, TuneEntry { strategy: candidate.name(), ms });
+            cache.entries.insert(key, TuneEntry::new(candidate.name(), ms, a.precision));
             cache.save(&path)?; // after every case, so an interrupted run keeps what it measured
         }
     }

@@ -15,7 +15,7 @@ use convt::{cpu, ConvShape, ErrorStats, GpuContext, GpuOptions, Precision, Tenso
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
-use crate::args::{parse_pair, ConvArgs};
+use crate::args::{non_negative, parse_pair, positive, ConvArgs};
 use crate::Outcome;
 
 #[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]
@@ -42,10 +42,11 @@ pub struct VerifyArgs {
     #[arg(long)]
     full_size: bool,
     /// On a software (CPU) adapter, scale cases down to about this many GFLOP (batch first, then H and W).
-    #[arg(long, default_value_t = 2.0)]
+    #[arg(long, default_value = "2", value_parser = positive, allow_hyphen_values = true)]
     max_gflop: f64,
-    /// A shape by flags: input channels.
-    #[arg(long, requires_all = ["out_channels", "size", "kernel"])]
+    /// A shape by flags (all four of --in-channels, --out-channels, --size and --kernel; the convolution
+    /// options and --bias go with them): input channels.
+    #[arg(long)]
     in_channels: Option<usize>,
     /// Output channels.
     #[arg(long)]
@@ -64,16 +65,16 @@ pub struct VerifyArgs {
     #[arg(long, value_enum, default_value = "auto")]
     check: Check,
     /// In auto mode, the largest problem (GFLOP) checked against the full reference.
-    #[arg(long, default_value_t = 2.0)]
+    #[arg(long, default_value = "2", value_parser = non_negative, allow_hyphen_values = true)]
     full_check_gflop: f64,
-    /// Output elements compared in sampled mode.
-    #[arg(long, default_value_t = 100_000)]
-    samples: usize,
+    /// Output elements compared in sampled mode (at least 1).
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
+    samples: u64,
     /// Seed for the inputs (fresh each run by default).
     #[arg(long)]
     seed: Option<u64>,
     /// Relative L2 error above which the check fails (default: 1e-5 for f32, 1e-3 for fast).
-    #[arg(long)]
+    #[arg(long, value_parser = non_negative, allow_hyphen_values = true)]
     tolerance: Option<f64>,
     /// Arithmetic of the forward: `f32` (exact) or `fast` (the fastest kernel within 1e-3: f16 operands with f32
     /// accumulation, or an exact kernel where that measured faster). Each line names the kernel that ran and how
@@ -88,12 +89,36 @@ pub struct VerifyArgs {
     backward: bool,
 }
 
+/// The shape given by flags, if any. A partial shape is refused with the flags it lacks; a shape (or any of the
+/// options that go with one) together with --case is refused, since a suite case brings its own.
 fn shape_case(a: &VerifyArgs) -> Result<Option<Case>> {
-    let Some(cin) = a.in_channels else {
+    let shape_flags = [
+        ("--in-channels", a.in_channels.is_some()),
+        ("--out-channels", a.out_channels.is_some()),
+        ("--size", a.size.is_some()),
+        ("--kernel", a.kernel.is_some()),
+    ];
+    let given: Vec<&str> = shape_flags.iter().filter(|f| f.1).map(|f| f.0).collect();
+    let missing: Vec<&str> = shape_flags.iter().filter(|f| !f.1).map(|f| f.0).collect();
+    let mut options = a.conv.given();
+    if a.bias {
+        options.push("--bias");
+    }
+    let flags: Vec<&str> = given.iter().chain(&options).copied().collect();
+    if !a.case.is_empty() && !flags.is_empty() {
+        bail!("--case checks a suite case with its own shape: it cannot be combined with {}", flags.join(", "));
+    }
+    if given.is_empty() {
+        if !options.is_empty() {
+            bail!("{} set the options of a shape given by flags: add {}", options.join(", "), missing.join(", "));
+        }
         return Ok(None);
-    };
-    let (Some(cout), Some(size), Some(kernel)) = (a.out_channels, a.size, a.kernel) else {
-        bail!("a shape needs --in-channels, --out-channels, --size and --kernel")
+    }
+    if !missing.is_empty() {
+        bail!("a shape given by flags needs {}; missing: {}", shape_flags.map(|f| f.0).join(", "), missing.join(", "));
+    }
+    let (Some(cin), Some(cout), Some(size), Some(kernel)) = (a.in_channels, a.out_channels, a.size, a.kernel) else {
+        unreachable!("all four flags are given")
     };
     let to_usize = |v: [i64; 2], what: &str| -> Result<[usize; 2]> {
         match v.map(usize::try_from) {
@@ -116,6 +141,11 @@ fn shape_case(a: &VerifyArgs) -> Result<Option<Case>> {
         params,
         bias: a.bias,
     }))
+}
+
+/// --samples as a count (at most every element of a tensor is compared).
+fn sample_count(a: &VerifyArgs) -> usize {
+    usize::try_from(a.samples).unwrap_or(usize::MAX)
 }
 
 /// Halves batch, then the larger spatial side, until the problem costs at most `max_gflop`.
@@ -238,11 +268,11 @@ fn verify_case(ctx: &GpuContext, case: &Case, seed: u64, a: &VerifyArgs) -> Resu
     let t = Instant::now();
     let bias_data = bias.as_ref().map(|b| b.data());
     let stats = if full {
-        let reference = cpu::conv_transpose2d_f64(&shape, input.data(), weight.data(), bias_data);
+        let reference = cpu::conv_transpose2d_f64(&shape, input.data(), weight.data(), bias_data)?;
         ErrorStats::compare(out.data(), &reference)
     } else {
         let (got, want): (Vec<f32>, Vec<f64>) =
-            sample_positions(&shape.output_dims(), a.samples.min(out.numel()), seed ^ 3)
+            sample_positions(&shape.output_dims(), sample_count(a).min(out.numel()), seed ^ 3)
                 .into_iter()
                 .map(|(i, p)| (out.data()[i], cpu::output_at(&shape, input.data(), weight.data(), bias_data, p)))
                 .unzip();
@@ -304,8 +334,8 @@ fn verify_backward(ctx: &GpuContext, case: &Case, seed: u64, a: &VerifyArgs) -> 
     let (x, w, go) = (input.data(), weight.data(), grad_output.data());
     let mut checks = Vec::new();
     if full {
-        checks.push(("grad_input", ErrorStats::compare(g.grad_input.data(), &cpu::grad_input_f64(&shape, go, w))));
-        checks.push(("grad_weight", ErrorStats::compare(g.grad_weight.data(), &cpu::grad_weight_f64(&shape, x, go))));
+        checks.push(("grad_input", ErrorStats::compare(g.grad_input.data(), &cpu::grad_input_f64(&shape, go, w)?)));
+        checks.push(("grad_weight", ErrorStats::compare(g.grad_weight.data(), &cpu::grad_weight_f64(&shape, x, go)?)));
     } else {
         // grad_weight elements each sum over the whole batch: sample fewer of them.
         let sampled = |t: &Tensor, count: usize, salt: u64, at: &dyn Fn([usize; 4]) -> f64| {
@@ -315,13 +345,16 @@ fn verify_backward(ctx: &GpuContext, case: &Case, seed: u64, a: &VerifyArgs) -> 
                 .unzip();
             ErrorStats::compare(&got, &want)
         };
-        let gw_samples = (a.samples / 100).max(16);
-        checks.push(("grad_input", sampled(&g.grad_input, a.samples, 5, &|p| cpu::grad_input_at(&shape, go, w, p))));
+        let gw_samples = (sample_count(a) / 100).max(16);
+        checks.push((
+            "grad_input",
+            sampled(&g.grad_input, sample_count(a), 5, &|p| cpu::grad_input_at(&shape, go, w, p)),
+        ));
         checks
             .push(("grad_weight", sampled(&g.grad_weight, gw_samples, 6, &|p| cpu::grad_weight_at(&shape, x, go, p))));
     }
     if let Some(gb) = &g.grad_bias {
-        checks.push(("grad_bias", ErrorStats::compare(gb.data(), &cpu::grad_bias_f64(&shape, go))));
+        checks.push(("grad_bias", ErrorStats::compare(gb.data(), &cpu::grad_bias_f64(&shape, go)?)));
     }
     Ok(CaseResult {
         mode: if full { "full" } else { "sampled" },
