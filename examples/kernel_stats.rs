@@ -13,9 +13,9 @@
 //! ```
 //! Without `--strategy`, every exact candidate, or with `--fast` every candidate of precision `fast`.
 //! `--ir DIR` also writes every internal representation the driver offers (one file per kernel and case; NVIDIA's
-//! 580 driver offers none, Mesa's hardware drivers do). The statistics need a driver with the extension (NVIDIA's
-//! has it; Mesa's software driver does not, and there the kernels are only built). Seen on the H100: register
-//! count, binary size, stack size and shared memory per kernel (docs/PERFORMANCE.md, r1-r5).
+//! driver offered none where tried, Mesa's hardware drivers do). The statistics need a driver with the extension
+//! (NVIDIA's has it; Mesa's software driver does not, and there the kernels are only built). Seen on NVIDIA's
+//! driver: register count, binary size, stack size and shared memory per kernel.
 
 use std::ffi::CStr;
 

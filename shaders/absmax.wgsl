@@ -5,7 +5,7 @@
 // values left out), so an atomicMax on u32 finds the maximum, and the result does not depend on the order the
 // invocations run in. Each invocation walks the chunk with a grid stride
 // (coalesced), LOADS values a stride apart per pass so that several loads are in flight at once (one per pass
-// read dcgan's 16.8 MB input at 1.2 TB/s on the H100: docs/PERFORMANCE.md a6), the workgroup combines its
+// read well below the copy bandwidth: docs/PERFORMANCE.md), the workgroup combines its
 // invocations in workgroup memory, and one atomic per workgroup updates slot `slot` of `maxima` (which the host
 // zeroes; a tensor in several chunks is several dispatches into the same slot).
 

@@ -9,8 +9,8 @@
 //   in the layouts the convolution kernel uses (A channel-major [k][m], B [k][n] loaded transposed), as one K
 //   step of a GEMM whose tiles are staged there does; no global traffic and no barriers in the loop. The staged
 //   rows are ROW_STRIDE = 72 halves apart, as the kernel's (src/gpu/coop.rs, STAGE_PAD): with rows 64 halves
-//   (128 bytes) apart, each load's 16 rows fall in the same memory banks and this rate was 237 TFLOP/s instead of
-//   614 on the H100; A row-major or B column-major measured the same (docs/PERFORMANCE.md, k1).
+//   (128 bytes) apart, each load's 16 rows fall in the same memory banks and this rate measured far lower; A
+//   row-major or B column-major measured the same (docs/PERFORMANCE.md).
 // The accumulators are stored once at the end (into a small sink: racing stores are fine, nothing reads them)
 // so that the loop stays alive.
 enable f16;

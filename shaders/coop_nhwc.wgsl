@@ -12,7 +12,7 @@
 // needs room only for the phase's outputs and the input positions they read: the reads of its last outputs that
 // run past its end land in the next row's left margin (zeros), those of a sample's last rows in the next sample's
 // top margin, and those of the last sample in zero rows the copy writes after it (src/gpu/coop_nhwc.rs,
-// `Geometry`; kb69's 130 x 260 outputs take 130 x 260 padded pixels, not 132 x 264: docs/PERFORMANCE.md, z1). So
+// `Geometry`: the 130 x 260 outputs of a 3 x 5 kernel take 130 x 260 padded pixels, not 132 x 264). So
 // the A operand of a K step (16 consecutive pixels x 16 channels of one tap) is a row-major 16 x 16 matrix at
 // stride PIXEL_STRIDE in the padded input, and the B operand (16 channels x 16 output channels of one tap) a
 // row-major matrix at stride W_ROW in the phase's part of the packed weight (shaders/pack_weights_f16.wgsl): both
@@ -20,13 +20,13 @@
 // subgroups and taps that read the same lines find them in L1/L2. Where fragments load from storage, the strides
 // are the row's values plus 8 halves (16 bytes): rows a multiple of 128 bytes apart (64 or 128 channels) fall in
 // the same L1 banks, and a load's 16 rows are then served one bank pass each; shifted by 16 bytes per row, 8 rows
-// share a pass. With these strides the tensor-core ceiling with loads from storage at this kernel's addresses went
-// from 114 to 237 TFLOP/s on the H100 (docs/PERFORMANCE.md, k5). The staged tiles read the padded input only in
+// share a pass. With these strides the tensor-core ceiling with loads from storage at this kernel's addresses
+// measured much higher (docs/PERFORMANCE.md). The staged tiles read the padded input only in
 // their stage's copy and pad their staged rows instead: their PIXEL_STRIDE is C_IN. Pixels with i >= PH_H or j >=
-// PH_W (rows and columns the layout needs beyond the phase's outputs: none on kb57, kb65, kb69 and kb71, 1% on
-// kb78, whose rows are rounded for aligned stores, 3% on up2x's phases, 27% on dcgan's 8 x 8 images) are computed
-// from padding and never stored. On the H100 this form ran about 2x the
-// rate of the staged GEMM kernel's cooperative-matrix variant at stride 1 (docs/PERFORMANCE.md, c1). A phase
+// PH_W (rows and columns the layout needs beyond the phase's outputs: few or none at stride 1, more where rows are
+// rounded for aligned stores, on strided phases and on small images) are computed from padding and never stored.
+// At stride 1 this form measured much faster than the staged GEMM kernel's cooperative-matrix variant
+// (docs/PERFORMANCE.md). A phase
 // without taps (kernel smaller than the stride) runs no K step and stores the bias.
 //
 // Tiling. A workgroup of SG_M x SG_N subgroups computes BM = SG_M * WM pixels x BN = SG_N * WN output
@@ -37,18 +37,19 @@
 // added as matrices, wherever its 16 pixels are 16 consecutive output pixels and the first is 16-byte aligned
 // (`direct_run`: stride 1 along W, within one row and the phase, the plane a multiple of 4 floats). The other
 // fragments (a row's end, strided phases, unaligned rows) go through workgroup memory, 32 pixels (two fragments)
-// or 16 x 16 channels at a time, so that the lanes store them pixel by pixel. On the H100 this took kb69 from 3.55
-// to 3.07-3.11 ms, kb78 1.51 -> 1.40, kb71 1.11 -> 0.99 (docs/PERFORMANCE.md, d1-d2).
+// or 16 x 16 channels at a time, so that the lanes store them pixel by pixel. Storing the aligned fragments
+// straight measured faster than moving every fragment through workgroup memory (docs/PERFORMANCE.md).
 //
 // Two K loops, one per tile kind (the generator keeps one section). Direct: every fragment loads from storage.
 // Staged rows: the taps of one kernel row read the same input pixels shifted by D_W, so the workgroup copies the
 // BM + (taps - 1) * D_W pixels of up to TAPS_PER_STAGE taps (STAGE_C channels at a time) into workgroup memory once
 // and loads their A fragments from there, in rows padded by 8 halves (STAGE_STRIDE; B stays in storage). That
-// halves the loads from storage, which bound the direct loop (docs/PERFORMANCE.md, s1: its products alone run 4x
-// faster). Workgroup memory is kept small: on the H100's driver all workgroups on a multiprocessor share about 48
-// KiB of it, so every KiB a workgroup declares can cost a workgroup per multiprocessor (s2). With 128 x 128 tiles
-// (four subgroups sharing the staged rows) this form beat the direct one on kb69 (s4); with 64 output channels it
-// lost until the staged tiles' input lost its pixel pad (z2: kb65's 7 taps per row 2.15 ms against 2.33).
+// halves the loads from storage, which bound the direct loop (docs/PERFORMANCE.md: its products alone run much
+// faster). Workgroup memory is kept small: on NVIDIA's driver all workgroups on a multiprocessor share about 48
+// KiB of it, so every KiB a workgroup declares can cost a workgroup per multiprocessor. With 128 x 128 tiles (four
+// subgroups sharing the staged rows) this form measured faster than the direct one; with 64 output channels it
+// lost until the staged tiles' input lost its pixel pad, and now wins on kernel rows of many taps
+// (src/gpu/coop_nhwc.rs, `STAGED_MIN_ROW_TAPS`).
 
 override C_IN: u32;
 override C_OUT: u32;
@@ -122,7 +123,7 @@ fn store(p: OutPixel, oc: u32, v: f32) {
 // Whether the 16 phase pixels from m are 16 consecutive output pixels, all stored, the first 16-byte aligned: then
 // a fragment of them may be stored with `coopStore`, whose address and stride Vulkan needs 16-byte aligned. The
 // output chunk's binding starts 256-byte aligned. (Where the padded rows are the output's rows, a fragment over a
-// row's end is consecutive too; storing those straight measured slower on the H100: docs/PERFORMANCE.md, j1.)
+// row's end is consecutive too; storing those straight measured slower: docs/PERFORMANCE.md.)
 fn direct_run(m: u32) -> bool {
     let rest = m % (H_P * W_P);
     let oh = rest / W_P;
@@ -201,7 +202,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     // stages (kernel row a, taps from first_tap, channels from cc; in that order) are one loop, so that each
     // stage's loads from storage are issued into registers (`ahead`) before the products of the stage before
     // it: they arrive while the tensor cores work, and the copy between the barriers only writes workgroup memory
-    // (docs/PERFORMANCE.md, d8: kb69 3.10 -> 2.93 ms; a staged 128 x 64 tile on kb65 2.68 -> 2.44).
+    // (loading a stage ahead measured faster: docs/PERFORMANCE.md).
     let sg_row = (sg % SG_M) * WM; // this subgroup's first pixel in the staged rows
     let stages = K_H * stages_per_row();
     var ahead: array<vec4<f16>, STAGE_LOADS>;

@@ -14,7 +14,7 @@
 // the group, K = taps x input channels of the group. All phases run in one dispatch with the phases fastest
 // (workgroup w: phase w % n_phases): the phases' tiles of the same pixels run at the same time, so the output
 // columns they interleave (every S_W-th each) are written close together in time rather than one phase after
-// the other (docs/PERFORMANCE.md, u6: up2x 1.08 -> 0.95 ms in `fast`, 2.32 -> 2.12-2.18 exact).
+// the other, which measured faster in both precisions (docs/PERFORMANCE.md).
 // A workgroup computes a BM x BN tile of the output; K is walked in steps of BK input channels of one tap: the
 // A step (BK x BM im2col values, gathered from the input with zero fill outside it) and the B step (BK x BN
 // weights) are staged in workgroup memory, where the invocations multiply them (registers or cooperative
@@ -323,7 +323,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         // The step's math on the staged tiles (generated).
 //#MATH
         // Nobody may stage step s + 1 before everyone has read step s. (Double-buffered tiles, with one barrier
-        // per step, measured slower on the H100: docs/PERFORMANCE.md, g1-g2.)
+        // per step, measured slower: docs/PERFORMANCE.md.)
         workgroupBarrier();
     }
 

@@ -1,5 +1,5 @@
 // grad_weight_rows.wgsl: the gradient of conv_transpose2d with respect to its weight for strided problems whose
-// groups have few channels (at most 16 x 16: kb75), by rows: each workgroup reads the grad_output rows of one kernel
+// groups have few channels (at most 16 x 16), by rows: each workgroup reads the grad_output rows of one kernel
 // row kh for a block of input rows once and accumulates every kernel column's products from them.
 //
 // What it computes: partial[slot][ic][oc][tap] = sum over the block's input rows ih, the columns iw and, for tap
@@ -9,13 +9,14 @@
 // shaders/grad_weight.wgsl.
 //
 // Why this form. shaders/grad_weight.wgsl runs one GEMM per tap, and at a stride above 1 each tap reads its own
-// strided subset of grad_output: on kb75 (stride 2 x 3, dilation 2 x 1) its 15 taps all read the same half of the
-// rows, every 32-byte sector of them, and its groups of 8 x 16 channels take 16-invocation tiles; grad_weight took
-// 1.6 of the backward's 2.54 ms (docs/PERFORMANCE.md, i4). Here a kernel row's taps share one pass over their
-// grad_output rows: the lanes of one output channel read neighbouring columns (kernel columns D_W apart) through L1.
-// On the H100 this took kb75's backward from 2.56 to 1.90 ms; on kb81's groups of 32 x 64 channels the per-tap
-// GEMM's 64-wide register tiles stayed faster (0.80 ms against 1.12), so the host gives this kernel only the shapes
-// the GEMM would run with its 16-wide tile (src/gpu/grad_weight.rs, `RowsKernel::for_shape`; i5).
+// strided subset of grad_output: at stride 2 x 3 and dilation 2 x 1, a 3 x 5 kernel's 15 taps all read the same
+// half of the rows, every 32-byte sector of them, and groups of 8 x 16 channels take 16-invocation tiles; there
+// grad_weight took most of the backward's time (docs/PERFORMANCE.md). Here a kernel row's taps share one pass over
+// their grad_output rows: the lanes of one output channel read neighbouring columns (kernel columns D_W apart)
+// through L1.
+// That measured faster there; on groups of 32 x 64 channels the per-tap GEMM's 64-wide register tiles stayed
+// faster, so the host gives this kernel only the shapes the GEMM would run with its 16-wide tile
+// (src/gpu/grad_weight.rs, `RowsKernel::for_shape`).
 //
 // Mapping: a workgroup takes (sample n, block of RB input rows, kernel row kh, group g, block of OCB output
 // channels), kh fastest so that the workgroups reading overlapping grad_output rows (other kernel rows, same input
@@ -23,8 +24,8 @@
 // its sums for the group's input channels. For each input row, the x row (the group's channels, XW columns at a
 // time) is staged in workgroup memory as [iw][ic / 4] (loaded along the row, coalesced); each invocation then
 // walks the staged columns its tap reaches the output from, loads UNROLL grad_output values at a time and
-// multiply-adds them with the staged x values (one load at a time, in a loop that tested each column, it ran
-// kb75's backward in 4.0 ms).
+// multiply-adds them with the staged x values (one load at a time, in a loop that tested each column, measured
+// much slower).
 //
 // The host prepends CIG4 (vec4s of input channels per group, zero-padded), OCB, RB, XW and THREADS = OCB * K_W
 // (src/gpu/grad_weight.rs, `RowsKernel`), appends shaders/tap_range.wgsl, and binds whole tensors (one binding
@@ -112,7 +113,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             if (has_oc) {
                 // The chunk's columns whose ow = iw*S_W + kw*D_W - P_W lies inside the output, UNROLL at a time:
                 // their grad_output loads issued together, then the multiply-adds (one load at a time left the loop
-                // waiting on each: docs/PERFORMANCE.md, i5).
+                // waiting on each: docs/PERFORMANCE.md).
                 let lo = max(cols.x, c0);
                 let hi = min(cols.y, c0 + XW);
                 var iw = lo;

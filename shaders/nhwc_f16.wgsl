@@ -10,15 +10,16 @@
 // workgroup moves blocks of BLOCK_P padded pixels x BLOCK_C channels of one padded row through workgroup memory:
 // read along the input's rows (coalesced), written along the channels, 4 halves per invocation (8-byte stores; the
 // block of the last channels writes the pad too), BLOCKS_PER_WG consecutive blocks (channels fastest) with one
-// atomic for all of them. On the H100 (docs/PERFORMANCE.md, q4-q9) 4 blocks per workgroup ran up to 17% faster
-// than one; blocks with more channels than pixels (longer runs of each pixel written) ran faster and ones with more
-// pixels (longer runs of each input row read) much slower; 16 x 64 blocks copy kb57's input 11% faster than 32 x 32
-// ones, and go 4 per workgroup up to 512 MiB of padded input, 2 above (y8; src/gpu/coop_nhwc.rs, `PrepBlock`).
+// atomic for all of them. Measured (docs/PERFORMANCE.md): several blocks per workgroup ran faster than one;
+// blocks with more channels than pixels (longer runs of each pixel written) ran faster and ones with more pixels
+// (longer runs of each input row read) much slower; 16 x 64 blocks copy a 64-channel input faster than 32 x 32
+// ones, and go 4 per workgroup up to 512 MiB of padded input, 2 above (src/gpu/coop_nhwc.rs, `PrepBlock`).
 // C_IN is a multiple of 16 (the kernel's `check`).
 // One dispatch per input chunk (its samples: the uniform's sample range).
 //
 // The scale, in two passes so that the input is read once where its magnitudes are like the last call's (a
-// separate pass for the largest magnitude cost 6-12% of the whole convolution, docs/PERFORMANCE.md k8):
+// separate pass for the largest magnitude measured a noticeable share of the whole convolution,
+// docs/PERFORMANCE.md):
 // - the first pass (FIXUP false) scales by 2^guess[0], the exponent the last call of this shape (any batch size)
 //   on this context found, and takes the largest finite magnitude of the values it copies into op_max[0] (as f32
 //   bits, one atomic per workgroup, as shaders/absmax.wgsl does; input rows or columns outside the copied ones,

@@ -3,8 +3,8 @@
 // consecutive invocations at consecutive addresses. That is the transpose of the matrix [ROWS = Cin * Cout/groups]
 // x [TAPS] into [TAPS] x [ROWS]: each workgroup moves a block of BLOCK rows x BLOCK taps through workgroup memory,
 // reading along the taps and writing along the rows, so that both sides run at consecutive addresses. (One
-// invocation per element, reading along the taps, wrote each tap's values 4 bytes apart in TAPS different planes:
-// dcgan's 8.4 MB weight took 16 us on the H100, about 1 TB/s; docs/PERFORMANCE.md a6.)
+// invocation per element, reading along the taps, wrote each tap's values 4 bytes apart in TAPS different planes,
+// well below the copy bandwidth; docs/PERFORMANCE.md.)
 //
 // With TAKE_MAX (precision `fast`) the same pass takes the weight's largest finite magnitude into maxima[1] as
 // shaders/absmax.wgsl would (`finite_magnitude_bits` of shaders/scale.wgsl, which the host appends; one atomicMax

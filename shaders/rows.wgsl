@@ -1,6 +1,6 @@
 // rows.wgsl: transposed convolution in gather form, one workgroup per RB output rows of one stride phase and a
 // block of OCB output channels, for problems that write far more than they compute (large strides, few
-// channels per group: kb75, kb81).
+// channels per group).
 //
 // What it computes: out[n, co, oh, ow] = bias[co] + sum over the input channels ic of co's group and the
 // taps (kh, kw) with  oh = ih*S_H - P_H + kh*D_H  (likewise for ow)  of  x[n, ic, ih, iw] * w[ic, co % Cog, kh, kw].

@@ -8,15 +8,16 @@
 // (shaders/winograd_weights.wgsl), and for every one of the P = AH*AW points the products are summed over
 // the input channels: M[point][tile][oc] = sum over ic of V[point][tile][ic] * U[point][ic][oc], P small GEMMs.
 // The output tile is Y = AT_h M AT_w^T. That is P multiplications per tile and channel pair where the direct
-// form needs MH*MW*K_H*K_W (kb69, F(2x4, 3x5): 32 against 120).
+// form needs MH*MW*K_H*K_W (F(2x4, 3x5): 32 against 120).
 //
 // Two forms, one source. The 2-D form (PH_K = 1) transforms both axes as above. The form along W (PH_K = K_H,
 // the host passes MH = 1, AH = 1) transforms the rows only, F(MW, K_W), and puts the kernel's rows into K: K
 // index kap is input channel kap / K_H and kernel row kap % K_H, whose patch row lies kap % K_H rows further
 // down, and U holds one transformed kernel row per (row, point). The accumulators then hold AW points instead of
-// K_H * AW (kb69: 8 instead of 32), so the same registers cover 4x the tiles x channels and U is read from
-// memory for 64 tiles at a time instead of 16; the saving per product is smaller (F(4, 5): 8 products for 20).
-// The heuristic's tiles use this form (docs/PERFORMANCE.md, wr1: kb69 8.6 ms against 11.4 for the 2-D one).
+// K_H * AW (F(4, 5) on a 3x5 kernel: 8 instead of 32), so the same registers cover 4x the tiles x channels and U
+// is read from memory for 64 tiles at a time instead of 16; the saving per product is smaller (F(4, 5): 8 products
+// for 20).
+// The heuristic's tiles use this form: it measured faster than the 2-D one (docs/PERFORMANCE.md).
 //
 // How the work is mapped: a workgroup computes TB tiles x CB output channels of one group, all P points, and
 // walks the group's K (input channels, or (channel, kernel row) pairs) in steps of BK. Each step stages in workgroup memory the transformed
@@ -35,7 +36,8 @@
 // tile rows of a band read their K_H kernel rows from BAND + K_H - 1 input rows, so V is staged as those rows'
 // transforms, [channel][band row][point][column] (rows RS floats apart, skewed so that a subgroup's reads fall on
 // distinct banks), and K index (channel c, kernel row r) of tile row y reads band row y + r: BAND + K_H - 1
-// transforms instead of BAND * K_H (kb71 in bands of 4: 6 instead of 12; docs/PERFORMANCE.md, b1-b4).
+// transforms instead of BAND * K_H (a 3-row kernel in bands of 4: 6 instead of 12), which measured faster
+// (docs/PERFORMANCE.md).
 //
 // Why this shape: the transforms cost about as much per (tile, input channel) as a few output channels' worth
 // of products, so they are done once per workgroup for CB channels at a time; the P GEMMs are small (K = the

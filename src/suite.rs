@@ -1,5 +1,5 @@
-//! The benchmark suite of `../shared/anchors.md`: KernelBench level 1's seven ConvTranspose2d problems and two
-//! decoder shapes. Used by `convt verify --case` and the benchmarks.
+//! The benchmark suite: KernelBench level 1's seven ConvTranspose2d problems and two decoder shapes. Used by
+//! `convt verify --case` and the benchmarks.
 
 use crate::params::ConvTranspose2dParams;
 
@@ -56,7 +56,7 @@ const fn case(
     }
 }
 
-/// The nine benchmark cases (KernelBench's use no bias; up2x and dcgan as decoders use it where noted).
+/// The nine benchmark cases (KernelBench's use no bias; the two decoders use it where noted).
 pub const CASES: &[Case] = &[
     case("kb57", 8, 64, 64, [1024, 1024], [3, 3], [1, 1], [0, 0], [0, 0], [1, 1], 1, false),
     case("kb65", 8, 64, 64, [512, 512], [3, 7], [1, 1], [0, 0], [0, 0], [1, 1], 1, false),

@@ -32,10 +32,10 @@ struct PoolInner {
 }
 
 /// At most this many bytes of idle buffers wait in the pool: room for a call's largest scratch buffer (up to one
-/// binding; the padded f16 input of kb57 in precision `fast` is 1.08 GB). A scratch buffer that cannot wait here
-/// is freed after each call and allocated again by the next, and on the H100 that mapping churn made the kernels
-/// running meanwhile up to 3x slower (docs/PERFORMANCE.md, c5). The memory budget still drops idle buffers
-/// whenever a tensor needs their room.
+/// binding; the suite's largest, a padded f16 input in precision `fast`, is 1.08 GB). A scratch buffer that
+/// cannot wait here is freed after each call and allocated again by the next, and that mapping churn made the
+/// kernels running meanwhile much slower (docs/PERFORMANCE.md). The memory budget still drops idle buffers whenever
+/// a tensor needs their room.
 pub const MAX_IDLE_BYTES: u64 = 2 << 30;
 
 /// A buffer that goes back to its pool when dropped.
@@ -154,7 +154,7 @@ impl BufferPool {
 /// The pooled buffers a call encodes its commands with, kept until the call has submitted them. A pooled buffer
 /// dropped earlier goes back to the pool while its commands are still being recorded: another thread can take
 /// it and queue a write (an upload, say) that the queue then runs *before* this call's commands, which read the
-/// other thread's data instead of their own (seen on the H100 with threads sharing a context). Once the call has
+/// other thread's data instead of their own (seen on NVIDIA's driver with threads sharing a context). Once the call has
 /// submitted, anything later on the queue runs after it.
 #[derive(Default)]
 pub(crate) struct InFlight(Vec<PooledBuffer>);

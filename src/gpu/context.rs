@@ -13,8 +13,7 @@ use crate::gpu::buffers::BufferPool;
 /// How shader modules are created. convt's kernels bound every index themselves (clamped loads, enumerated
 /// taps, the slice plan) and are checked against the float64 reference with poisoned outputs in both modes, so
 /// they run trusted by default: wgpu's own checks (clamping of dynamically indexed arrays, loop bounding) cost the
-/// register-tile kernels most of their speed on NVIDIA (docs/PERFORMANCE.md, v0; ../shared/device notes: 45x on
-/// an SGEMM).
+/// register-tile kernels most of their speed on NVIDIA (docs/PERFORMANCE.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum ShaderChecks {
     /// wgpu's runtime checks on (bounds clamping, loop bounding): `CONVT_SHADER_CHECKS=checked`; the test

@@ -45,7 +45,7 @@ pub const COOP_TILES: &[CoopTile] = &[
     coop(128, 128, 32, 64, 64),
     coop(128, 128, 16, 64, 64),
     coop(256, 64, 16, 64, 32),
-    // More subgroups per tile: fewer staged values per invocation (see docs/PERFORMANCE.md, f1).
+    // More subgroups per tile: fewer staged values per invocation (see docs/PERFORMANCE.md).
     coop(128, 64, 16, 32, 32),
     coop(128, 128, 16, 64, 32),
     coop(128, 128, 16, 32, 32),
@@ -58,15 +58,14 @@ pub const COOP_TILES: &[CoopTile] = &[
     coop_t(128, 64, 16, 32, 16),
     coop_e16(128, 128, 32, 64, 64),
     coop_e16(128, 128, 16, 64, 64),
-    // 128x128x32 with 32x32 subgroups and 128x64x32 with 32x16 no longer fit 48 KiB with padded rows (k2).
+    // 128x128x32 with 32x32 subgroups and 128x64x32 with 32x16 no longer fit 48 KiB with padded rows.
 ];
 
-/// The default cooperative-matrix tile for a shape (before tuning), the H100's winners in docs/PERFORMANCE.md:
+/// The default cooperative-matrix tile for a shape (before tuning), the fastest measured (docs/PERFORMANCE.md):
 /// 128x128 tiles with K steps of 32, 64x64 per subgroup and 16-pixel epilogue runs from 128 output channels per
-/// group (up2x, dcgan; u9: its 22 KiB of workgroup memory let two workgroups share a multiprocessor, up2x 0.86-0.88
-/// ms and dcgan 0.275 against 0.94-0.95 and 0.295 for K steps of 16; with 32-pixel runs the same tile takes 26 KiB
-/// and runs one workgroup per multiprocessor, 1.36 and 0.39), else 128x64 with 64x32 per subgroup (measured on
-/// kb65).
+/// group (its 22 KiB of workgroup memory let two workgroups share a multiprocessor, and it measured faster than K
+/// steps of 16; with 32-pixel runs the same tile takes 26 KiB and ran one workgroup per multiprocessor, much
+/// slower), else 128x64 with 64x32 per subgroup.
 pub fn pick_tile(shape: &crate::params::ConvShape) -> CoopTile {
     if shape.out_per_group() >= 128 {
         coop_e16(128, 128, 32, 64, 64)
@@ -77,8 +76,8 @@ pub fn pick_tile(shape: &crate::params::ConvShape) -> CoopTile {
 
 /// Halves between neighbouring staged rows beyond the rows' own length. A 16 x 16 operand load reads 16 rows of
 /// 32 bytes; rows a multiple of 128 bytes apart fall in the same memory banks, so the load is serialised 8-way.
-/// 8 more halves (16 bytes) shift each row by four banks: c13's tensor-core ceiling with loads from workgroup
-/// memory went from 237 to 614 TFLOP/s, the kernel up to 1.8x faster (docs/PERFORMANCE.md, k1-k2).
+/// 8 more halves (16 bytes) shift each row by four banks: the tensor-core ceiling with loads from workgroup memory
+/// and the kernel both measured much faster so (docs/PERFORMANCE.md).
 const STAGE_PAD: u32 = 8;
 
 impl CoopTile {
@@ -203,7 +202,7 @@ fn stage_b(k: u32, n: u32, v: f32) {{
 
 /// Floats between the 16 columns of a subgroup's epilogue scratch beyond its pixels. With columns 32 floats
 /// apart (32 banks), the lanes of a `coopStore` that hold the same row of different columns hit the same memory
-/// bank; 4 more spreads them over all 32 (docs/PERFORMANCE.md, k3: kb57 6% faster).
+/// bank; 4 more spreads them over all 32, which measured faster (docs/PERFORMANCE.md).
 const SCRATCH_PAD: u32 = 4;
 /// Pixels the epilogue moves through the scratch at once: one store of 32 lanes, 32 consecutive pixels of one
 /// channel; or 16 (`SHORT_RUN`), lanes 0-15 and 16-31 storing 16 pixels of two channels, for half the scratch.
@@ -211,8 +210,8 @@ pub(crate) const FULL_RUN: u32 = 32;
 pub(crate) const SHORT_RUN: u32 = 16;
 
 /// The epilogue's scratch in workgroup memory (see [`epilogue`]): per subgroup, 16 columns of C_LD floats (a run of
-/// `run` pixels, padded). Kept small: on the H100's driver every workgroup's memory counts against about 48 KiB per
-/// multiprocessor, so it decides how many workgroups run at once (docs/PERFORMANCE.md, s2).
+/// `run` pixels, padded). Kept small: on NVIDIA's driver every workgroup's memory counts against about 48 KiB per
+/// multiprocessor, so it decides how many workgroups run at once (docs/PERFORMANCE.md).
 pub(crate) fn scratch(run: u32) -> String {
     format!(
         "const C_LD: u32 = {run}u + {SCRATCH_PAD}u;\nvar<workgroup> c_tile: array<f32, SG_M * SG_N * C_LD * 16u>; // per subgroup: 16 channels x C_LD pixels\n"
@@ -225,7 +224,7 @@ pub(crate) fn scratch_bytes(subgroups: u32, run: u32) -> u32 {
 }
 
 /// The declarations of a subgroup's mi x nj named f32 accumulators `acc_<i>_<j>` (no array of matrices: arrays
-/// were demoted to local memory on the H100) and one K step's products of the operand matrices `a<i>`, `b<j>`.
+/// were demoted to local memory on NVIDIA's driver) and one K step's products of the operand matrices `a<i>`, `b<j>`.
 pub(crate) fn products(mi: u32, nj: u32) -> (String, String) {
     let (mut decl, mut math) = (String::new(), String::new());
     for i in 0..mi {
@@ -290,7 +289,7 @@ pub(crate) fn scratch_round(rows: &[u32], j: u32, store: &str, indent: &str) -> 
 
 /// The workgroup memory `source` declares, in bytes, after checking that every workgroup variable is a multiple of
 /// 16 bytes: then the arrays cooperative matrices load from and store to start 16-byte aligned whatever order the
-/// driver lays the variables out in (the H100's driver does not align them itself: docs/PERFORMANCE.md, y1-y4).
+/// driver lays the variables out in (NVIDIA's driver does not align them itself: docs/PERFORMANCE.md).
 #[cfg(test)]
 pub(crate) fn workgroup_bytes_aligned(source: &str, what: &str) -> u32 {
     let module = naga::front::wgsl::parse_str(source).unwrap_or_else(|e| panic!("{what}: {e}"));

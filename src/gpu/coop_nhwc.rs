@@ -41,12 +41,11 @@ struct PrepBlock {
 }
 
 impl PrepBlock {
-    /// The H100's best (docs/PERFORMANCE.md, q8-q9, the preparation alone): 16 pixels x 64 channels where the input
-    /// channels are a multiple of 64 (kb57 1.54 -> 1.38 ms against 32 x 32 blocks, kb65 and kb69 within 3%); 32 x
-    /// 32, 4 per workgroup, otherwise (with 32 input channels, 64-channel blocks were half empty and 1.5x slower).
-    /// 64-channel blocks go 4 per workgroup where the padded input is at most `PREP_SMALL_INPUT_MAX_BYTES` (q8:
-    /// kb69's copy 0.377 -> 0.334 ms, kb65's 0.395 -> 0.391; y8 the whole kernel), 2 above it (kb57's 1.2 GB:
-    /// 1.376 ms against 1.538 with 4).
+    /// The blocks that measured fastest for the preparation alone (docs/PERFORMANCE.md): 16 pixels x 64 channels
+    /// where the input channels are a multiple of 64 (faster than 32 x 32 blocks, or as fast); 32 x 32, 4 per
+    /// workgroup, otherwise (with 32 input channels, 64-channel blocks were half empty and slower). 64-channel
+    /// blocks go 4 per workgroup where the padded input is at most `PREP_SMALL_INPUT_MAX_BYTES`, 2 above it: each
+    /// measured faster on its side of that size.
     fn of(in_channels: usize, padded_bytes: u128) -> PrepBlock {
         if in_channels.is_multiple_of(64) {
             let per_workgroup = if padded_bytes <= PREP_SMALL_INPUT_MAX_BYTES { 4 } else { 2 };
@@ -58,12 +57,12 @@ impl PrepBlock {
 }
 
 /// The largest padded input whose copy moves 4 of its 64-channel blocks per workgroup; larger ones move 2
-/// (`PrepBlock`): between kb65's and kb69's 0.3 GB (4 faster) and kb57's 1.2 GB (2 faster).
+/// (`PrepBlock`): between the suite's padded inputs of 0.3 GB (4 faster) and of 1.2 GB (2 faster).
 const PREP_SMALL_INPUT_MAX_BYTES: u128 = 512 << 20;
 
 /// Halves after each row that tensor-core fragments load from (the padded input's pixels for the direct tiles, the
 /// packed weight's rows, the staged rows), so that the 16 rows of a load do not fall in the same L1 banks
-/// (`shaders/coop_nhwc.wgsl`; k5).
+/// (`shaders/coop_nhwc.wgsl`).
 const ROW_PAD: usize = 8;
 
 /// Halves between the padded input's pixels: padded for the direct tiles, whose A fragments load from them; not
@@ -82,8 +81,8 @@ fn weight_row(shape: &ConvShape) -> usize {
 /// (`TAPS_PER_STAGE` taps of a kernel row, D_W pixels apart, fit within it).
 const STAGE_HALO: u32 = 16;
 /// The most input channels staged at once (wider inputs are staged in slices of this many or fewer).
-/// 32 rather than 64: the staged rows' workgroup memory counts against the multiprocessor's (docs/PERFORMANCE.md,
-/// s2-s4: with 64 channels a 128 x 128 tile's rows took 37 KiB and ran one workgroup per multiprocessor).
+/// 32 rather than 64: the staged rows' workgroup memory counts against the multiprocessor's (docs/PERFORMANCE.md:
+/// with 64 channels a 128 x 128 tile's rows take 37 KiB, and such tiles ran one workgroup per multiprocessor).
 const MAX_STAGE_C: usize = 32;
 
 /// A workgroup of SG_M x SG_N subgroups, each computing WM pixels x WN output channels; `staged`: the A operand
@@ -121,12 +120,12 @@ fn stage_channels(shape: &ConvShape) -> usize {
 
 /// Every tile the selector may choose: 64 x 64 per subgroup (64+ output channels), 64 x 32 (32+); direct, and the
 /// three two-row shapes of 64 x 64 and 64 x 32 subgroups also with staged rows (`staged`).
-/// Larger subgroup blocks (96 x 64, 128 x 32) measured slower or within 2% (docs/PERFORMANCE.md, c7), smaller ones
-/// (32 x 64, 32 x 32) 1.2-1.4x slower (c10), 64 x 16 1.2-1.4x slower (u2). Tiles of 8 subgroups of 64 x 32 (128 x
-/// 128, 256 x 64) ran one workgroup per multiprocessor and 1.1-1.3x slower than 128 x 64 (u2); 128 x 64 with staged
-/// rows (138 registers, but 20 KiB of workgroup memory) 1.1-1.4x slower than direct (u1). Since the staged loop
-/// loads each stage ahead (d8), the staged 128 x 64 of 64 x 64 subgroups runs kb65 in 2.44 ms against 2.46 for the
-/// direct one and 2.59 for the default (d5, d9): for 64 output channels the tuner chooses per shape (kb57 differs).
+/// Larger subgroup blocks (96 x 64, 128 x 32) measured slower or no faster, smaller ones (32 x 64, 32 x 32, 64 x
+/// 16) slower (docs/PERFORMANCE.md). Tiles of 8 subgroups of 64 x 32 (128 x 128, 256 x 64) ran one workgroup per
+/// multiprocessor and slower than 128 x 64; 128 x 64 with staged rows (fewer registers, but more workgroup memory)
+/// slower than direct. Since the staged loop loads each stage ahead, the staged 128 x 64 of 64 x 64 subgroups and
+/// the direct tiles measure close, and which is faster depends on the shape: for 64 output channels the tuner
+/// chooses per shape.
 pub const TILES: &[NhwcTile] = &[
     tile(64, 64, 2, 1),
     tile(64, 64, 4, 1),
@@ -140,15 +139,12 @@ pub const TILES: &[NhwcTile] = &[
     staged(64, 32, 2, 1),
 ];
 
-/// The tiles for a shape before tuning, best first, the H100's winners in docs/PERFORMANCE.md: 128 pixels x 128
-/// channels with staged rows where the output channels are a multiple of 128 (s4: kb69 3.62 ms against 3.81 for
-/// the direct 128 x 64 tile; u2: 3.60 against 3.71-3.74 for 128 x 64 of four 64 x 32 subgroups; d2: 3.07-3.11
-/// against 3.38 for the direct 128 x 128, before d8's loads ahead took it to 2.93); where they are an odd multiple
-/// of 64, 128 x 64 with staged rows for kernel rows of `STAGED_MIN_ROW_TAPS` taps or more (z2: kb65's 7 taps 2.15
-/// ms against 2.33 for the direct 128 x 64 of 64 x 64 subgroups; kb57's 3 taps 5.27 against 5.07-5.18), else 128 x
-/// 64 of four 64 x 32 subgroups (u1-u2: kb57 5.58-5.79 ms against 6.19 for 256 x 32, kb65 2.57-2.60 against 2.65),
-/// then 256 x 32 (q11); 128 x 32 where they are of 32 (u1: kb71 and kb78 within 1% of 256 x 32; z2: staged rows
-/// 1.03 and 1.44 ms against 0.93 and 1.34); none otherwise. The selector takes the first that runs on the adapter.
+/// The tiles for a shape before tuning, best first as measured (docs/PERFORMANCE.md): where the output channels
+/// are a multiple of 128, 128 pixels x 128 channels with staged rows (faster than the direct 128 x 64 and 128 x 128
+/// tiles), then 128 x 64 of four 64 x 32 subgroups; where they are an odd multiple of 64, 128 x 64 of 64 x 64
+/// subgroups with staged rows for kernel rows of `STAGED_MIN_ROW_TAPS` taps or more, then 128 x 64 of four 64 x 32
+/// subgroups (faster than 256 x 32), then 256 x 32; 128 x 32 where they are a multiple of 32 (staged rows measured
+/// slower there); none otherwise. The selector takes the first that runs on the adapter.
 pub fn pick_tiles(shape: &ConvShape) -> Vec<NhwcTile> {
     let mut tiles = Vec::new();
     let row_taps = shape.kernel[1].div_ceil(shape.stride[1]);
@@ -169,7 +165,8 @@ pub fn pick_tiles(shape: &ConvShape) -> Vec<NhwcTile> {
 
 /// The taps of a kernel row (per stride phase) from which a 128 x 64 tile stages its input rows by default
 /// (`pick_tiles`): the staged rows save all but one in that many of A's loads from storage, at the price of the
-/// stage's copy and barriers; between kb57's 3 (direct faster) and kb65's 7 (staged faster).
+/// stage's copy and barriers; between 3 taps, where the direct tile measured faster, and 7, where the staged one
+/// did.
 const STAGED_MIN_ROW_TAPS: usize = 5;
 
 impl NhwcTile {
@@ -270,8 +267,8 @@ impl NhwcTile {
         let epi = self.epilogue();
         // Workgroup memory: every variable a multiple of 16 bytes (the word `direct_rows` as an array of 4), so
         // that the arrays cooperative matrices load from and store to (the staged rows, the epilogue's scratch)
-        // start 16-byte aligned in whatever order the driver lays the variables out. The H100's driver does not
-        // align them itself: in a prototype (docs/PERFORMANCE.md, y1-y4) a 4-byte word laid out before the staged
+        // start 16-byte aligned in whatever order the driver lays the variables out. NVIDIA's driver was seen not
+        // to align them itself: in a prototype (docs/PERFORMANCE.md) a 4-byte word laid out before the staged
         // rows made every fragment load from them read 4 bytes early.
         let mut header = format!(
             "enable f16;\nenable wgpu_cooperative_matrix;\nconst WM: u32 = {}u;\nconst WN: u32 = {}u;\nconst SG_M: u32 = {}u;\nconst SG_N: u32 = {}u;\nconst BM: u32 = SG_M * WM;\nconst BN: u32 = SG_N * WN;\nconst THREADS: u32 = {SUBGROUP}u * SG_M * SG_N;\n{}",
@@ -382,8 +379,8 @@ fn scratch_rounds(rows: &[u32], nj: u32) -> String {
     e
 }
 
-/// Pixels per run of the epilogue's scratch: two 16-pixel fragment rows. With runs of one row only, kb71 took
-/// 1.12 ms against 0.99 (docs/PERFORMANCE.md, d2).
+/// Pixels per run of the epilogue's scratch: two 16-pixel fragment rows. Runs of one row only measured slower
+/// (docs/PERFORMANCE.md).
 const EPILOGUE_RUN: u32 = coop::FULL_RUN;
 
 /// The padded input's binding in `shaders/coop_nhwc.wgsl`, and as staged tiles declare it.
@@ -496,8 +493,9 @@ impl Geometry {
             }
             // Tight: the reads of a row's last outputs may run past its end into the next row's margin, which is
             // zeros (and those of a sample's last rows into the next sample's top margin), as long as they run no
-            // farther than the margin and every input position some output reads lies within the row. kb69 then
-            // computes its 130 x 260 outputs over 130 x 260 padded pixels instead of 132 x 264.
+            // farther than the margin and every input position some output reads lies within the row. A 128 x 256
+            // input under a 3 x 5 kernel then computes its 130 x 260 outputs over 130 x 260 padded pixels instead
+            // of 132 x 264.
             let end = shape.in_hw[a].min(needed.saturating_sub(before[a]));
             copied[a] = (first_read.max(0) as usize).min(end)..end;
             padded[a] = padded[a].max(before[a] + end).max(needed.saturating_sub(before[a]));
@@ -506,9 +504,9 @@ impl Geometry {
         // columns keep each padded row's pixels congruent mod 8 with their output indices, so that every 16-pixel
         // fragment within an output row may be stored straight to the output (`direct_run`: coopStore wants
         // 16-byte alignment) and fills whole 32-byte sectors; up to 3 padded rows more per sample keep every
-        // sample's fragments 16-byte aligned. On the H100 (docs/PERFORMANCE.md, z1, z8) kb78's rows of 1024
-        // outputs ran 1.46 ms in 1027 padded pixels (every fourth row's fragments aligned), 1.34 in 1028, 1.29 in
-        // 1032; whole sectors per sample too (kb65's and kb71's 514 rows padded to 516) measured 1-3% slower.
+        // sample's fragments 16-byte aligned. Rows rounded so measured faster than rows rounded less (only some
+        // rows' fragments aligned); rounding each sample to whole sectors too measured slower
+        // (docs/PERFORMANCE.md).
         let [out_h, out_w] = shape.out_hw;
         if shape.stride == [1, 1] && (out_h * out_w).is_multiple_of(4) {
             padded[1] = out_w + (padded[1] - out_w).next_multiple_of(8);
@@ -1165,7 +1163,7 @@ mod tests {
         // sample's top margin), so a full transposed convolution (padding 0: margins of kernel - 1) computes
         // exactly its outputs. With padding, the margins shrink and the rows keep room for the reads; at stride
         // 1 the rows round up to the output's row length mod 8 and the samples to its plane mod 4 (aligned
-        // stores: kb65's 514 x 518 outputs need no more, kb78's 1024 outputs per row 1027 -> 1032 columns).
+        // stores: 514 x 518 outputs need no more, rows of 1024 outputs go from 1027 to 1032 columns).
         let shape = |in_hw: [usize; 2], kernel: [usize; 2], padding: [i64; 2]| {
             let params = ConvTranspose2dParams { padding, ..Default::default() };
             params.resolve(&[2, 64, in_hw[0], in_hw[1]], &[64, 64, kernel[0], kernel[1]], None).unwrap()

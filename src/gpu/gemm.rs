@@ -76,13 +76,13 @@ const fn tile(bm: u32, bn: u32, bk: u32, tm: u32, tn: u32) -> Tile {
 
 /// 64 pixels x 64 channels, 4 x 8 per invocation (128 invocations): the default from 64 channels per group.
 pub const TILE_64X64_4X8: Tile = tile(64, 64, 16, 4, 8);
-/// 128 x 128, 8 x 8 per invocation: the default for one stride phase and 128+ channels per group (kb69).
+/// 128 x 128, 8 x 8 per invocation: the default for one stride phase and 128+ channels per group.
 pub const TILE_128X128_8X8: Tile = tile(128, 128, 16, 8, 8);
 /// 128 x 32, 4 x 8 per invocation: the default below 64 channels per group.
 pub const TILE_128X32_4X8: Tile = tile(128, 32, 16, 4, 8);
 
 /// Every exact (f32) tile shape the selector may choose (each is validated by naga and tested on the software
-/// driver): the fastest or within 2% of it on some suite case on the H100 (docs/PERFORMANCE.md, g5).
+/// driver): each the fastest, or close to it, on some suite case (docs/PERFORMANCE.md).
 pub const TILES: &[Tile] = &[
     TILE_64X64_4X8,
     TILE_128X128_8X8,
@@ -131,9 +131,9 @@ impl Parts {
 /// would exceed 127 only for a tensor whose largest magnitude is below 2^-113; with the cap, every normal f32 value
 /// of it still lands in f16's normal range). The products' inverse scale can lie beyond f32's exponents; it is
 /// applied once per output, by a multiplication where it is a normal f32 and by two `ldexp` halves otherwise. (Two
-/// `ldexp` per staged value cost more than the tensor-core products on the H100; a branch between the two ways per
-/// staged value cost 15-35%; a product of two factors per value could be reassociated by the driver into one factor
-/// that overflows: docs/PERFORMANCE.md f4, f5.)
+/// `ldexp` per staged value measured costlier than the tensor-core products; a branch between the two ways per
+/// staged value measured markedly slower; a product of two factors per value could be reassociated by the driver
+/// into one factor that overflows: docs/PERFORMANCE.md.)
 pub(crate) const SCALED_MODULE: &str = concat!(
     include_str!("../../shaders/scale.wgsl"),
     "@group(0) @binding(5) var<storage, read> op_max: array<u32>;
@@ -330,7 +330,7 @@ fn stage_b(k: u32, n: u32, v: f32) {{
 /// per transform point): the declarations of TM x TN/4 named vec4 accumulators `acc_<i>_<j>` (no array, so
 /// nothing can be demoted to local memory), and one K step's math over `bk` channels, straight-line, the next
 /// channel's fragments read before the current one's multiply-adds (as a loop the driver did not keep the reads
-/// ahead, up to 25% slower on the H100: docs/PERFORMANCE.md, g4). `read_a(k, q)` and `read_b(k, j)` are the WGSL
+/// ahead, and measured slower: docs/PERFORMANCE.md). `read_a(k, q)` and `read_b(k, j)` are the WGSL
 /// vec4 expressions of the invocation's pixel run q and channel run j at channel k of the step.
 pub(crate) fn register_tile(
     tm: u32,
@@ -373,9 +373,9 @@ pub(crate) fn register_tile(
     (decl, math)
 }
 
-/// The default tile for a shape (before tuning), from the H100 measurements of docs/PERFORMANCE.md (g5): 8 x 8
-/// per invocation on 128 x 128 tiles for one stride phase with 128+ output channels per group (kb69), else
-/// 4 x 8 on 64 x 64 tiles from 64 channels (kb57, kb65, up2x, dcgan), 128 x 32 below (kb71, kb78).
+/// The default tile for a shape (before tuning), the fastest measured on such shapes (docs/PERFORMANCE.md): 8 x 8
+/// per invocation on 128 x 128 tiles for one stride phase with 128+ output channels per group, else 4 x 8 on
+/// 64 x 64 tiles from 64 output channels per group, 128 x 32 below.
 pub fn pick_tile(shape: &ConvShape) -> Tile {
     let phases = shape.stride[0] * shape.stride[1];
     match shape.out_per_group() {

@@ -25,7 +25,7 @@ pub const REDUCE_SHADER: &str = include_str!("../../shaders/reduce_splits.wgsl")
 pub const TILES: [usize; 3] = [16, 32, 64];
 const BK: usize = 16;
 /// Invocations a dispatch should have to fill a large GPU (the split count is chosen to reach it): 4096
-/// workgroups of the 64-wide tile (128 invocations each since bwd7; 2048 of 256 before).
+/// workgroups of the 64-wide tile, of 128 invocations each (written as an earlier tile's 2048 workgroups of 256).
 const TARGET_INVOCATIONS: usize = 2048 * 256;
 /// Most bytes of partial sums kept at once.
 const MAX_PARTIAL_BYTES: u64 = 256 << 20;
@@ -73,8 +73,8 @@ pub(crate) fn accumulates(shape: &ConvShape, input: &GpuTensor, grad_output: &Gp
     plan(shape, input, grad_output).len() > 1
 }
 
-/// The smallest tile that holds a group's input and output channels, at most 64 (measured on the H100,
-/// docs/PERFORMANCE.md bwd2: the 64-wide tile alone made kb75's backward, 8 x 16 channels per group, 5x slower).
+/// The smallest tile that holds a group's input and output channels, at most 64: on small groups the 64-wide tile
+/// is mostly waste, and measured much slower (docs/PERFORMANCE.md).
 pub fn tile_for(shape: &ConvShape) -> usize {
     let channels = shape.in_per_group().max(shape.out_per_group());
     TILES.into_iter().find(|&t| t >= channels).unwrap_or(TILES[TILES.len() - 1])
@@ -129,9 +129,9 @@ pub struct RowsKernel {
     pub xw: usize,
 }
 
-/// The widest per-tap GEMM tile (`tile_for`) whose shapes the rows kernel takes instead. On the H100
-/// (docs/PERFORMANCE.md, i5) it took kb75's backward (8 x 16 channels per group: the 16-wide tile, 16 invocations
-/// per workgroup) from 2.56 to 1.90 ms, and made kb81's (32 x 64: the 64-wide tile) slower, 0.80 -> 1.12.
+/// The widest per-tap GEMM tile (`tile_for`) whose shapes the rows kernel takes instead: it measured faster than
+/// the 16-wide tile (groups of 8 x 16 channels, 16 invocations per workgroup), and slower than the 64-wide tile
+/// (groups of 32 x 64 channels; docs/PERFORMANCE.md).
 const ROWS_MAX_TILE: usize = 16;
 /// The most invocations of a rows workgroup.
 const ROWS_MAX_THREADS: usize = 256;
@@ -318,7 +318,7 @@ mod tests {
         };
         let limits = wgpu::Limits::default(); // 256 invocations, 16 KiB of workgroup memory
         let cap = MAX_PARTIAL_BYTES;
-        // kb75's groups of 8 x 16 channels: two vec4s of input channels, every output channel in one workgroup.
+        // The suite's groups of 8 x 16 channels: two vec4s of input channels, every output channel in one workgroup.
         let kb75 = shape(2, 32, 64, 4, [128, 256], [3, 5]);
         let k = RowsKernel::for_shape(&kb75, [1, 1], &limits, cap).unwrap();
         assert_eq!(k, RowsKernel { cig4: 2, ocb: 16, kernel_w: 5, rb: ROWS_MIN_RB, xw: 256 });

@@ -230,8 +230,9 @@ pub fn shader_sources() -> Vec<(&'static str, String, String)> {
             .iter()
             .map(|&t| (grad_weight::SHADER_NAME, format!("grad_weight_{t}"), grad_weight::source(t))),
     );
-    // The rows kernel of grad_weight at kb75's layout and at the largest `RowsKernel::for_shape` makes (256
-    // invocations, 16 KiB of staged x): its constants are prepended per shape.
+    // The rows kernel of grad_weight at a layout of groups of 8 x 16 channels with 5-wide kernel rows, and at the
+    // largest `RowsKernel::for_shape` makes (256 invocations, 16 KiB of staged x): its constants are prepended per
+    // shape.
     v.extend([(2, 16, 5, 256), (4, 16, 16, 256)].map(|(cig4, ocb, kernel_w, xw)| {
         let k = grad_weight::RowsKernel { cig4, ocb, kernel_w, rb: 4, xw };
         (grad_weight::ROWS_SHADER_NAME, format!("grad_weight_rows {k:?}"), k.source())
@@ -275,14 +276,13 @@ pub fn shader_sources() -> Vec<(&'static str, String, String)> {
 /// precision), else a heuristic (for `fast` where it keeps to exact kernels: the exact winner of the tuning
 /// cache when there is one).
 ///
-/// The heuristic for `fast` follows the H100 measurements of docs/PERFORMANCE.md (f4, f5, g7, n3, c1-c11, k6-k7):
-/// at stride 1 the padded-NHWC cooperative-matrix kernel wherever it takes the shape (one group, input channels a
-/// multiple of 16 and output channels of 32, its padded f16 input within one binding, not a shape for the rows
-/// kernel; kb57, kb65, kb69, kb71, kb78: 1.2-1.9x faster than the best exact kernel). Elsewhere the staged
-/// cooperative-matrix kernel on problems with at least 64 input and output channels per group (the strided
-/// decoders up2x and dcgan: 1.7x and 2.4x faster than the best exact kernel) unless the shape
-/// is one for the rows kernel (few products per output) or one for the exact Winograd kernel with fewer than 128
-/// output channels per group; with fewer channels (kb75, kb81) the exact kernels measured fastest, and `fast`
+/// The heuristic for `fast` follows the measurements of docs/PERFORMANCE.md: at stride 1 the padded-NHWC
+/// cooperative-matrix kernel wherever it takes the shape (one group, input channels a multiple of 16 and output
+/// channels of 32, its padded f16 input within one binding, not a shape for the rows kernel), where it measured
+/// faster than the best exact kernel. Elsewhere the staged cooperative-matrix kernel on problems with at least 64
+/// input and output channels per group (on the strided decoders it measured faster than the best exact kernel)
+/// unless the shape is one for the rows kernel (few products per output) or one for the exact Winograd kernel with
+/// fewer than 128 output channels per group; with fewer channels the exact kernels measured fastest, and `fast`
 /// takes them (its error is then f32's). The f16-operand register kernels never won. `convt tune --precision
 /// fast` measures every candidate instead.
 pub fn select(ctx: &GpuContext, shape: &ConvShape, has_bias: bool, precision: Precision) -> Strategy {
@@ -302,12 +302,12 @@ pub fn select(ctx: &GpuContext, shape: &ConvShape, has_bias: bool, precision: Pr
     }
     // The GEMM tile wastes work when a group has few output channels, and its per-phase dispatches and
     // strided stores do not pay off when each output sums few products (few input channels per tap, large
-    // stride): the rows kernel serves those, a gather kernel whose stores run along the output rows (measured on
-    // the H100: kb75, kb81; docs/PERFORMANCE.md, r1-r4).
+    // stride): the rows kernel serves those, a gather kernel whose stores run along the output rows, which
+    // measured faster there (docs/PERFORMANCE.md).
     let gather = prefers_gather(shape);
-    // At stride 1 the Winograd kernel along W (kernel rows in K) does 2-2.8x fewer products and wins on the
-    // H100 where `winograd::pick` has a tile (kb57, kb65, kb69, kb71, kb78: docs/PERFORMANCE.md, wr1 and n1): the
-    // first of its tiles that fits the adapter.
+    // At stride 1 the Winograd kernel along W (kernel rows in K) does fewer products than the GEMM, and measured
+    // faster wherever `winograd::pick` has a tile (docs/PERFORMANCE.md): the first of its tiles that fits the
+    // adapter.
     let winograd = winograd::pick(shape).iter().map(|t| Strategy::Winograd(*t)).find(|w| w.computes(ctx, shape));
     let heuristic = if gather {
         Strategy::Rows(rows::pick(shape))
@@ -318,18 +318,14 @@ pub fn select(ctx: &GpuContext, shape: &ConvShape, has_bias: bool, precision: Pr
     };
     let coop = Strategy::Coop(coop::pick_tile(shape));
     // `fast` takes the tensor cores where a group has 64+ input and output channels, except where the exact
-    // Winograd kernel measured faster on the H100: below 128 output channels per group (n3's tuning: kb57 12.5 ms
-    // against 14.9, kb65 5.9 against 7.8; at 128, kb69, the tensor cores won: 8.2 against 8.6).
+    // Winograd kernel measured faster: below 128 output channels per group (at 128 the tensor cores won).
     let winograd_beats_coop = matches!(heuristic, Strategy::Winograd(_)) && shape.out_per_group() < 128;
     let tensor_cores = !gather && !winograd_beats_coop && shape.in_per_group() >= 64 && shape.out_per_group() >= 64;
     // At stride 1 `fast` takes the padded-NHWC kernel wherever it computes the shape (not the gather kernel's
     // shapes): its operands load straight from storage (or, with 128 output channels, its input rows from
-    // workgroup memory), and it measured faster than every other kernel on the five stride-1 cases (kb57 8.0 ms
-    // against 10.8 for the exact Winograd kernel, kb65 3.1 against 5.9, kb69 4.1 against 6.3 for the staged
-    // cooperative-matrix kernel, kb71 1.4 against 1.7, kb78 1.9 against 3.1: docs/PERFORMANCE.md, k2 and k6). Per
-    // stride phase it lost to the staged kernel on the strided decoders (up2x 1.40-1.47 ms against 1.36, dcgan
-    // 0.60-0.66 against 0.41: k7; since u9 the staged kernel takes 0.86 and 0.275), so only the tuner gives it
-    // strided shapes.
+    // workgroup memory), and it measured faster than every other kernel on the suite's stride-1 cases, both the
+    // exact Winograd kernel and the staged cooperative-matrix kernel (docs/PERFORMANCE.md). Per stride phase it
+    // lost to the staged kernel on the strided decoders, so only the tuner gives it strided shapes.
     let stride_1 = shape.stride == [1, 1];
     let nhwc = coop_nhwc::pick_tiles(shape)
         .into_iter()
@@ -346,7 +342,7 @@ pub fn select(ctx: &GpuContext, shape: &ConvShape, has_bias: bool, precision: Pr
 
 /// Whether the heuristic gives `shape` to a gather kernel rather than a GEMM: few output channels per group
 /// (the GEMM's channel tile would be mostly waste), few input channels per group, or few products per output
-/// (large strides), as on kb75 and kb81 (docs/PERFORMANCE.md, r1-r4).
+/// (large strides): there the gather kernels measured faster (docs/PERFORMANCE.md).
 pub(crate) fn prefers_gather(shape: &ConvShape) -> bool {
     let products_per_output =
         shape.in_per_group() * shape.kernel[0] * shape.kernel[1] / (shape.stride[0] * shape.stride[1]);

@@ -13,8 +13,8 @@ use crate::params::ConvShape;
 
 pub const SHADER_NAME: &str = "rows.wgsl";
 const TEMPLATE: &str = include_str!("../../shaders/rows.wgsl");
-/// Invocations per workgroup: that many consecutive pixels of a row at a time. 256 measured 25% faster than
-/// 128 on kb75 and kb81 (docs/PERFORMANCE.md, x1-x2), and faster than 192 or 320-1024.
+/// Invocations per workgroup: that many consecutive pixels of a row at a time. 256 measured faster than 128, 192
+/// or 320-1024 on the shapes the rows kernel serves (docs/PERFORMANCE.md).
 pub const WORKGROUP_SIZE: u32 = 256;
 /// Weight values one staged slab holds: 16 KiB of f32, the workgroup memory every WebGPU adapter offers.
 pub const SLAB: u32 = 4096;
@@ -31,8 +31,8 @@ pub struct Rows {
 pub const VARIANTS: &[Rows] =
     &[Rows { channels: 8, rows: 4 }, Rows { channels: 16, rows: 2 }, Rows { channels: 32, rows: 2 }];
 
-/// The default variant for a shape (the H100's winner on kb75 and kb81 at 256 invocations, docs/PERFORMANCE.md
-/// x1-x2): 16 output channels of 2 rows per invocation, 8 channels of 4 rows when a group has fewer than 16.
+/// The default variant for a shape (the fastest measured at 256 invocations, docs/PERFORMANCE.md): 16 output
+/// channels of 2 rows per invocation, 8 channels of 4 rows when a group has fewer than 16.
 pub fn pick(shape: &ConvShape) -> Rows {
     if shape.out_per_group() >= 16 {
         Rows { channels: 16, rows: 2 }
@@ -237,7 +237,7 @@ mod tests {
                 assert!(kwc <= sh.kernel[1] && icc <= sh.in_per_group(), "{v:?} {sh:?}");
             }
         }
-        // kb81 and kb75: one slab holds everything a row needs.
+        // The suite's two rows-kernel cases: one slab holds everything a row needs.
         let kb81 = shape(32, 64, [3, 3], [5, 5], [2, 2]);
         assert_eq!(pick(&kb81).blocks(&kb81), [1, 3, 32]);
         let kb75 = shape(8, 16, [3, 5], [2, 3], [2, 1]);

@@ -4,11 +4,11 @@
 //! their coefficients as literals; the weight transform runs first (`shaders/winograd_weights.wgsl`).
 //!
 //! Why: at stride 1 every output pixel takes every tap, and F(m, r) computes m outputs of an r-tap correlation
-//! with m + r - 1 multiplications instead of m * r. F(2x4, 3x5) (kb69) does 32 where the GEMM does 120 per
-//! 8 outputs and input channel: 3.75x fewer. The tiles the heuristic takes transform along W only and put the
-//! kernel's rows into K ([`WinoTile::rows_in_k`]; F(4, 5) on kb69: 2.5x fewer): fewer points held in registers
-//! leave room for larger tiles, which measured faster (docs/PERFORMANCE.md, wr1). The transforms add rounding error (the larger the tile, the more:
-//! the tests hold every tile to the f32 tolerance, 1e-5 relative L2, on random data).
+//! with m + r - 1 multiplications instead of m * r. F(2x4, 3x5) does 32 where the GEMM does 120 per 8 outputs
+//! and input channel: 3.75x fewer. The tiles the heuristic takes transform along W only and put the kernel's rows
+//! into K ([`WinoTile::rows_in_k`]; F(4, 5) on a 3x5 kernel: 2.5x fewer): fewer points held in registers leave
+//! room for larger tiles, which measured faster (docs/PERFORMANCE.md). The transforms add rounding error (the
+//! larger the tile, the more: the tests hold every tile to the f32 tolerance, 1e-5 relative L2, on random data).
 
 use crate::error::{ConvtError, Result};
 use crate::gpu::buffers::{GpuTensor, InFlight, PooledBuffer, STORAGE};
@@ -181,14 +181,14 @@ const fn wino_wb(mw: u32, band: u32, tb: u32, cb: u32, channels: u32) -> WinoTil
 }
 
 /// The tiles along W without bands: F(MW, K_W) with the kernel rows in K, K steps of 8 (the heuristic's before
-/// the bands of b1-b5, and its choice where an adapter's workgroup memory is too small for them). On the H100
-/// (docs/PERFORMANCE.md, wr1 and n1):
-/// - 64 tiles x 64 channels (512 invocations with 8 points, 32 KiB): kb57 (3x3, F(6, 3)) 12.4 ms against the
-///   GEMM's 15.8-18.4, kb69 (3x5, F(4, 5)) 8.6 against 11.4 for the 2-D tile F(2x4, 3x5) and 13.0 for the GEMM;
-/// - 48 tiles x 64 channels for the 10-point F(4, 7) (480 invocations, 35 KiB): kb65 (3x7) 5.9 ms against 8.1
-///   for F(2, 7) on 64 x 64 and 9.1 for the GEMM; 32 x 64 (30 KiB, within 32 KiB) 6.3 ms;
-/// - for groups of 32 output channels, 128 tiles x 32 channels (F(4, 3): kb71 2.0 ms against the GEMM's 2.3)
-///   and 64 x 32 (F(4, 7), 10 points, 30 KiB: kb78 3.6 ms against the GEMM's 4.8).
+/// the bands, and its choice where an adapter's workgroup memory is too small for them). Each measured faster
+/// than the GEMM on the kernels it was made for (docs/PERFORMANCE.md):
+/// - 64 tiles x 64 channels (512 invocations with 8 points, 32 KiB): 3x3 kernels with F(6, 3), 3x5 ones with
+///   F(4, 5) (also faster there than the 2-D tile F(2x4, 3x5));
+/// - 48 tiles x 64 channels for the 10-point F(4, 7) (480 invocations, 35 KiB) on 3x7 kernels (faster than
+///   F(2, 7) on 64 x 64); 32 x 64 (30 KiB, within 32 KiB) where that does not fit;
+/// - for groups of 32 output channels, 128 tiles x 32 channels (F(4, 3)) and 64 x 32 (F(4, 7), 10 points,
+///   30 KiB).
 pub const WINO_W6: WinoTile = wino_w(6, 64, 64, 8);
 pub const WINO_W4: WinoTile = wino_w(4, 64, 64, 8);
 pub const WINO_W4_48: WinoTile = wino_w(4, 48, 64, 8);
@@ -196,10 +196,10 @@ pub const WINO_W4_32: WinoTile = wino_w(4, 32, 64, 8);
 pub const WINO_W4_NARROW: WinoTile = wino_w(4, 128, 32, 8);
 pub const WINO_W4_NARROW_64: WinoTile = wino_w(4, 64, 32, 8);
 
-/// The same tiles in bands, K steps of 4 input channels with all their kernel rows (docs/PERFORMANCE.md, b1-b4: kb57
-/// 12.47 -> 11.41 ms, kb69 8.58 -> 7.91, kb71 2.01 -> 1.66, kb78 3.58 -> 3.14 on the H100). The first two and the
-/// last need 36-40 KiB of workgroup memory at their kernels (3x3, 3x5, 3x7): where the adapter has less, the
-/// selector takes the tile without bands.
+/// The same tiles in bands, K steps of 4 input channels with all their kernel rows: tiles of several output rows
+/// share their transformed input rows, which measured faster than the tiles without bands (docs/PERFORMANCE.md).
+/// The first two and the last need 36-40 KiB of workgroup memory at their kernels (3x3, 3x5, 3x7): where the
+/// adapter has less, the selector takes the tile without bands.
 pub const WINO_W6_BANDS: WinoTile = wino_wb(6, 2, 64, 64, 4);
 pub const WINO_W4_BANDS: WinoTile = wino_wb(4, 2, 64, 64, 4);
 pub const WINO_W4_NARROW_BANDS: WinoTile = wino_wb(4, 4, 128, 32, 4);
@@ -224,13 +224,13 @@ pub const WINO_TILES: &[WinoTile] = &[
 
 /// The heuristic's tiles for a stride-1 shape, the preferred first (the selector takes the first that fits the
 /// adapter), by channels per group and kernel size; empty (the GEMM) where the GEMM measured faster or the shape
-/// is far from what was measured (on the H100, docs/PERFORMANCE.md wr1 and n1: 3x3, 3x5 and 3x7 kernels):
-/// - 64+ input and output channels: for width 3 F(4, 3) on 128 x 32 tiles in bands of 4 rows (kb57: 10.8 ms
-///   against 11.4 for F(6, 3) on 64 x 64 tiles in bands, b5; 27 KiB, so it fits every adapter); F(4, K_W) for
-///   widths 4-7: on 64 x 64 tiles in bands of 2 rows up to width 5 (8 points), on 48 x 64, else 32 x 64, tiles
-///   for widths 6-7 (9-10 points; kb65, where bands did not pay. Widths 4 and 6 are the nearest unmeasured ones);
-/// - 32-63 output channels (32+ input): F(4, K_W) on 128 x 32 tiles in bands of 4 rows for widths 3-5 (kb71), on
-///   64 x 32 tiles in bands of 8 rows for widths 6-7 (kb78);
+/// is far from what was measured (3x3, 3x5 and 3x7 kernels; docs/PERFORMANCE.md):
+/// - 64+ input and output channels: for width 3 F(4, 3) on 128 x 32 tiles in bands of 4 rows (faster than F(6, 3)
+///   on 64 x 64 tiles in bands; 27 KiB, so it fits every adapter); F(4, K_W) for widths 4-7: on 64 x 64 tiles in
+///   bands of 2 rows up to width 5 (8 points), on 48 x 64, else 32 x 64, tiles for widths 6-7 (9-10 points, where
+///   bands did not pay. Widths 4 and 6 are the nearest unmeasured ones);
+/// - otherwise, with 32+ input and output channels: F(4, K_W) on 128 x 32 tiles in bands of 4 rows for widths
+///   3-5, on 64 x 32 tiles in bands of 8 rows for widths 6-7;
 /// - each banded tile followed by its tile without bands, for adapters with less workgroup memory;
 /// - kernel heights 2-7 only: with one row K is just the input channels, and taller kernels were not tested.
 ///
@@ -943,11 +943,11 @@ mod tests {
     #[test]
     fn every_transform_rounds_like_the_f32_tolerance_allows() {
         // Each transform simulated in f32 as the kernel computes it (U = G g and V = BT d rounded, products
-        // summed over 192 K indices as kb69's 64 channels x 3 kernel rows, then AT), against the f64 correlation,
-        // with nn.ConvTranspose2d-like weights and two kinds of input: torch.rand-like U(0, 1) (the benchmark's)
-        // and U(-1, 1) (the tests' and `convt verify`'s, whose sums cancel more). The 8-point transforms measure
-        // up to about 1e-6, the 9- and 10-point ones (points +-3/4 added) up to about 5e-6: a margin of 2x to the
-        // tests' 1e-5, which the budgets below keep.
+        // summed over 192 K indices as 64 channels x 3 kernel rows of the suite's 3x5 kernel, then AT), against
+        // the f64 correlation, with nn.ConvTranspose2d-like weights and two kinds of input: torch.rand-like
+        // U(0, 1) (the benchmark's) and U(-1, 1) (the tests' and `convt verify`'s, whose sums cancel more). The
+        // 8-point transforms measure up to about 1e-6, the 9- and 10-point ones (points +-3/4 added) up to about
+        // 5e-6: a margin of 2x to the tests' 1e-5, which the budgets below keep.
         use rand::{Rng, SeedableRng};
         let mut rng = rand::rngs::StdRng::seed_from_u64(1);
         for low in [0.0f32, -1.0] {
@@ -997,9 +997,10 @@ mod tests {
     #[test]
     fn every_tile_meets_the_layout_rules_and_runs_on_the_software_driver() {
         // 32 KiB of workgroup memory and 1024 invocations: what the software driver (Vulkan) offers, where CI runs
-        // every tile (tests/winograd.rs) on a 2x3 kernel at least; the suite's 3x5 kernel (kb69) needs up to 40 KiB
-        // (the 128 x 32 tile), within the H100's 48. And the heuristic's tiles for the suite's stride-1 cases: its
-        // first choice fits the H100 (it is what was measured there) and its last the software driver.
+        // every tile (tests/winograd.rs) on a 2x3 kernel at least; the suite's 3x5 kernel needs up to 40 KiB (the
+        // 128 x 32 tile), within 48 KiB (`h100`: the adapter the tiles were measured on). And the heuristic's tiles
+        // for the suite's stride-1 cases: its first choice fits 48 KiB (what it was measured with) and its last the
+        // software driver.
         let adapter = |bytes: u32| wgpu::Limits {
             max_compute_workgroup_storage_size: bytes,
             max_compute_invocations_per_workgroup: 1024,
@@ -1013,7 +1014,7 @@ mod tests {
         for tile in WINO_TILES {
             assert!(tile.is_consistent(), "{tile:?}");
             tile.check(&shape([2, 3]), &software).unwrap_or_else(|e| panic!("{e}"));
-            // A suite kernel every tile takes on the H100.
+            // A suite kernel every tile takes with 48 KiB.
             tile.check(&shape([3, 3]), &h100).unwrap_or_else(|e| panic!("{e}"));
             let src = tile.source(&tile.transforms(&shape([3, 3])).unwrap());
             assert!(!src.contains("//#"), "{tile:?}");
