@@ -86,7 +86,8 @@ pub(crate) fn to_f32_vec(values: &[f64], what: impl Fn() -> String) -> Result<Ve
     Ok(out)
 }
 
-/// The memory the host can still give, in bytes (Linux: `MemAvailable` plus free swap), where the system says.
+/// The memory the host can still give, in bytes, where the system says. Linux: `MemAvailable` plus free swap,
+/// and no more than the process's memory cgroup has left (a container's limit, which /proc/meminfo does not show).
 fn available_host_memory() -> Option<u64> {
     let info = std::fs::read_to_string("/proc/meminfo").ok()?;
     let field = |name: &str| -> Option<u64> {
@@ -94,7 +95,33 @@ fn available_host_memory() -> Option<u64> {
         let kib: u64 = line[name.len()..].trim().trim_end_matches("kB").trim().parse().ok()?;
         Some(kib.saturating_mul(1024))
     };
-    Some(field("MemAvailable:")?.saturating_add(field("SwapFree:").unwrap_or(0)))
+    let system = field("MemAvailable:")?.saturating_add(field("SwapFree:").unwrap_or(0));
+    Some(cgroup_memory_left().map_or(system, |left| left.min(system)))
+}
+
+/// What the process's memory cgroup allows beyond its current use: cgroup v2 (`memory.max` less
+/// `memory.current`) or v1 (`memory.limit_in_bytes` less `memory.usage_in_bytes`); none where no limit is set or
+/// the files are not visible.
+fn cgroup_memory_left() -> Option<u64> {
+    let groups = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let read = |path: String| -> Option<u64> { std::fs::read_to_string(path).ok()?.trim().parse().ok() };
+    for line in groups.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        let (limit, usage) = match controllers {
+            "" => (format!("/sys/fs/cgroup{path}/memory.max"), format!("/sys/fs/cgroup{path}/memory.current")),
+            c if c.split(',').any(|c| c == "memory") => (
+                format!("/sys/fs/cgroup/memory{path}/memory.limit_in_bytes"),
+                format!("/sys/fs/cgroup/memory{path}/memory.usage_in_bytes"),
+            ),
+            _ => continue,
+        };
+        // "max" (v2) or a near-u64::MAX value (v1) means no limit: `read` gives None or a number no host has.
+        if let (Some(limit), Some(usage)) = (read(limit), read(usage)) {
+            return Some(limit.saturating_sub(usage));
+        }
+    }
+    None
 }
 
 /// How far a result is from a reference: the measures `convt verify` prints and the tests assert.
