@@ -1,21 +1,63 @@
 #!/usr/bin/env bash
-# The whole test suite: unit, property, PyTorch golden-file, validation, robustness, fuzz, CLI and shader
-# tests, then the training example (it fails unless the GPU-trained layer recovers the hidden one), then the
-# suite a second time through wgpu's GL backend on Mesa's software OpenGL with wgpu's shader runtime checks on
-# (skip it with CONVT_SECOND_BACKEND=none).
-# GPU tests run on whatever Vulkan device is present (Mesa's software driver when there is none).
+# The test suite, in two tiers (GPU tests run on whatever Vulkan device is present: Mesa's software driver when
+# there is none, installed by scripts/setup.sh).
+#
+#   bash scripts/test.sh          the full tier, what CI runs:
+#                                 1. cargo fmt --check and cargo clippy --all-targets -D warnings;
+#                                 2. every test at full size (CONVT_TEST_TIER=full): all property cases, every
+#                                    kernel on every fixture, the fuzz targets for 30 s each;
+#                                 3. the training example (it fails unless the GPU-trained layer recovers the hidden
+#                                    one);
+#                                 4. the fast tier of the tests that use the GPU again, through wgpu's GL backend on
+#                                    Mesa's software OpenGL with wgpu's shader runtime checks on (skip it with
+#                                    CONVT_SECOND_BACKEND=none).
+#   bash scripts/test.sh --fast   the fast tier, for day-to-day work: every test on the first backend with fewer
+#                                 cases each (a quarter of the property cases, a fresh sample of the kernels and
+#                                 files a test loops over). The same as `cargo test --release` once a driver is
+#                                 installed.
+#
+# Extra arguments go to cargo test (a test name filter, say).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+TIER=full
+if [ "${1:-}" = "--fast" ]; then
+  TIER=fast
+  shift
+fi
 SECOND_BACKEND="${CONVT_SECOND_BACKEND:-gl}"
-[ "$SECOND_BACKEND" = "gl" ] && export CONVT_NEED_GL=1
+[ "$TIER" = full ] && [ "$SECOND_BACKEND" = "gl" ] && export CONVT_NEED_GL=1
 source scripts/setup.sh
-cargo test --release "$@"
+step() { echo "test.sh: $*" >&2; }
+
+if [ "$TIER" = fast ]; then
+  step "fast tier (first backend)"
+  cargo test --release "$@"
+  exit 0
+fi
+
+if cargo clippy --version >/dev/null 2>&1 && cargo fmt --version >/dev/null 2>&1; then
+  step "cargo fmt --check, cargo clippy --all-targets -D warnings"
+  cargo fmt --all -- --check
+  cargo clippy --release --all-targets -- -D warnings
+elif [ "${CI:-}" = "true" ]; then
+  echo "test.sh: CI needs rustfmt and clippy (rustup component add rustfmt clippy)" >&2
+  exit 1
+else
+  step "rustfmt or clippy not installed: lints skipped (rustup component add rustfmt clippy)"
+fi
+
+step "full tier (first backend)"
+CONVT_TEST_TIER=full cargo test --release "$@"
 cargo run --release --example train_hidden -- --steps 300 --out target/train_hidden.safetensors
+
 if [ "$SECOND_BACKEND" = "gl" ]; then
   # The second pass also runs the kernels with wgpu's runtime checks on (the first runs them trusted, the
   # default), so both ways of creating shader modules are tested. One test thread: wgpu's GL backend does all GPU
   # work under one context lock and panics in a thread that waits more than 6 s for it, which a long shader
   # compile on the software driver can cause (docs/RELIABILITY.md, "Second backend (GL)").
-  echo "test.sh: the suite again on wgpu's GL backend with shader runtime checks (CONVT_BACKEND=gl CONVT_SHADER_CHECKS=checked, one test thread)" >&2
-  CONVT_BACKEND=gl CONVT_SHADER_CHECKS=checked RUST_TEST_THREADS=1 cargo test --release "$@"
+  step "fast tier again on wgpu's GL backend with shader runtime checks (CONVT_BACKEND=gl CONVT_SHADER_CHECKS=checked, one test thread)"
+  # The test binaries that use the GPU (the others, CLI parsing, file checks and fuzzing, never reach a backend).
+  gpu_tests=(--lib --test backward --test fixtures --test precision --test properties --test robustness --test soak
+    --test state_dict --test tune --test winograd)
+  CONVT_BACKEND=gl CONVT_SHADER_CHECKS=checked RUST_TEST_THREADS=1 cargo test --release "${gpu_tests[@]}" "$@"
 fi

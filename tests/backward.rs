@@ -46,7 +46,7 @@ fn dot(a: &[f32], b: &[f64]) -> f64 {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 96, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: common::cases(96), failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn gpu_gradients_match_reference_on_random_problems(p in problems()) {
@@ -236,7 +236,7 @@ fn stride_one_grad_input_runs_through_every_forward_strategy() {
     for (input, weight, params) in cases {
         let shape = params.resolve(&input, &weight, None).unwrap();
         assert!(convt::gpu::grad_input::as_transposed_convolution(&shape).is_some(), "{shape:?}");
-        for strategy in convt::gpu::Strategy::candidates() {
+        for strategy in common::sample(&convt::gpu::Strategy::candidates(), 4) {
             let prob = with_bias(&input, &weight, params);
             check(common::ctx_with_strategy(strategy), &prob).unwrap_or_else(|e| panic!("{}: {e}", strategy.name()));
         }
@@ -265,7 +265,7 @@ fn strided_grad_input_runs_on_every_gemm_tile() {
     for (input, weight, params) in cases {
         let shape = params.resolve(&input, &weight, None).unwrap();
         assert!(convt::gpu::grad_input::as_transposed_convolution(&shape).is_none(), "{shape:?}");
-        for strategy in &strategies {
+        for strategy in &common::sample(&strategies, 3) {
             let prob = with_bias(&input, &weight, params);
             let ctx = match strategy {
                 Some(s) => common::ctx_with_strategy(*s),

@@ -14,10 +14,12 @@
 //!   `TensorFile` or `DType` errors, and `Ok` only with f32 tensors that an independent reading of the header
 //!   (serde_json's untyped values) finds, with the same shapes and bit-identical data.
 //!
-//! Each target runs for `CONVT_FUZZ_SECONDS` (default 30) and prints its seed, executions and outcomes. The seed
-//! is fresh each run; `CONVT_FUZZ_SEED=<seed>` replays a run. The first failure stops the target and fails the
+//! Each target runs for `CONVT_FUZZ_SECONDS` (default 30 in the full tier, 5 in the fast one) and prints its seed,
+//! executions and outcomes. The seed is fresh each run; `CONVT_FUZZ_SEED=<seed>` replays a run. The first failure stops the target and fails the
 //! test, naming the seed and the iteration (a safetensors input is also saved under the target's temp dir).
 //! `scripts/fuzz.sh [SECONDS]` runs the long version; docs/RELIABILITY.md records its figures.
+
+mod common;
 
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -34,8 +36,10 @@ use rand::{Rng, SeedableRng};
 // The harness
 // ---------------------------------------------------------------------------------------------------------
 
+/// Each target's time: `CONVT_FUZZ_SECONDS`, else 30 s in the full tier and 5 s in the fast tier.
 fn budget() -> Duration {
-    let secs = std::env::var("CONVT_FUZZ_SECONDS").ok().and_then(|v| v.trim().parse::<f64>().ok()).unwrap_or(30.0);
+    let default = if common::full_tier() { 30.0 } else { 5.0 };
+    let secs = std::env::var("CONVT_FUZZ_SECONDS").ok().and_then(|v| v.trim().parse::<f64>().ok()).unwrap_or(default);
     Duration::from_secs_f64(secs.max(0.0))
 }
 

@@ -91,7 +91,7 @@ fn run_fast(ctx: &GpuContext, p: &Problem, x: &Tensor, w: &Tensor, b: Option<&Te
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 32, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: common::cases(32), failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn every_fast_kernel_is_within_f16_rounding_of_the_reference(p in problems(), pick in 0usize..64) {

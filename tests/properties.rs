@@ -22,7 +22,7 @@ fn check(ctx: &GpuContext, p: &Problem) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 96, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: common::cases(96), failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn gpu_matches_reference_on_random_problems(p in problems()) {

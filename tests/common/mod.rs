@@ -8,6 +8,47 @@ use std::sync::OnceLock;
 
 use convt::gpu::{GpuContext, GpuOptions};
 
+/// Whether the full tier of the suite runs (`CONVT_TEST_TIER=full`: what `scripts/test.sh` and CI run). The
+/// default, the fast tier of plain `cargo test`, runs every test with fewer of its cases: fewer random problems
+/// per property, and a sample (drawn afresh each run) of the kernels or files a test loops over. Both tiers assert
+/// the same things with the same tolerances.
+pub fn full_tier() -> bool {
+    std::env::var("CONVT_TEST_TIER").is_ok_and(|v| v.trim() == "full")
+}
+
+/// Random problems per property test: `full` in the full tier, a quarter of them (at least 4) in the fast tier.
+pub fn cases(full: u32) -> u32 {
+    if full_tier() {
+        full
+    } else {
+        (full / 4).max(4)
+    }
+}
+
+/// Every item in the full tier; in the fast tier `keep` of them, drawn afresh each run (the draw is printed, so
+/// a failing run names what it checked).
+pub fn sample<T: Clone + std::fmt::Debug>(items: &[T], keep: usize) -> Vec<T> {
+    if full_tier() || items.len() <= keep {
+        return items.to_vec();
+    }
+    let seed = fresh_seed();
+    let mut index: Vec<usize> = (0..items.len()).collect();
+    // A seeded Fisher-Yates shuffle (splitmix64 steps): no dependency, reproducible from the printed seed.
+    let mut state = seed;
+    for i in (1..index.len()).rev() {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        index.swap(i, ((z ^ (z >> 31)) % (i as u64 + 1)) as usize);
+    }
+    index.truncate(keep);
+    index.sort_unstable();
+    let chosen: Vec<T> = index.iter().map(|&i| items[i].clone()).collect();
+    println!("fast tier (seed {seed}): {keep} of {} items: {chosen:?}", items.len());
+    chosen
+}
+
 /// Relative L2 error every f32 path must reach against the f64 reference.
 pub const F32_TOLERANCE: f64 = 1e-5;
 
