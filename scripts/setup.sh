@@ -45,5 +45,5 @@ if ! command -v cargo >/dev/null 2>&1; then
   exit 1
 fi
 
-# Mesa's drivers print a warning when no display session directory exists; there is no display here anyway.
+# Mesa's drivers print a warning when XDG_RUNTIME_DIR is unset; there is no display here anyway.
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
