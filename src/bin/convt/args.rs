@@ -1,8 +1,11 @@
 //! Arguments shared by the subcommands: the convolution options, written as in PyTorch (`2` or `2,3`).
 
+use std::path::Path;
+
 use clap::Args;
+use convt::io::{OutputFile, TensorFile};
 use convt::suite::{self, Case};
-use convt::ConvTranspose2dParams;
+use convt::{ConvTranspose2dParams, Tensor};
 
 /// Parses `N` (both axes) or `H,W` into a pair; negative values pass through so the library can reject them
 /// with PyTorch's message.
@@ -103,4 +106,23 @@ pub fn parse_cases(names: &[String]) -> anyhow::Result<Vec<Case>> {
             })
         })
         .collect()
+}
+
+/// What `forward` and `backward` start from: the output file, checked and ready before anything is read or
+/// computed (see [`OutputFile::create`]), and the problem's tensors from the `--tensors` file.
+pub struct Problem {
+    pub out: OutputFile,
+    pub file: TensorFile,
+    pub input: Tensor,
+    pub weight: Tensor,
+    pub bias: Option<Tensor>,
+}
+
+/// Checks `out` (it must not be `tensors` itself, nor a device, pipe or directory), then reads `input`,
+/// `weight` and the optional `bias` from `tensors`.
+pub fn open_problem(tensors: &Path, out: &Path) -> anyhow::Result<Problem> {
+    let out = OutputFile::create(out, &[tensors])?;
+    let file = TensorFile::load(tensors)?;
+    let (input, weight, bias) = (file.get("input")?, file.get("weight")?, file.get_optional("bias")?);
+    Ok(Problem { out, file, input, weight, bias })
 }

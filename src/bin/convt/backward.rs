@@ -5,10 +5,9 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
-use convt::io::{OutputFile, TensorFile};
 use convt::{GpuContext, Tensor};
 
-use crate::args::ConvArgs;
+use crate::args::{open_problem, ConvArgs, Problem};
 use crate::forward::Backend;
 use crate::Outcome;
 
@@ -29,13 +28,8 @@ pub struct BackwardArgs {
 }
 
 pub fn run(a: BackwardArgs) -> Result<Outcome> {
-    // The output's path is checked (and its temporary file made) before anything is read or computed.
-    let out = OutputFile::create(&a.out, &[&a.tensors])?;
-    let file = TensorFile::load(&a.tensors)?;
-    let input = &file.get("input")?;
-    let weight = &file.get("weight")?;
-    let bias = file.get_optional("bias")?;
-    let bias = bias.as_ref();
+    let Problem { out, file, input, weight, bias } = open_problem(&a.tensors, &a.out)?;
+    let (input, weight, bias) = (&input, &weight, bias.as_ref());
     let grad_output = &file.get("grad_output")?;
     let params = a.conv.params();
     // Validate before touching the GPU, so bad input fails fast and the same way on both backends.

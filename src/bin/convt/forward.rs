@@ -4,10 +4,9 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::{Args, ValueEnum};
-use convt::io::{OutputFile, TensorFile};
 use convt::{GpuContext, Precision};
 
-use crate::args::ConvArgs;
+use crate::args::{open_problem, ConvArgs, Problem};
 use crate::Outcome;
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -37,13 +36,8 @@ pub struct ForwardArgs {
 }
 
 pub fn run(a: ForwardArgs) -> Result<Outcome> {
-    // The output's path is checked (and its temporary file made) before anything is read or computed.
-    let out = OutputFile::create(&a.out, &[&a.tensors])?;
-    let file = TensorFile::load(&a.tensors)?;
-    let input = &file.get("input")?;
-    let weight = &file.get("weight")?;
-    let bias = file.get_optional("bias")?;
-    let bias = bias.as_ref();
+    let Problem { out, input, weight, bias, .. } = open_problem(&a.tensors, &a.out)?;
+    let (input, weight, bias) = (&input, &weight, bias.as_ref());
     let params = a.conv.params();
     // Validate before touching the GPU, so bad input fails fast and the same way on both backends.
     let shape = params.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?;
