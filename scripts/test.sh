@@ -31,7 +31,7 @@ step() { echo "test.sh: $*" >&2; }
 
 if [ "$TIER" = fast ]; then
   step "fast tier (first backend)"
-  cargo test --release "$@"
+  CONVT_TEST_TIER=fast cargo test --release "$@"
   exit 0
 fi
 
@@ -59,5 +59,6 @@ if [ "$SECOND_BACKEND" = "gl" ]; then
   # The test binaries that use the GPU (the others, CLI parsing, file checks and fuzzing, never reach a backend).
   gpu_tests=(--lib --test backward --test fixtures --test precision --test properties --test robustness --test soak
     --test state_dict --test tune --test winograd)
-  CONVT_BACKEND=gl CONVT_SHADER_CHECKS=checked RUST_TEST_THREADS=1 cargo test --release "${gpu_tests[@]}" "$@"
+  CONVT_TEST_TIER=fast CONVT_BACKEND=gl CONVT_SHADER_CHECKS=checked RUST_TEST_THREADS=1 \
+    cargo test --release "${gpu_tests[@]}" "$@"
 fi

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use safetensors::tensor::{Dtype, SafeTensorError, SafeTensors};
 
 use crate::error::{ConvtError, Result};
-use crate::tensor::{filled_vec, Tensor};
+use crate::tensor::{filled_vec, reserve, Tensor};
 
 /// A safetensors file whose header has been checked; its tensors are read on demand.
 #[derive(Debug)]
@@ -180,29 +180,13 @@ fn read_declared(file: &mut File, path: &Path) -> Result<Vec<u8>> {
     }
     Read::by_ref(file).take(header_len).read_to_end(&mut bytes).map_err(io)?;
     let declared = header_entries(&bytes, header_len).iter().map(|t| t.offsets.1 as u64).max().unwrap_or(0);
-    let want = usize::try_from(declared).unwrap_or(usize::MAX);
-    let mut data = filled_vec(want, 0u8, || format!("the data of {}", path.display()))?;
-    let mut got = 0;
-    while got < want {
-        match file.read(&mut data[got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(io(e)),
-        }
-    }
-    data.truncate(got);
-    bytes.try_reserve_exact(data.len()).map_err(|_| ConvtError::HostOutOfMemory {
-        what: format!("the data of {}", path.display()),
-        bytes: (bytes.len() + data.len()) as u128,
-        available: None,
+    // The declared data and one byte more, which tells the parser when the stream holds more than its header
+    // says, read into memory reserved once (checked against what the host has; untouched pages cost nothing).
+    let want = declared.saturating_add(1);
+    reserve(&mut bytes, usize::try_from(want).unwrap_or(usize::MAX), || {
+        format!("the {declared} bytes of data the header of {} declares", path.display())
     })?;
-    bytes.extend_from_slice(&data);
-    // One more byte than declared is enough to tell the parser the file is longer than its header says.
-    let mut extra = [0u8; 1];
-    if got == want && file.read(&mut extra).map_err(io)? == 1 {
-        bytes.push(extra[0]);
-    }
+    Read::by_ref(file).take(want).read_to_end(&mut bytes).map_err(io)?;
     Ok(bytes)
 }
 
@@ -216,25 +200,26 @@ pub fn save_tensors(
     OutputFile::create(path.as_ref(), &[])?.write_tensors(tensors, metadata)
 }
 
-/// An output file being written. [`OutputFile::create`] checks the target before any work is done; the new
-/// contents go to a temporary file in the target's directory, which replaces the target (keeping its mode and,
-/// where allowed, its owner; a new file's mode follows the umask) only when complete. Dropped unfinished, it
-/// removes its temporary file and leaves the target as it was.
+/// An output file about to be written. [`OutputFile::create`] checks the target before any work is done; the
+/// new contents go to a temporary file in the target's directory, which replaces the target (keeping its mode
+/// and, where allowed, its owner; a new file's mode follows the umask) only when complete. The temporary file
+/// exists only while the contents are written, so an interrupted program leaves none behind unless it is stopped
+/// during the write itself.
 #[derive(Debug)]
 pub struct OutputFile {
     /// The path as the user gave it (named in errors).
     path: PathBuf,
     /// The regular file to replace or create: `path` with its links resolved.
     target: PathBuf,
-    tmp: PathBuf,
-    file: Option<File>,
+    /// The replaced file's metadata, whose mode and owner the new file takes.
+    existing: Option<std::fs::Metadata>,
 }
 
 impl OutputFile {
-    /// Checks that `path` can take the output, and creates its temporary file. Refused: a `path` that exists
-    /// and is not a regular file (a device, a pipe, a directory, a link to one), one that is the same file as
-    /// any of `inputs` (compared by resolved path and by file identity, so links are caught), and one whose
-    /// directory does not exist or cannot be written.
+    /// Checks that `path` can take the output. Refused: a `path` that exists and is not a regular file (a device,
+    /// a pipe, a directory, a link to one), one that is the same file as any of `inputs` (compared by resolved
+    /// path and by file identity, so links are caught), an existing file this process may not write (as a shell's
+    /// `>` would refuse it), and one whose directory does not exist or cannot be written.
     pub fn create(path: &Path, inputs: &[&Path]) -> Result<Self> {
         let write_err = |source| ConvtError::Write { path: path.into(), source };
         let name = path.file_name().ok_or_else(|| {
@@ -273,13 +258,15 @@ impl OutputFile {
                 return Err(ConvtError::SameFileAsInput { path: path.into(), input: input.to_path_buf() });
             }
         }
-        let dir = target.parent().unwrap_or(Path::new("/"));
-        let (tmp, file) = create_temporary(dir, name).map_err(write_err)?;
-        let out = Self { path: path.into(), target, tmp, file: Some(file) };
-        if let Some(meta) = &existing {
-            out.take_over_attributes(meta).map_err(write_err)?;
+        if existing.is_some() {
+            // Opened for writing, not truncated: the permission a shell's `>` would need.
+            OpenOptions::new().write(true).open(&target).map_err(write_err)?;
         }
-        Ok(out)
+        // The directory must take a new file: one is made and removed at once.
+        let (tmp, probe) = create_temporary(target.parent().unwrap_or(Path::new("/"))).map_err(write_err)?;
+        drop(probe);
+        std::fs::remove_file(&tmp).map_err(write_err)?;
+        Ok(Self { path: path.into(), target, existing })
     }
 
     /// The path the output will be written to, as given.
@@ -329,55 +316,56 @@ impl OutputFile {
         self.write_with(|w| w.write_all(bytes))
     }
 
-    fn write_with(mut self, body: impl FnOnce(&mut BufWriter<&File>) -> std::io::Result<()>) -> Result<()> {
-        let file = self.file.take().expect("an OutputFile is written once");
+    /// Writes the contents into a new temporary file beside the target and renames it over the target; on any
+    /// error the temporary file is removed and the target is left as it was.
+    fn write_with(self, body: impl FnOnce(&mut BufWriter<&File>) -> std::io::Result<()>) -> Result<()> {
+        let write_err = |source| ConvtError::Write { path: self.path.clone(), source };
+        let dir = self.target.parent().unwrap_or(Path::new("/"));
+        let (tmp, file) = create_temporary(dir).map_err(write_err)?;
         let result = (|| {
+            if let Some(meta) = &self.existing {
+                take_over_attributes(&file, meta)?;
+            }
             let mut w = BufWriter::new(&file);
             body(&mut w)?;
             w.flush()?;
             drop(w);
             file.sync_all()?;
             drop(file);
-            std::fs::rename(&self.tmp, &self.target)
+            std::fs::rename(&tmp, &self.target)
         })();
-        result.map_err(|source| ConvtError::Write { path: self.path.clone(), source })?;
-        self.tmp = PathBuf::new(); // renamed: nothing left to remove
-        Ok(())
-    }
-
-    /// Gives the temporary file the replaced file's permissions and (where the process may) its owner.
-    fn take_over_attributes(&self, meta: &std::fs::Metadata) -> std::io::Result<()> {
-        let file = self.file.as_ref().expect("open until written");
-        file.set_permissions(meta.permissions())?;
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::MetadataExt;
-            let mine = file.metadata()?;
-            if (mine.uid(), mine.gid()) != (meta.uid(), meta.gid()) {
-                // Only a privileged process may give a file away; otherwise the new file is the writer's.
-                let _ = std::os::unix::fs::fchown(file, Some(meta.uid()), Some(meta.gid()));
-            }
+        if let Err(e) = result {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(write_err(e));
         }
         Ok(())
     }
 }
 
-impl Drop for OutputFile {
-    fn drop(&mut self) {
-        if !self.tmp.as_os_str().is_empty() {
-            let _ = std::fs::remove_file(&self.tmp);
+/// Gives a new file the replaced file's owner (where the process may: only a privileged one can give a file away)
+/// and then its permissions (changing the owner on Linux clears the set-id bits, so the mode comes second).
+fn take_over_attributes(file: &File, meta: &std::fs::Metadata) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let mine = file.metadata()?;
+        if mine.uid() != meta.uid() {
+            let _ = std::os::unix::fs::fchown(file, Some(meta.uid()), None);
+        }
+        if mine.gid() != meta.gid() {
+            let _ = std::os::unix::fs::fchown(file, None, Some(meta.gid()));
         }
     }
+    file.set_permissions(meta.permissions())
 }
 
-/// A new file beside the target, hidden and unique to this process, created only if no such file exists.
-fn create_temporary(dir: &Path, name: &std::ffi::OsStr) -> std::io::Result<(PathBuf, File)> {
+/// A new, hidden file in `dir` unique to this process, created only if no such file exists. Its name does not
+/// repeat the target's, so a long target name cannot make it too long.
+fn create_temporary(dir: &Path) -> std::io::Result<(PathBuf, File)> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     loop {
-        let mut tmp_name = std::ffi::OsString::from(".");
-        tmp_name.push(name);
-        tmp_name.push(format!(".{}-{}.convt-tmp", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed)));
-        let tmp = dir.join(tmp_name);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let tmp = dir.join(format!(".convt-{}-{n}.tmp", std::process::id()));
         match OpenOptions::new().write(true).create_new(true).open(&tmp) {
             Ok(f) => return Ok((tmp, f)),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,

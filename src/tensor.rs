@@ -67,16 +67,22 @@ impl Tensor {
 /// of that size would abort the process instead of returning an error, and on Linux a size beyond the memory
 /// available would be granted lazily and end in the out-of-memory killer.
 pub(crate) fn filled_vec<T: Clone>(len: usize, value: T, what: impl Fn() -> String) -> Result<Vec<T>> {
-    let bytes = len as u128 * std::mem::size_of::<T>() as u128;
+    let mut v = Vec::new();
+    reserve(&mut v, len, what)?;
+    v.resize(len, value);
+    Ok(v)
+}
+
+/// Room for `additional` more elements in `v`, or [`ConvtError::HostOutOfMemory`] naming `what` (see
+/// [`filled_vec`]).
+pub(crate) fn reserve<T>(v: &mut Vec<T>, additional: usize, what: impl Fn() -> String) -> Result<()> {
+    let bytes = additional as u128 * std::mem::size_of::<T>() as u128;
     let available = available_host_memory();
     let refuse = || ConvtError::HostOutOfMemory { what: what(), bytes, available };
     if available.is_some_and(|a| bytes > a as u128) {
         return Err(refuse());
     }
-    let mut v = Vec::new();
-    v.try_reserve_exact(len).map_err(|_| refuse())?;
-    v.resize(len, value);
-    Ok(v)
+    v.try_reserve_exact(additional).map_err(|_| refuse())
 }
 
 /// f64 values rounded to f32, in a fallibly allocated vector.
@@ -88,7 +94,7 @@ pub(crate) fn to_f32_vec(values: &[f64], what: impl Fn() -> String) -> Result<Ve
 
 /// The memory the host can still give, in bytes, where the system says. Linux: `MemAvailable` plus free swap,
 /// and no more than the process's memory cgroup has left (a container's limit, which /proc/meminfo does not show).
-fn available_host_memory() -> Option<u64> {
+pub(crate) fn available_host_memory() -> Option<u64> {
     let info = std::fs::read_to_string("/proc/meminfo").ok()?;
     let field = |name: &str| -> Option<u64> {
         let line = info.lines().find(|l| l.starts_with(name))?;
@@ -99,26 +105,37 @@ fn available_host_memory() -> Option<u64> {
     Some(cgroup_memory_left().map_or(system, |left| left.min(system)))
 }
 
-/// What the process's memory cgroup allows beyond its current use: cgroup v2 (`memory.max` less
-/// `memory.current`) or v1 (`memory.limit_in_bytes` less `memory.usage_in_bytes`); none where no limit is set or
-/// the files are not visible.
+/// What the process's memory cgroup allows beyond its current use, not counting the inactive file cache the
+/// kernel reclaims first: cgroup v2 (`memory.max` less `memory.current`) or v1 (`memory.limit_in_bytes` less
+/// `memory.usage_in_bytes`); none where no limit is set or the files are not visible.
 fn cgroup_memory_left() -> Option<u64> {
     let groups = std::fs::read_to_string("/proc/self/cgroup").ok()?;
     let read = |path: String| -> Option<u64> { std::fs::read_to_string(path).ok()?.trim().parse().ok() };
     for line in groups.lines() {
         let mut parts = line.splitn(3, ':');
         let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
-        let (limit, usage) = match controllers {
-            "" => (format!("/sys/fs/cgroup{path}/memory.max"), format!("/sys/fs/cgroup{path}/memory.current")),
+        // (limit, usage, the usage's file cache the kernel reclaims before it fails an allocation)
+        let (dir, limit, usage, stat, inactive) = match controllers {
+            "" => (format!("/sys/fs/cgroup{path}"), "memory.max", "memory.current", "memory.stat", "inactive_file"),
             c if c.split(',').any(|c| c == "memory") => (
-                format!("/sys/fs/cgroup/memory{path}/memory.limit_in_bytes"),
-                format!("/sys/fs/cgroup/memory{path}/memory.usage_in_bytes"),
+                format!("/sys/fs/cgroup/memory{path}"),
+                "memory.limit_in_bytes",
+                "memory.usage_in_bytes",
+                "memory.stat",
+                "total_inactive_file",
             ),
             _ => continue,
         };
         // "max" (v2) or a near-u64::MAX value (v1) means no limit: `read` gives None or a number no host has.
-        if let (Some(limit), Some(usage)) = (read(limit), read(usage)) {
-            return Some(limit.saturating_sub(usage));
+        if let (Some(limit), Some(usage)) = (read(format!("{dir}/{limit}")), read(format!("{dir}/{usage}"))) {
+            let reclaimable = std::fs::read_to_string(format!("{dir}/{stat}"))
+                .ok()
+                .and_then(|text| {
+                    let line = text.lines().find(|l| l.split_whitespace().next() == Some(inactive))?;
+                    line.split_whitespace().nth(1)?.parse::<u64>().ok()
+                })
+                .unwrap_or(0);
+            return Some(limit.saturating_sub(usage.saturating_sub(reclaimable)));
         }
     }
     None

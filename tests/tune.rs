@@ -230,6 +230,8 @@ fn an_entry_is_used_only_for_the_precision_and_dtype_it_was_tuned_for() {
         TuneEntry::new(exact.name(), 1.0, Precision::Fast),
         TuneEntry { precision: None, dtype: None, ..TuneEntry::new(exact.name(), 1.0, Precision::F32) },
         TuneEntry { dtype: Some("bf16".into()), ..TuneEntry::new(exact.name(), 1.0, Precision::F32) },
+        // A precision this build does not know: the entry is ignored, and the cache still reads.
+        TuneEntry { precision: Some("tf32".into()), ..TuneEntry::new(exact.name(), 1.0, Precision::F32) },
         TuneEntry::new(f16.name(), 1.0, Precision::F32),
     ];
     for (i, entry) in entries.into_iter().enumerate() {
@@ -254,4 +256,19 @@ fn an_entry_is_used_only_for_the_precision_and_dtype_it_was_tuned_for() {
     cache.save(&path).unwrap();
     assert_eq!(select(&ctx_with_cache(&path), &shape, false, Precision::F32), exact);
     std::fs::remove_file(&path).ok();
+}
+
+#[cfg(unix)]
+#[test]
+fn a_cache_path_that_is_not_a_regular_file_is_refused_without_reading_it() {
+    // A device or a pipe given as the cache would be read without end: refused by its kind (the context then
+    // ignores the cache, with a warning), as is a directory.
+    for path in ["/dev/zero", "/"] {
+        match TuneCache::load(std::path::Path::new(path)) {
+            Err(convt::ConvtError::TensorFile { message, .. }) => {
+                assert!(message.contains("regular file"), "{message}")
+            }
+            other => panic!("{path}: expected a refusal, got {other:?}"),
+        }
+    }
 }

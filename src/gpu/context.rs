@@ -302,7 +302,7 @@ impl GpuContext {
             None => Default::default(),
         };
         let memory_budget = options.memory_budget.or_else(|| match info.device_type {
-            wgpu::DeviceType::Cpu => available_host_memory().map(|b| b / 4 * 3),
+            wgpu::DeviceType::Cpu => crate::tensor::available_host_memory().map(|b| b / 4 * 3),
             _ => None,
         });
         let unused_binding = device.create_buffer(&wgpu::BufferDescriptor {
@@ -496,14 +496,6 @@ impl GpuContext {
     pub fn cached_pipelines(&self) -> usize {
         lock(&self.pipelines).len()
     }
-}
-
-/// The host memory available now (Linux `MemAvailable`), if known.
-fn available_host_memory() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
 }
 
 /// Locks a mutex, recovering the data if another thread panicked while holding it (the caches stay valid).

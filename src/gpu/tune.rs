@@ -5,6 +5,7 @@
 //! `~/.cache/convt/tune.json`. A missing or unreadable cache only means the heuristic decides.
 
 use std::collections::BTreeMap;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -26,14 +27,17 @@ pub struct TuneEntry {
     pub strategy: String,
     /// Its median time, ms.
     pub ms: f64,
-    /// The precision it was tuned for. An entry is used only for that precision; one without it (written
-    /// before entries recorded it) is ignored.
+    /// The precision it was tuned for (`f32`, `fast`). An entry is used only for that precision; one without it
+    /// (written before entries recorded it) or with a precision this build does not know is ignored.
     #[serde(default)]
-    pub precision: Option<Precision>,
+    pub precision: Option<String>,
     /// The tensors' element type it was tuned for (`f32`); likewise checked.
     #[serde(default)]
     pub dtype: Option<String>,
 }
+
+/// The largest tuning cache read: far more than the entries of every shape a machine tunes.
+pub const MAX_CACHE_BYTES: u64 = 64 << 20;
 
 /// The element type of every tensor convt computes on today, as tuning entries record it.
 pub const DTYPE: &str = "f32";
@@ -41,7 +45,7 @@ pub const DTYPE: &str = "f32";
 impl TuneEntry {
     /// An entry for `strategy`, tuned at `precision` on f32 tensors.
     pub fn new(strategy: String, ms: f64, precision: Precision) -> Self {
-        Self { strategy, ms, precision: Some(precision), dtype: Some(DTYPE.into()) }
+        Self { strategy, ms, precision: Some(precision.to_string()), dtype: Some(DTYPE.into()) }
     }
 }
 
@@ -88,16 +92,29 @@ pub fn grad_input_key(info: &wgpu::AdapterInfo, shape: &ConvShape) -> String {
 }
 
 impl TuneCache {
-    /// Reads the cache; a missing file is an empty cache.
+    /// Reads the cache; a missing file is an empty cache. It must be a regular file of at most
+    /// [`MAX_CACHE_BYTES`] (a device or a pipe given as the cache would otherwise be read without end).
     pub fn load(path: &Path) -> Result<Self> {
-        match std::fs::read_to_string(path) {
-            Ok(text) => serde_json::from_str(&text).map_err(|e| ConvtError::TensorFile {
-                path: path.into(),
-                message: format!("not a convt tuning cache: {e}"),
-            }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
-            Err(source) => Err(ConvtError::Io { path: path.into(), source }),
+        let not_a_cache = |message: String| ConvtError::TensorFile { path: path.into(), message };
+        let meta = match std::fs::metadata(path) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Self::default()),
+            Err(source) => return Err(ConvtError::Io { path: path.into(), source }),
+        };
+        if !meta.is_file() {
+            return Err(not_a_cache("a tuning cache must be a regular file".into()));
         }
+        if meta.len() > MAX_CACHE_BYTES {
+            return Err(not_a_cache(format!(
+                "{} bytes is more than a tuning cache holds (at most {MAX_CACHE_BYTES})",
+                meta.len()
+            )));
+        }
+        let mut text = String::new();
+        std::fs::File::open(path)
+            .and_then(|f| f.take(MAX_CACHE_BYTES + 1).read_to_string(&mut text))
+            .map_err(|source| ConvtError::Io { path: path.into(), source })?;
+        serde_json::from_str(&text).map_err(|e| not_a_cache(format!("not a convt tuning cache: {e}")))
     }
 
     /// Checks, before any tuning, that [`Self::save`] can write `path` (making its directory if needed).
@@ -131,8 +148,9 @@ impl TuneCache {
     /// warning where an entry exists.
     pub fn entry_name(&self, key: &str, precision: Precision) -> Option<&str> {
         let entry = self.entries.get(key)?;
-        match (entry.precision, entry.dtype.as_deref()) {
-            (Some(p), Some(DTYPE)) if p == precision => Some(&entry.strategy),
+        let wanted = precision.to_string();
+        match (entry.precision.as_deref(), entry.dtype.as_deref()) {
+            (Some(p), Some(DTYPE)) if p == wanted => Some(&entry.strategy),
             (Some(p), Some(DTYPE)) => ignore(key, &format!("it was tuned for precision {p}, not {precision}")),
             (None, _) | (_, None) => ignore(key, "it does not record the precision and dtype it was tuned for"),
             (_, Some(d)) => ignore(key, &format!("it was tuned for dtype {d}")),

@@ -173,8 +173,11 @@ pub fn run(a: VerifyArgs) -> Result<Outcome> {
         Some(c) => vec![c],
         None => crate::args::parse_cases(&a.case)?,
     };
-    // Every case must be a valid problem before the GPU is touched.
-    for case in &cases {
+    // Every case, at the batch asked for, must be a valid problem before the GPU is touched.
+    for case in cases.iter_mut() {
+        if let Some(b) = a.batch {
+            *case = case.with_batch(b);
+        }
         shape_of(case)?;
     }
     if a.backward && a.precision != Precision::F32 {
@@ -193,9 +196,6 @@ pub fn run(a: VerifyArgs) -> Result<Outcome> {
     }
     let mut failed = 0;
     for case in cases.iter_mut() {
-        if let Some(b) = a.batch {
-            *case = case.with_batch(b);
-        }
         if software && !a.full_size {
             *case = scale_down(*case, a.max_gflop)?;
         }
