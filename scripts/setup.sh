@@ -5,8 +5,10 @@
 set -euo pipefail
 
 have_vulkan_driver() {
-  # The loader (libvulkan.so.1) and at least one installable client driver (ICD) manifest.
-  ldconfig -p 2>/dev/null | grep -q 'libvulkan\.so\.1' || return 1
+  # The loader (libvulkan.so.1) and at least one installable client driver (ICD) manifest. (grep reads all of
+  # ldconfig's list: with -q it would stop early, ldconfig would die of SIGPIPE, and pipefail would call the
+  # driver missing.)
+  ldconfig -p 2>/dev/null | grep 'libvulkan\.so\.1' >/dev/null || return 1
   local d
   for d in /usr/share/vulkan/icd.d /etc/vulkan/icd.d /usr/local/share/vulkan/icd.d ${VK_DRIVER_FILES:+$(dirname "${VK_DRIVER_FILES%%:*}")} ${VK_ICD_FILENAMES:+$(dirname "${VK_ICD_FILENAMES%%:*}")}; do
     compgen -G "$d/*.json" >/dev/null 2>&1 && return 0
@@ -25,8 +27,8 @@ fi
 
 have_gl_driver() {
   # wgpu's GL backend: the EGL loader, Mesa's EGL vendor library and its software rasterizer (llvmpipe).
-  ldconfig -p 2>/dev/null | grep -q 'libEGL\.so\.1' || return 1
-  ldconfig -p 2>/dev/null | grep -q 'libEGL_mesa\.so\.0' || return 1
+  ldconfig -p 2>/dev/null | grep 'libEGL\.so\.1' >/dev/null || return 1
+  ldconfig -p 2>/dev/null | grep 'libEGL_mesa\.so\.0' >/dev/null || return 1
   compgen -G "/usr/lib/*/dri/swrast_dri.so" >/dev/null 2>&1 || compgen -G "/usr/lib/dri/swrast_dri.so" >/dev/null 2>&1
 }
 
