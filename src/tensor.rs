@@ -76,8 +76,11 @@ pub(crate) fn filled_vec<T: Clone>(len: usize, value: T, what: impl Fn() -> Stri
 /// Room for `additional` more elements in `v`, or [`ConvtError::HostOutOfMemory`] naming `what` (see
 /// [`filled_vec`]).
 pub(crate) fn reserve<T>(v: &mut Vec<T>, additional: usize, what: impl Fn() -> String) -> Result<()> {
+    // Below this size a lazily granted allocation cannot take the host down: the system is not asked (which
+    // takes a few file reads) on the hot path of small calls.
+    const ASK_ABOVE_BYTES: u128 = 64 << 20;
     let bytes = additional as u128 * std::mem::size_of::<T>() as u128;
-    let available = available_host_memory();
+    let available = if bytes > ASK_ABOVE_BYTES { available_host_memory() } else { None };
     let refuse = || ConvtError::HostOutOfMemory { what: what(), bytes, available };
     if available.is_some_and(|a| bytes > a as u128) {
         return Err(refuse());
