@@ -235,7 +235,7 @@ fn stride_one_grad_input_runs_through_every_forward_strategy() {
     ];
     for (input, weight, params) in cases {
         let shape = params.resolve(&input, &weight, None).unwrap();
-        assert!(convt::gpu::grad_input::as_transposed_convolution(&shape).is_some(), "{shape:?}");
+        assert!(convt::gpu::backward::grad_input::as_transposed_convolution(&shape).is_some(), "{shape:?}");
         for strategy in common::sample(&convt::gpu::Strategy::candidates(), 4) {
             let prob = with_bias(&input, &weight, params);
             check(common::ctx_with_strategy(strategy), &prob).unwrap_or_else(|e| panic!("{}: {e}", strategy.name()));
@@ -261,10 +261,10 @@ fn strided_grad_input_runs_on_every_gemm_tile() {
         (vec![2, 48, 5, 6], vec![48, 12, 3, 2], p([2, 1], [1, 2], [1, 0], [2, 1], 2)),
     ];
     let mut strategies = vec![None];
-    strategies.extend(convt::gpu::gemm::TILES.iter().map(|t| Some(convt::gpu::Strategy::Gemm(*t))));
+    strategies.extend(convt::gpu::forward::gemm::TILES.iter().map(|t| Some(convt::gpu::Strategy::Gemm(*t))));
     for (input, weight, params) in cases {
         let shape = params.resolve(&input, &weight, None).unwrap();
-        assert!(convt::gpu::grad_input::as_transposed_convolution(&shape).is_none(), "{shape:?}");
+        assert!(convt::gpu::backward::grad_input::as_transposed_convolution(&shape).is_none(), "{shape:?}");
         for strategy in &common::sample(&strategies, 3) {
             let prob = with_bias(&input, &weight, params);
             let ctx = match strategy {
@@ -309,16 +309,16 @@ fn grad_weight_is_right_with_every_tile_size() {
             seed: common::fresh_seed(),
         };
         let shape = p.shape();
-        assert_eq!(convt::gpu::grad_weight::rows_kernel(common::ctx(), &shape, [1, 1]), None, "{shape:?}");
-        sizes.insert(convt::gpu::grad_weight::tile_for(&shape));
+        assert_eq!(convt::gpu::backward::grad_weight::rows_kernel(common::ctx(), &shape, [1, 1]), None, "{shape:?}");
+        sizes.insert(convt::gpu::backward::grad_weight::tile_for(&shape));
         check(common::ctx(), &p).unwrap();
     }
-    assert_eq!(sizes.into_iter().collect::<Vec<_>>(), convt::gpu::grad_weight::TILES.to_vec());
+    assert_eq!(sizes.into_iter().collect::<Vec<_>>(), convt::gpu::backward::grad_weight::TILES.to_vec());
 }
 
 #[test]
 fn grad_weight_rows_kernel_takes_strided_problems_with_few_channels() {
-    // The rows kernel (shaders/grad_weight_rows.wgsl) on the strided shapes it takes (groups of at most 16 x 16
+    // The rows kernel (shaders/backward/grad_weight_rows.wgsl) on the strided shapes it takes (groups of at most 16 x 16
     // channels), against the float64 reference: kb75-like (groups, stride 2 x 3, padding 1 x 2, dilation 2 x 1,
     // 3 x 5 kernel) and kb81-like (stride 5, dilation 2: rows and columns no tap reaches); input channels per group
     // that are not a multiple of 4 (its vec4s padded); rows longer than its staged columns (several chunks per row:
@@ -336,10 +336,14 @@ fn grad_weight_rows_kernel_takes_strided_problems_with_few_channels() {
         (vec![1, 4, 3, 30], vec![4, 16, 2, 20], p([2, 2], [0, 0], [0, 0], [1, 1], 1)),
     ];
     let wider = p([2, 2], [0, 0], [0, 0], [1, 1], 1).resolve(&[1, 32, 4, 4], &[32, 32, 3, 3], None).unwrap();
-    assert_eq!(convt::gpu::grad_weight::rows_kernel(common::ctx(), &wider, [1, 1]), None, "32 channels per group");
+    assert_eq!(
+        convt::gpu::backward::grad_weight::rows_kernel(common::ctx(), &wider, [1, 1]),
+        None,
+        "32 channels per group"
+    );
     for (input, weight, params) in cases {
         let shape = params.resolve(&input, &weight, None).unwrap();
-        let rows = convt::gpu::grad_weight::rows_kernel(common::ctx(), &shape, [1, 1]);
+        let rows = convt::gpu::backward::grad_weight::rows_kernel(common::ctx(), &shape, [1, 1]);
         assert!(rows.is_some(), "the rows kernel does not take {shape:?}");
         for bias in [true, false] {
             let prob = Problem { bias, ..with_bias(&input, &weight, params) };

@@ -261,7 +261,7 @@ fn non_finite_values_propagate_as_in_the_exact_gemm() {
         xd[7] = 2.0e5; // a large finite value too: it, not the inf, sets the scale
         let x = Tensor::new(x.shape().to_vec(), xd).unwrap();
         let exact = gpu::conv_transpose2d_host(
-            common::ctx_with_strategy(Strategy::Gemm(gpu::gemm::TILE_64X64_4X8)),
+            common::ctx_with_strategy(Strategy::Gemm(gpu::forward::gemm::TILE_64X64_4X8)),
             &x,
             &w,
             b.as_ref(),
@@ -444,7 +444,7 @@ fn padded_nhwc_kernel_takes_every_stride_with_every_option() {
         problem([2, 16, 4, 22], [16, 32, 1, 5], [1, 1], [0, 0], [0, 0], [1, 1], true),
     ];
     let ctx = common::ctx();
-    let tiles: Vec<gpu::coop_nhwc::NhwcTile> = fast_kernels(ctx)
+    let tiles: Vec<gpu::forward::coop_nhwc::NhwcTile> = fast_kernels(ctx)
         .into_iter()
         .filter_map(|k| match k {
             Strategy::CoopNhwc(t) => Some(t),
@@ -507,7 +507,7 @@ fn padded_nhwc_kernel_refuses_what_it_cannot_compute() {
         // A stride far beyond the output: its few phases with outputs are found at once.
         p((1 << 31) - 4, 0, 1, 1).resolve(&[1, 16, 1, 2], &[16, 64, 2, 2], None).unwrap(),
     ];
-    for &t in gpu::coop_nhwc::TILES {
+    for &t in gpu::forward::coop_nhwc::TILES {
         for shape in &refused {
             assert!(t.check(ctx, shape).is_err(), "{} takes {shape:?}", t.name());
         }
@@ -516,12 +516,12 @@ fn padded_nhwc_kernel_refuses_what_it_cannot_compute() {
         }
     }
     // Forced on the groups it refuses, another kernel computes it, exactly.
-    let forced = common::ctx_with_strategy(Strategy::CoopNhwc(gpu::coop_nhwc::TILES[0]));
+    let forced = common::ctx_with_strategy(Strategy::CoopNhwc(gpu::forward::coop_nhwc::TILES[0]));
     let params = p(1, 1, 1, 2);
     let problem = Problem { input: vec![1, 32, 9, 6], weight: vec![32, 64, 3, 3], bias: true, params, seed: 5 };
     let (x, w, b) = problem.tensors();
     let (out, ran) = gpu::conv_transpose2d_host_as(forced, Precision::Fast, &x, &w, b.as_ref(), &params).unwrap();
-    assert_ne!(ran, Strategy::CoopNhwc(gpu::coop_nhwc::TILES[0]));
+    assert_ne!(ran, Strategy::CoopNhwc(gpu::forward::coop_nhwc::TILES[0]));
     check_within_f16_rounding(&problem.shape(), &x, &w, b.as_ref(), &out).unwrap();
 }
 

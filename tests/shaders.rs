@@ -15,16 +15,26 @@ fn every_shader_validates_with_naga() {
 
 #[test]
 fn every_shader_file_is_registered() {
-    // A shader added to shaders/ must be in gpu::shader_sources(), so the test above sees it.
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("shaders");
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
-        if name.ends_with(".wgsl") {
-            assert!(
-                convt::gpu::shader_sources().iter().any(|(file, _, _)| *file == name),
-                "{name} is not in gpu::shader_sources()"
-            );
+    // A shader added under shaders/ must be in gpu::shader_sources() (named by its path below shaders/), so the
+    // test above sees it.
+    fn wgsl_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                wgsl_files(&path, out);
+            } else if path.extension().is_some_and(|e| e == "wgsl") {
+                out.push(path);
+            }
         }
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("shaders");
+    let mut files = Vec::new();
+    wgsl_files(&root, &mut files);
+    assert!(files.len() > 20, "{files:?}");
+    let sources = convt::gpu::shader_sources();
+    for path in files {
+        let name = path.strip_prefix(&root).unwrap().to_string_lossy().into_owned();
+        assert!(sources.iter().any(|(file, _, _)| *file == name), "{name} is not in gpu::shader_sources()");
     }
 }
 

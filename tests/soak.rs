@@ -81,7 +81,7 @@ fn soak_ten_thousand_calls_on_one_context_do_not_grow_memory() {
     );
     assert_eq!(ctx.tensor_bytes(), 0, "every tensor's bytes released");
     assert_eq!(end.2, start.2, "no pipeline compiled after the warm-up round");
-    assert!(end.1 .2 <= convt::gpu::buffers::MAX_IDLE_BYTES, "idle pool bounded");
+    assert!(end.1 .2 <= convt::gpu::memory::MAX_IDLE_BYTES, "idle pool bounded");
     assert!(end.1 .0 <= start.1 .0 + 8, "the pool kept creating buffers: {} -> {}", start.1 .0, end.1 .0);
     assert!(end.0 <= start.0 + (64 << 20), "resident memory grew from {} to {} MiB", start.0 >> 20, end.0 >> 20);
 }

@@ -5,13 +5,13 @@
 
 mod common;
 
-use convt::gpu::grad_input::{self, GradInputKernel};
+use convt::gpu::backward::grad_input::{self, GradInputKernel};
 use convt::gpu::tune::{grad_input_key, key, TuneCache, TuneEntry};
 use convt::gpu::{select, GpuContext, GpuGradients, GpuOptions, GpuTensor, Strategy};
 use convt::{ConvTranspose2dParams, ErrorStats, Precision, Tensor};
 
 /// A GEMM tile for tests that need one whatever the tile list holds.
-const TILE: convt::gpu::gemm::Tile = convt::gpu::gemm::TILE_64X64_4X8;
+const TILE: convt::gpu::forward::gemm::Tile = convt::gpu::forward::gemm::TILE_64X64_4X8;
 
 fn temp_path(name: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(format!("convt-tune-{}-{name}", std::process::id()))
@@ -167,7 +167,7 @@ fn the_backward_takes_grad_inputs_kernel_from_the_tuning_cache() {
         let ctx = ctx_with_cache(&path);
         let ran = run_backward_with(&ctx, &shape, &params, Some(other)).unwrap();
         assert_eq!(ran, other);
-        let f16 = convt::gpu::gemm::F16_TILES[0];
+        let f16 = convt::gpu::forward::gemm::F16_TILES[0];
         let misplaced = match grad_input::as_transposed_convolution(&shape) {
             Some(_) => GradInputKernel::Sampled(f16),
             None => GradInputKernel::Transposed(Strategy::Gemm(TILE)),

@@ -6,7 +6,7 @@
 mod common;
 
 use common::problems::Problem;
-use convt::gpu::winograd::WINO_TILES;
+use convt::gpu::forward::winograd::WINO_TILES;
 use convt::gpu::Strategy as GpuStrategy;
 use convt::{cpu, ConvTranspose2dParams, ConvtError, ErrorStats, GpuContext};
 use proptest::prelude::*;
@@ -51,7 +51,7 @@ fn problems() -> impl Strategy<Value = Problem> {
 
 /// Whether the tile computes the problem on the test adapter (its kernel size, and the workgroup that
 /// transform size needs within the adapter's limits).
-fn takes(tile: &convt::gpu::winograd::WinoTile, p: &Problem) -> bool {
+fn takes(tile: &convt::gpu::forward::winograd::WinoTile, p: &Problem) -> bool {
     tile.check(&p.shape(), &common::ctx().device().limits()).is_ok()
 }
 
@@ -177,7 +177,7 @@ fn the_selector_takes_winograd_for_the_stride_1_cases_where_a_tile_fits() {
     for (name, tiles) in cases {
         let (shape, bias) = shape_of(name);
         let chosen = convt::gpu::select(&ctx, &shape, bias, convt::Precision::F32);
-        let picked = convt::gpu::winograd::pick(&shape);
+        let picked = convt::gpu::forward::winograd::pick(&shape);
         assert_eq!(picked.iter().map(|t| t.name()).collect::<Vec<_>>(), tiles, "{name}");
         match picked.iter().map(|t| GpuStrategy::Winograd(*t)).find(|s| s.computes(&ctx, &shape)) {
             Some(first_that_fits) => assert_eq!(chosen, first_that_fits, "{name}: {}", chosen.name()),

@@ -1,18 +1,18 @@
-//! The operand maxima for the f16 kernels, `shaders/absmax.wgsl`: a tensor's largest finite magnitude, from which
+//! The operand maxima for the f16 kernels, `shaders/common/absmax.wgsl`: a tensor's largest finite magnitude, from which
 //! the kernels derive its power-of-two scale (the GEMM kernel's input here, its weight's while packing it:
-//! shaders/pack_weights.wgsl; the padded-NHWC kernel's weight here, its input's in its copy).
+//! shaders/forward/gemm_weights.wgsl; the padded-NHWC kernel's weight here, its input's in its copy).
 
 use wgpu::util::DeviceExt;
 
 use crate::error::Result;
-use crate::gpu::buffers::GpuTensor;
 use crate::gpu::context::GpuContext;
 use crate::gpu::kernel::dispatch_buffers;
+use crate::gpu::memory::GpuTensor;
 
-pub const SHADER_NAME: &str = "absmax.wgsl";
-/// `shaders/absmax.wgsl` with the scale functions it uses (`finite_magnitude_bits`).
+pub const SHADER_NAME: &str = "common/absmax.wgsl";
+/// `shaders/common/absmax.wgsl` with the scale functions it uses (`finite_magnitude_bits`).
 pub const SHADER: &str =
-    concat!(include_str!("../../shaders/absmax.wgsl"), "\n", include_str!("../../shaders/scale.wgsl"));
+    concat!(include_str!("../../shaders/common/absmax.wgsl"), "\n", include_str!("../../shaders/common/scale.wgsl"));
 const WORKGROUP_SIZE: u32 = 256;
 /// Enough workgroups to fill a large GPU; each invocation walks the rest with a grid stride.
 const MAX_WORKGROUPS: usize = 4096;

@@ -5,8 +5,8 @@
 //! say how far precision `fast` could go through wgpu on this adapter.
 
 use crate::error::Result;
-use crate::gpu::buffers::STORAGE;
 use crate::gpu::context::GpuContext;
+use crate::gpu::memory::STORAGE;
 use crate::gpu::timing::GpuTimer;
 
 pub const FMA_SHADER: (&str, &str) = ("ceiling_fma.wgsl", include_str!("../../shaders/ceiling_fma.wgsl"));

@@ -8,7 +8,7 @@ use std::time::Duration;
 use wgpu::util::DeviceExt;
 
 use crate::error::{ConvtError, Result};
-use crate::gpu::buffers::BufferPool;
+use crate::gpu::memory::BufferPool;
 
 /// How shader modules are created. convt's kernels bound every index themselves (clamped loads, enumerated
 /// taps, the slice plan) and are checked against the float64 reference with poisoned outputs in both modes, so
@@ -181,14 +181,14 @@ fn preference(info: &wgpu::AdapterInfo) -> (u8, u8) {
     (kind, backend)
 }
 
-/// Whether an adapter can run the kernels of src/gpu/coop.rs: f16 shaders, cooperative matrices of 16x16x16
+/// Whether an adapter can run the kernels of src/gpu/forward/coop.rs: f16 shaders, cooperative matrices of 16x16x16
 /// f16 x f16 -> f32, and subgroups of exactly 32 invocations (the kernels' tiling assumes it).
 pub fn coop_f16_supported(adapter: &wgpu::Adapter) -> bool {
     let f = adapter.features();
     let info = adapter.get_info();
     f.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SHADER_F16)
-        && info.subgroup_min_size == crate::gpu::coop::SUBGROUP
-        && info.subgroup_max_size == crate::gpu::coop::SUBGROUP
+        && info.subgroup_min_size == crate::gpu::forward::coop::SUBGROUP
+        && info.subgroup_max_size == crate::gpu::forward::coop::SUBGROUP
         && adapter.cooperative_matrix_properties().iter().any(|p| {
             (p.m_size, p.n_size, p.k_size) == (16, 16, 16)
                 && p.ab_type == wgpu::CooperativeScalarType::F16
@@ -266,7 +266,7 @@ impl GpuContext {
             required_features: features,
             required_limits: limits.clone(),
             // SAFETY: the only experimental feature requested is cooperative matrices, used only by the
-            // kernels of src/gpu/coop.rs (validated by naga in the tests, checked against the reference on the
+            // kernels of src/gpu/forward/coop.rs (validated by naga in the tests, checked against the reference on the
             // GPUs that have it).
             experimental_features: if coop {
                 unsafe { wgpu::ExperimentalFeatures::enabled() }
@@ -308,7 +308,7 @@ impl GpuContext {
         let unused_binding = device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("convt unused binding"),
             size: 16,
-            usage: crate::gpu::buffers::STORAGE,
+            usage: crate::gpu::memory::STORAGE,
             mapped_at_creation: false,
         });
         Ok(Self {

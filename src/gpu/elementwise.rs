@@ -1,13 +1,13 @@
-//! Elementwise arithmetic on GPU tensors (`shaders/axpby.wgsl`): what a training loop needs besides the
+//! Elementwise arithmetic on GPU tensors (`shaders/elementwise.wgsl`): what a training loop needs besides the
 //! convolution and its gradients (a loss gradient, an optimizer step), so it can stay on the GPU.
 
 use crate::error::{ConvtError, Result};
-use crate::gpu::buffers::GpuTensor;
 use crate::gpu::context::GpuContext;
 use crate::gpu::kernel::{dispatch_buffers, grid};
+use crate::gpu::memory::GpuTensor;
 
-pub const SHADER_NAME: &str = "axpby.wgsl";
-pub const SHADER: &str = include_str!("../../shaders/axpby.wgsl");
+pub const SHADER_NAME: &str = "elementwise.wgsl";
+pub const SHADER: &str = include_str!("../../shaders/elementwise.wgsl");
 const WORKGROUP_SIZE: usize = 256;
 
 #[repr(C)]

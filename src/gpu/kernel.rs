@@ -4,8 +4,8 @@
 use wgpu::util::DeviceExt;
 
 use crate::error::{ConvtError, Result};
-use crate::gpu::buffers::GpuTensor;
 use crate::gpu::context::GpuContext;
+use crate::gpu::memory::GpuTensor;
 use crate::params::ConvShape;
 
 pub(crate) fn gcd(a: usize, b: usize) -> usize {
@@ -80,8 +80,8 @@ impl<'a> Operands<'a> {
     }
 }
 
-/// The uniform block `Params` of the shaders whose only parameter is their grid's width (`shaders/pack_weights.wgsl`,
-/// `shaders/pack_weights_f16.wgsl`), field for field.
+/// The uniform block `Params` of the shaders whose only parameter is their grid's width (`shaders/forward/gemm_weights.wgsl`,
+/// `shaders/forward/coop_nhwc_weights.wgsl`), field for field.
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 pub(crate) struct GridParams {

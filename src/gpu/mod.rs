@@ -5,32 +5,26 @@
 
 pub(crate) mod absmax;
 pub mod backward;
-pub mod buffers;
 pub mod ceilings;
 pub mod context;
-pub mod coop;
-pub mod coop_nhwc;
-pub mod direct;
 pub mod elementwise;
-pub(crate) mod gather;
-pub mod gemm;
-pub mod grad_bias;
-pub mod grad_input;
-pub mod grad_weight;
+pub mod forward;
 pub(crate) mod kernel;
+pub mod memory;
 pub(crate) mod plan;
-pub mod rows;
 pub mod timing;
 pub mod tune;
-pub mod winograd;
+
+use backward::{grad_bias, grad_input, grad_weight};
+use forward::{coop, coop_nhwc, direct, gather, gemm, rows, winograd};
 
 pub use backward::{
     conv_transpose2d_backward, conv_transpose2d_backward_host, conv_transpose2d_backward_into,
     conv_transpose2d_backward_with, GpuGradients,
 };
-pub use buffers::GpuTensor;
 pub use context::{GpuContext, GpuOptions, ShaderChecks};
-pub use gemm::GemmKernel;
+pub use forward::gemm::GemmKernel;
+pub use memory::GpuTensor;
 pub use timing::GpuTimer;
 
 use crate::error::{ConvtError, Result};
@@ -41,20 +35,20 @@ use crate::tensor::Tensor;
 /// The algorithms convt can run a transposed convolution with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Strategy {
-    /// Gather form, one invocation per output pixel and channel block (`shaders/direct.wgsl`). Exact.
+    /// Gather form, one invocation per output pixel and channel block (`shaders/forward/direct.wgsl`). Exact.
     Direct,
     /// Gather form, one workgroup per few output rows of one stride phase and channel block, their weights
-    /// staged in workgroup memory (`shaders/rows.wgsl`). Exact.
+    /// staged in workgroup memory (`shaders/forward/rows.wgsl`). Exact.
     Rows(rows::Rows),
-    /// Implicit GEMM per stride phase with this register tile (`shaders/gemm.wgsl`); exact with f32 operands,
+    /// Implicit GEMM per stride phase with this register tile (`shaders/forward/gemm.wgsl`); exact with f32 operands,
     /// precision `fast` with f16 operands.
     Gemm(gemm::Tile),
     /// Implicit GEMM on cooperative matrices (tensor cores): f16 operands, f32 accumulation. Precision `fast`.
     Coop(coop::CoopTile),
     /// One group on cooperative matrices, one stride phase per dispatch, operands prepared as padded f16 NHWC and
-    /// loaded straight from storage (`shaders/coop_nhwc.wgsl`). Precision `fast`.
+    /// loaded straight from storage (`shaders/forward/coop_nhwc.wgsl`). Precision `fast`.
     CoopNhwc(coop_nhwc::NhwcTile),
-    /// Fused Winograd transform with this tile (`shaders/winograd.wgsl`): stride 1 without dilation only, f32,
+    /// Fused Winograd transform with this tile (`shaders/forward/winograd.wgsl`): stride 1 without dilation only, f32,
     /// fewer products than the GEMM (its transforms round a little more: held to the f32 tolerance).
     Winograd(winograd::WinoTile),
 }
@@ -186,7 +180,7 @@ impl Strategy {
         bias: Option<&GpuTensor>,
         output: &GpuTensor,
         pass: &mut wgpu::ComputePass<'_>,
-        in_flight: &mut buffers::InFlight,
+        in_flight: &mut memory::InFlight,
     ) -> Result<()> {
         match self {
             Strategy::Direct => direct::encode(ctx, shape, input, weight, bias, output, pass),
@@ -424,7 +418,7 @@ pub fn conv_transpose2d_with(
         )));
     }
     let mut encoder = ctx.device.create_command_encoder(&Default::default());
-    let mut in_flight = buffers::InFlight::default();
+    let mut in_flight = memory::InFlight::default();
     {
         let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
             label: Some("convt conv_transpose2d"),

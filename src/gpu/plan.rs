@@ -5,7 +5,7 @@
 
 use std::ops::Range;
 
-use crate::gpu::buffers::GpuTensor;
+use crate::gpu::memory::GpuTensor;
 use crate::params::ConvShape;
 
 /// One side of a plan: a chunked `[N, C, H, W]` tensor whose `channels` form groups of `per_group`.
@@ -35,8 +35,8 @@ pub(crate) struct Slice {
     pub accumulate: bool,
 }
 
-/// Where a slice reads and writes, as the first nine fields of the uniform blocks of shaders/gemm.wgsl and
-/// shaders/winograd.wgsl (`Dispatch`), field for field.
+/// Where a slice reads and writes, as the first nine fields of the uniform blocks of shaders/forward/gemm.wgsl and
+/// shaders/forward/winograd.wgsl (`Dispatch`), field for field.
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 pub(crate) struct SliceFields {

@@ -2,8 +2,8 @@
 //! query), read back together at the end in milliseconds.
 
 use crate::error::{ConvtError, Result};
-use crate::gpu::buffers::map_for_reading;
 use crate::gpu::context::GpuContext;
+use crate::gpu::memory::map_for_reading;
 
 pub struct GpuTimer {
     queries: wgpu::QuerySet,

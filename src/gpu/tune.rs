@@ -1,6 +1,6 @@
 //! The autotuner's persistent cache: the fastest strategy measured for a (adapter, driver, shape), written by
 //! `convt tune` and read by [`crate::gpu::select`] (and, for the backward's grad_input, by
-//! [`crate::gpu::grad_input::choose`]). A JSON file; its location is
+//! [`crate::gpu::backward::grad_input::choose`]). A JSON file; its location is
 //! `GpuOptions::tune_cache` (`CONVT_TUNE_CACHE`), by default `$XDG_CACHE_HOME/convt/tune.json` or
 //! `~/.cache/convt/tune.json`. A missing or unreadable cache only means the heuristic decides.
 
@@ -84,8 +84,8 @@ pub fn key(info: &wgpu::AdapterInfo, shape: &ConvShape, has_bias: bool, precisio
     ) + suffix
 }
 
-/// The cache key of grad_input's kernel in the backward of `shape` ([`crate::gpu::grad_input::choose`]; written by
-/// `convt tune --backward`, whose entry holds [`crate::gpu::grad_input::GradInputKernel::cache_name`] and the
+/// The cache key of grad_input's kernel in the backward of `shape` ([`crate::gpu::backward::grad_input::choose`]; written by
+/// `convt tune --backward`, whose entry holds [`crate::gpu::backward::grad_input::GradInputKernel::cache_name`] and the
 /// whole backward's time): the exact key of the forward shape, with ` | grad_input` appended.
 pub fn grad_input_key(info: &wgpu::AdapterInfo, shape: &ConvShape) -> String {
     key(info, shape, false, Precision::F32) + " | grad_input"

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Result};
 use clap::Args;
+use convt::gpu::backward::grad_input::GradInputKernel;
 use convt::gpu::ceilings::{self, Ceilings};
-use convt::gpu::grad_input::GradInputKernel;
 use convt::gpu::{conv_transpose2d_backward_with, conv_transpose2d_with, GpuGradients, GpuTimer, Strategy};
 use convt::io::OutputFile;
 use convt::suite::Case;
@@ -194,7 +194,7 @@ impl Prepared {
         match self.pass {
             Pass::Forward => convt::gpu::select(ctx, &self.shape, self.case.bias, self.precision).name(),
             Pass::Backward => {
-                format!("backward, grad_input {}", convt::gpu::grad_input::choose(ctx, &self.shape).name())
+                format!("backward, grad_input {}", convt::gpu::backward::grad_input::choose(ctx, &self.shape).name())
             }
         }
     }

@@ -5,8 +5,9 @@
 
 use anyhow::Result;
 use clap::Args;
+use convt::gpu::backward::grad_input;
 use convt::gpu::tune::{self, TuneCache, TuneEntry};
-use convt::gpu::{grad_input, Strategy};
+use convt::gpu::Strategy;
 use convt::suite::Case;
 use convt::{GpuContext, GpuOptions, Precision};
 

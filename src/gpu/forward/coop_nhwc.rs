@@ -1,37 +1,37 @@
-//! The padded-NHWC cooperative-matrix kernel (precision `fast` on tensor cores, any stride), `shaders/coop_nhwc.wgsl`
+//! The padded-NHWC cooperative-matrix kernel (precision `fast` on tensor cores, any stride), `shaders/forward/coop_nhwc.wgsl`
 //! (its opening comment explains the form): the input is first rewritten as scaled f16 in padded NHWC order
-//! (`shaders/nhwc_f16.wgsl`) and the weight as scaled f16 [phase][tap][ic][oc] (`shaders/pack_weights_f16.wgsl`),
+//! (`shaders/forward/coop_nhwc_input.wgsl`) and the weight as scaled f16 [phase][tap][ic][oc] (`shaders/forward/coop_nhwc_weights.wgsl`),
 //! so that every tensor-core operand loads straight from storage (or, for the staged-rows tiles, the input's from
 //! rows the workgroup copies into workgroup memory); then one dispatch per stride phase and output chunk. One
 //! module per [`NhwcTile`].
 
 use crate::error::{ConvtError, Result};
 use crate::gpu::absmax;
-use crate::gpu::buffers::{GpuTensor, InFlight, STORAGE};
 use crate::gpu::context::GpuContext;
-use crate::gpu::coop::{self, SUBGROUP};
-use crate::gpu::gemm::{SCALED_MODULE, SCALED_PROLOGUE};
+use crate::gpu::forward::coop::{self, SUBGROUP};
+use crate::gpu::forward::gemm::{SCALED_MODULE, SCALED_PROLOGUE};
 use crate::gpu::kernel::{
     axis_phase, bind_buffers, check_index_range, dispatch_buffers, grid, AxisPhase, GridParams, Operands,
 };
+use crate::gpu::memory::{GpuTensor, InFlight, STORAGE};
 use crate::params::ConvShape;
 use wgpu::util::DeviceExt;
 
-pub const SHADER_NAME: &str = "coop_nhwc.wgsl";
-pub const SHADER: &str = include_str!("../../shaders/coop_nhwc.wgsl");
-pub const INPUT_SHADER_NAME: &str = "nhwc_f16.wgsl";
-pub const INPUT_SHADER: &str = include_str!("../../shaders/nhwc_f16.wgsl");
-pub const WEIGHT_SHADER_NAME: &str = "pack_weights_f16.wgsl";
-pub const WEIGHT_SHADER: &str = include_str!("../../shaders/pack_weights_f16.wgsl");
-pub const SCALE_CHECK_SHADER_NAME: &str = "scale_check.wgsl";
-pub const SCALE_CHECK_SHADER: &str = include_str!("../../shaders/scale_check.wgsl");
-const SCALE_FUNCTIONS: &str = include_str!("../../shaders/scale.wgsl");
-/// The input's scale exponent (shaders/scale.wgsl) the first call of a shape on a context guesses: that of largest
-/// magnitudes in [1, 2). Later calls guess the exponent the call before them found (shaders/scale_check.wgsl).
+pub const SHADER_NAME: &str = "forward/coop_nhwc.wgsl";
+pub const SHADER: &str = include_str!("../../../shaders/forward/coop_nhwc.wgsl");
+pub const INPUT_SHADER_NAME: &str = "forward/coop_nhwc_input.wgsl";
+pub const INPUT_SHADER: &str = include_str!("../../../shaders/forward/coop_nhwc_input.wgsl");
+pub const WEIGHT_SHADER_NAME: &str = "forward/coop_nhwc_weights.wgsl";
+pub const WEIGHT_SHADER: &str = include_str!("../../../shaders/forward/coop_nhwc_weights.wgsl");
+pub const SCALE_CHECK_SHADER_NAME: &str = "forward/coop_nhwc_scale_check.wgsl";
+pub const SCALE_CHECK_SHADER: &str = include_str!("../../../shaders/forward/coop_nhwc_scale_check.wgsl");
+const SCALE_FUNCTIONS: &str = include_str!("../../../shaders/common/scale.wgsl");
+/// The input's scale exponent (shaders/common/scale.wgsl) the first call of a shape on a context guesses: that of largest
+/// magnitudes in [1, 2). Later calls guess the exponent the call before them found (shaders/forward/coop_nhwc_scale_check.wgsl).
 const FIRST_SCALE_GUESS: i32 = 14;
 /// Workgroup size of the two preparation shaders.
 const PREP_WORKGROUP_SIZE: usize = 256;
-/// The blocks the input's preparation (shaders/nhwc_f16.wgsl) moves through workgroup memory: `pixels` padded
+/// The blocks the input's preparation (shaders/forward/coop_nhwc_input.wgsl) moves through workgroup memory: `pixels` padded
 /// pixels x `channels` channels, `per_workgroup` of them one after the other.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct PrepBlock {
@@ -62,7 +62,7 @@ const PREP_SMALL_INPUT_MAX_BYTES: u128 = 512 << 20;
 
 /// Halves after each row that tensor-core fragments load from (the padded input's pixels for the direct tiles, the
 /// packed weight's rows, the staged rows), so that the 16 rows of a load do not fall in the same L1 banks
-/// (`shaders/coop_nhwc.wgsl`).
+/// (`shaders/forward/coop_nhwc.wgsl`).
 const ROW_PAD: usize = 8;
 
 /// Halves between the padded input's pixels: padded for the direct tiles, whose A fragments load from them; not
@@ -243,7 +243,7 @@ impl NhwcTile {
         Ok(())
     }
 
-    /// The shader: `shaders/coop_nhwc.wgsl` with this tile's constants and generated parts.
+    /// The shader: `shaders/forward/coop_nhwc.wgsl` with this tile's constants and generated parts.
     pub fn source(&self) -> String {
         let (mi, nj) = (self.wm / 16, self.wn / 16);
         // A from the staged rows or from the padded input itself: rows padded either way (STAGE_STRIDE is STAGE_C +
@@ -383,7 +383,7 @@ fn scratch_rounds(rows: &[u32], nj: u32) -> String {
 /// (docs/PERFORMANCE.md).
 const EPILOGUE_RUN: u32 = coop::FULL_RUN;
 
-/// The padded input's binding in `shaders/coop_nhwc.wgsl`, and as staged tiles declare it.
+/// The padded input's binding in `shaders/forward/coop_nhwc.wgsl`, and as staged tiles declare it.
 const INPUT_BINDING: &str = "@group(0) @binding(1) var<storage, read> xp: array<f16>;";
 const STAGED_INPUT_BINDING: &str = "@group(0) @binding(1) var<storage, read> xp4: array<vec4<f16>>;";
 
@@ -564,7 +564,7 @@ impl Geometry {
         let reach = self.phases.iter().map(|p| p.reach(self)).max().unwrap_or(0);
         let after = (tile.bm() as usize + reach).max(self.tail_rows * self.padded[1]);
         let pixels = shape.batch as u128 * self.sample_pixels() as u128 + after as u128;
-        // Whole vec4<f16>s: shaders/nhwc_f16.wgsl writes the pixels 4 halves (8 bytes) at a time.
+        // Whole vec4<f16>s: shaders/forward/coop_nhwc_input.wgsl writes the pixels 4 halves (8 bytes) at a time.
         (pixels * pixel_stride(shape, tile) as u128 * 2).next_multiple_of(8)
     }
 
@@ -653,7 +653,7 @@ struct Dispatch {
     _pad: [u32; 3],
 }
 
-/// The uniform block `Params` of `shaders/nhwc_f16.wgsl`, field for field.
+/// The uniform block `Params` of `shaders/forward/coop_nhwc_input.wgsl`, field for field.
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 struct InputParams {
@@ -669,7 +669,7 @@ fn scale_guess_key(shape: &ConvShape) -> String {
     format!("coop_nhwc input scale {:?}", ConvShape { batch: 0, ..*shape })
 }
 
-/// The uniform block `Params` of `shaders/scale_check.wgsl`, field for field.
+/// The uniform block `Params` of `shaders/forward/coop_nhwc_scale_check.wgsl`, field for field.
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 struct CheckParams {
@@ -866,12 +866,12 @@ pub(crate) fn encode(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::buffers::read_back;
     use crate::gpu::context::GpuOptions;
+    use crate::gpu::memory::read_back;
     use crate::ConvTranspose2dParams;
     use rand::{Rng, SeedableRng};
 
-    /// The operands as the preparation shaders lay them out for `tile` (nhwc_f16.wgsl, pack_weights_f16.wgsl),
+    /// The operands as the preparation shaders lay them out for `tile` (coop_nhwc_input.wgsl, coop_nhwc_weights.wgsl),
     /// unscaled, in f64: the padded NHWC input (zero margins, zero tail rows) and the packed weight. Halves no shader
     /// writes (past each pixel's channels and each weight row's, past the tail rows) are NaN, so that a read of one
     /// shows.
@@ -916,7 +916,7 @@ mod tests {
     }
 
     /// What the three shaders compute, in f64 on the CPU, index for index: the padded NHWC input
-    /// (nhwc_f16.wgsl), each phase's packed weight (pack_weights_f16.wgsl) and each phase's products and stores
+    /// (coop_nhwc_input.wgsl), each phase's packed weight (coop_nhwc_weights.wgsl) and each phase's products and stores
     /// (coop_nhwc.wgsl, one pixel at a time, every read checked against the padded buffer's length). Each output
     /// element must be stored exactly once. For a staged tile, the staged rows' bounds as the shader computes them
     /// (each stage's pixels against the tile's capacity and the padded input, channel slices dividing the input
@@ -1132,7 +1132,7 @@ mod tests {
                 {
                     let largest = values.iter().fold(0.0f32, |m, v| m.max(v.abs()));
                     assert_eq!(maxima[slot], largest.to_bits(), "{name}'s largest magnitude");
-                    // The scale brings the largest magnitude into [2^14, 2^15) (shaders/scale.wgsl).
+                    // The scale brings the largest magnitude into [2^14, 2^15) (shaders/common/scale.wgsl).
                     let k = 14 - (largest as f64).log2().floor() as i32;
                     if slot == 0 {
                         assert_eq!(bytemuck::pod_read_unaligned::<i32>(&guess), k, "the next call's guess");

@@ -1,16 +1,17 @@
-//! The direct (gather) kernel, `shaders/direct.wgsl`: correct for every option, one invocation per output
+//! The direct (gather) kernel, `shaders/forward/direct.wgsl`: correct for every option, one invocation per output
 //! pixel and block of output channels. See the shader's opening comment for the mapping, and
-//! `shaders/gather.wgsl` for the tap enumeration.
+//! `shaders/forward/gather.wgsl` for the tap enumeration.
 
 use crate::error::Result;
-use crate::gpu::buffers::GpuTensor;
 use crate::gpu::context::GpuContext;
-use crate::gpu::gather;
+use crate::gpu::forward::gather;
+use crate::gpu::memory::GpuTensor;
 use crate::params::ConvShape;
 
-pub const SHADER_NAME: &str = "direct.wgsl";
-/// `shaders/gather.wgsl` (what the gather kernels share) in front of `shaders/direct.wgsl`.
-pub const SHADER: &str = concat!(include_str!("../../shaders/gather.wgsl"), include_str!("../../shaders/direct.wgsl"));
+pub const SHADER_NAME: &str = "forward/direct.wgsl";
+/// `shaders/forward/gather.wgsl` (what the gather kernels share) in front of `shaders/forward/direct.wgsl`.
+pub const SHADER: &str =
+    concat!(include_str!("../../../shaders/forward/gather.wgsl"), include_str!("../../../shaders/forward/direct.wgsl"));
 const WORKGROUP_SIZE: u32 = 256;
 /// Output channels per invocation (`OC_BLOCK` in the shader).
 const OC_BLOCK: usize = 4;

@@ -1,14 +1,14 @@
-//! The grad_bias kernel, `shaders/grad_bias.wgsl`: a deterministic sum of grad_output per output channel, one
+//! The grad_bias kernel, `shaders/backward/grad_bias.wgsl`: a deterministic sum of grad_output per output channel, one
 //! workgroup per channel and chunk of grad_output.
 
 use crate::error::Result;
-use crate::gpu::buffers::GpuTensor;
 use crate::gpu::context::GpuContext;
 use crate::gpu::kernel::{dispatch_buffers, grid};
+use crate::gpu::memory::GpuTensor;
 use crate::params::ConvShape;
 
-pub const SHADER_NAME: &str = "grad_bias.wgsl";
-pub const SHADER: &str = include_str!("../../shaders/grad_bias.wgsl");
+pub const SHADER_NAME: &str = "backward/grad_bias.wgsl";
+pub const SHADER: &str = include_str!("../../../shaders/backward/grad_bias.wgsl");
 
 /// The uniform block `Chunk` of the shader, field for field.
 #[repr(C)]

@@ -1,18 +1,18 @@
-//! The rows kernel, `shaders/rows.wgsl`: the gather form with one workgroup per few output rows of one stride
+//! The rows kernel, `shaders/forward/rows.wgsl`: the gather form with one workgroup per few output rows of one stride
 //! phase and block of output channels, the weights of the kernel rows that reach those rows staged once in
 //! workgroup memory, and stores coalesced along the rows. Made for the problems that write far more than they
 //! compute (large strides, few channels per group); correct for every option. The shader's opening comment
 //! explains the mapping.
 
 use crate::error::Result;
-use crate::gpu::buffers::GpuTensor;
 use crate::gpu::context::GpuContext;
-use crate::gpu::gather;
+use crate::gpu::forward::gather;
 use crate::gpu::kernel::gcd;
+use crate::gpu::memory::GpuTensor;
 use crate::params::ConvShape;
 
-pub const SHADER_NAME: &str = "rows.wgsl";
-const TEMPLATE: &str = include_str!("../../shaders/rows.wgsl");
+pub const SHADER_NAME: &str = "forward/rows.wgsl";
+const TEMPLATE: &str = include_str!("../../../shaders/forward/rows.wgsl");
 /// Invocations per workgroup: that many consecutive pixels of a row at a time. 256 measured faster than 128, 192
 /// or 320-1024 on the shapes the rows kernel serves (docs/PERFORMANCE.md).
 pub const WORKGROUP_SIZE: u32 = 256;
@@ -46,7 +46,7 @@ impl Rows {
         format!("rows_{}x{}", self.channels, self.rows)
     }
 
-    /// The shader: `shaders/gather.wgsl` and `shaders/rows.wgsl` with this variant's constants and the code
+    /// The shader: `shaders/forward/gather.wgsl` and `shaders/forward/rows.wgsl` with this variant's constants and the code
     /// for its rows and named accumulators.
     pub fn source(&self) -> String {
         let (quads, rows) = (self.channels / 4, self.rows);

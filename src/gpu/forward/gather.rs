@@ -1,22 +1,22 @@
-//! What the gather kernels ([`crate::gpu::direct`], [`crate::gpu::rows`]) share, as `shaders/gather.wgsl` does
+//! What the gather kernels ([`crate::gpu::forward::direct`], [`crate::gpu::forward::rows`]) share, as `shaders/forward/gather.wgsl` does
 //! on the shader side: the shape's override constants with the tap enumeration's, the `Slice` uniform, and the
 //! encoding of a kernel over every slice of the plan.
 
 use crate::error::Result;
-use crate::gpu::buffers::GpuTensor;
 use crate::gpu::context::GpuContext;
 use crate::gpu::kernel::{
     channel_blocks, check_index_range, dispatch, gcd, grid, mod_inverse, shape_constants, Operands,
 };
+use crate::gpu::memory::GpuTensor;
 use crate::gpu::plan::plan;
 use crate::params::ConvShape;
 
-pub const SHADER_NAME: &str = "gather.wgsl";
+pub const SHADER_NAME: &str = "forward/gather.wgsl";
 /// The shape constants, the Slice uniform, the bindings and the tap enumeration; each gather kernel's source
 /// starts with it.
-pub const SHADER: &str = include_str!("../../shaders/gather.wgsl");
+pub const SHADER: &str = include_str!("../../../shaders/forward/gather.wgsl");
 
-/// The uniform block `Slice` of shaders/gather.wgsl, field for field.
+/// The uniform block `Slice` of shaders/forward/gather.wgsl, field for field.
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 struct SliceUniform {
@@ -34,7 +34,7 @@ struct SliceUniform {
     dispatch_width: u32,
 }
 
-/// The override constants shaders/gather.wgsl declares for one shape: its sizes and what `axis_taps` needs.
+/// The override constants shaders/forward/gather.wgsl declares for one shape: its sizes and what `axis_taps` needs.
 pub(crate) fn constants(shape: &ConvShape, has_bias: bool) -> Result<Vec<(&'static str, f64)>> {
     check_index_range(shape)?;
     let axis = |a: usize| {

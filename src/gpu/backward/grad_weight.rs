@@ -1,26 +1,26 @@
-//! The grad_weight kernels. `shaders/grad_weight.wgsl`: one GEMM per tap (input channels x output channels,
+//! The grad_weight kernels. `shaders/backward/grad_weight.wgsl`: one GEMM per tap (input channels x output channels,
 //! reduced over samples and pixels) in square workgroup tiles (64, or 32 or 16 for groups with fewer channels)
-//! with the reduction split into chunks. `shaders/grad_weight_rows.wgsl` ([`RowsKernel`]): for strided problems
+//! with the reduction split into chunks. `shaders/backward/grad_weight_rows.wgsl` ([`RowsKernel`]): for strided problems
 //! with few input channels per group, a kernel row's taps from one pass over their grad_output rows. Both write
-//! partial sums that `shaders/reduce_splits.wgsl` adds in a fixed order: deterministic, no atomics.
+//! partial sums that `shaders/backward/grad_weight_reduce.wgsl` adds in a fixed order: deterministic, no atomics.
 
 use crate::error::Result;
-use crate::gpu::buffers::{GpuTensor, InFlight, STORAGE};
 use crate::gpu::context::GpuContext;
-use crate::gpu::gemm;
+use crate::gpu::forward::gemm;
 use crate::gpu::kernel::{dispatch_buffers, grid};
+use crate::gpu::memory::{GpuTensor, InFlight, STORAGE};
 use crate::gpu::plan::plan;
 use crate::params::ConvShape;
 
-pub const SHADER_NAME: &str = "grad_weight.wgsl";
-pub const SHADER: &str = include_str!("../../shaders/grad_weight.wgsl");
+pub const SHADER_NAME: &str = "backward/grad_weight.wgsl";
+pub const SHADER: &str = include_str!("../../../shaders/backward/grad_weight.wgsl");
 /// Which input indices a tap reaches the output from: put in both kernels' modules.
-pub const TAP_RANGE_SHADER_NAME: &str = "tap_range.wgsl";
-const TAP_RANGE: &str = include_str!("../../shaders/tap_range.wgsl");
-pub const ROWS_SHADER_NAME: &str = "grad_weight_rows.wgsl";
-pub const ROWS_SHADER: &str = include_str!("../../shaders/grad_weight_rows.wgsl");
-pub const REDUCE_SHADER_NAME: &str = "reduce_splits.wgsl";
-pub const REDUCE_SHADER: &str = include_str!("../../shaders/reduce_splits.wgsl");
+pub const TAP_RANGE_SHADER_NAME: &str = "backward/tap_range.wgsl";
+const TAP_RANGE: &str = include_str!("../../../shaders/backward/tap_range.wgsl");
+pub const ROWS_SHADER_NAME: &str = "backward/grad_weight_rows.wgsl";
+pub const ROWS_SHADER: &str = include_str!("../../../shaders/backward/grad_weight_rows.wgsl");
+pub const REDUCE_SHADER_NAME: &str = "backward/grad_weight_reduce.wgsl";
+pub const REDUCE_SHADER: &str = include_str!("../../../shaders/backward/grad_weight_reduce.wgsl");
 /// The tile sizes (channels per workgroup tile on each side, `TILE` in the shader), and pixels per K step (`BK`).
 pub const TILES: [usize; 3] = [16, 32, 64];
 const BK: usize = 16;
@@ -49,7 +49,7 @@ struct SliceUniform {
     _pad: u32,
 }
 
-/// The uniform block `Params` of `shaders/grad_weight_rows.wgsl`, field for field.
+/// The uniform block `Params` of `shaders/backward/grad_weight_rows.wgsl`, field for field.
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 struct RowsUniform {
@@ -95,7 +95,7 @@ fn invocations(tile: usize) -> usize {
     (tile / 4) * (tile / per_invocation(tile))
 }
 
-/// The shader for a tile size: `shaders/grad_weight.wgsl` with its `TILE` and `TN` constants in front and the
+/// The shader for a tile size: `shaders/backward/grad_weight.wgsl` with its `TILE` and `TN` constants in front and the
 /// register tile's code (the GEMM kernel's micro-kernel, [`gemm::register_tile`]) at its marker lines.
 pub fn source(tile: usize) -> String {
     let tn = per_invocation(tile) as u32;
@@ -116,7 +116,7 @@ pub fn source(tile: usize) -> String {
     format!("const TILE: u32 = {tile}u;\nconst TN: u32 = {tn}u;\n{body}\n{TAP_RANGE}")
 }
 
-/// The layout of `shaders/grad_weight_rows.wgsl` for a shape: vec4s of input channels per group (`cig4`), output
+/// The layout of `shaders/backward/grad_weight_rows.wgsl` for a shape: vec4s of input channels per group (`cig4`), output
 /// channels per workgroup (`ocb`; the workgroup has `ocb` x `kernel_w` invocations), input rows per partial-sum
 /// slot (`rb`) and x columns staged at once (`xw`). Everything the generated source depends on, so that it names
 /// the module.
@@ -179,7 +179,7 @@ impl RowsKernel {
         self.slots(shape) * shape.groups * shape.out_per_group().div_ceil(self.ocb) * shape.kernel[0]
     }
 
-    /// The shader: `shaders/grad_weight_rows.wgsl` with this layout's constants in front.
+    /// The shader: `shaders/backward/grad_weight_rows.wgsl` with this layout's constants in front.
     pub fn source(&self) -> String {
         format!(
             "const CIG4: u32 = {}u;\nconst OCB: u32 = {}u;\nconst RB: u32 = {}u;\nconst XW: u32 = {}u;\nconst THREADS: u32 = {}u;\n{ROWS_SHADER}\n{TAP_RANGE}",
@@ -233,7 +233,7 @@ pub(crate) fn encode(
     in_flight: &mut InFlight,
 ) -> Result<()> {
     let gw = grad_weight.single_buffer("grad_weight", ctx)?;
-    let consts = crate::gpu::grad_input::constants(shape)?;
+    let consts = crate::gpu::backward::grad_input::constants(shape)?;
     let checks = ctx.options().shader_checks;
     let elems = grad_weight.numel();
     let partial_cap = partial_cap(ctx, elems);

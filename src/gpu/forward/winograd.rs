@@ -1,7 +1,7 @@
-//! The fused Winograd kernel for stride-1, undilated transposed convolutions, `shaders/winograd.wgsl` (its
+//! The fused Winograd kernel for stride-1, undilated transposed convolutions, `shaders/forward/winograd.wgsl` (its
 //! opening comment explains the tiling). The transforms F(m, r) per axis are built here (Toom-Cook on the
 //! points 0, 1, -1, 2, -2, 1/2, -1/2, 3/4, -3/4 and infinity) and generated into the shader as straight-line code with
-//! their coefficients as literals; the weight transform runs first (`shaders/winograd_weights.wgsl`).
+//! their coefficients as literals; the weight transform runs first (`shaders/forward/winograd_weights.wgsl`).
 //!
 //! Why: at stride 1 every output pixel takes every tap, and F(m, r) computes m outputs of an r-tap correlation
 //! with m + r - 1 multiplications instead of m * r. F(2x4, 3x5) does 32 where the GEMM does 120 per 8 outputs
@@ -11,17 +11,17 @@
 //! larger the tile, the more: the tests hold every tile to the f32 tolerance, 1e-5 relative L2, on random data).
 
 use crate::error::{ConvtError, Result};
-use crate::gpu::buffers::{GpuTensor, InFlight, PooledBuffer, STORAGE};
 use crate::gpu::context::GpuContext;
-use crate::gpu::gemm::register_tile;
+use crate::gpu::forward::gemm::register_tile;
 use crate::gpu::kernel::{check_index_range, dispatch_buffers, dispatch_weight_prep, grid, shape_constants, Operands};
+use crate::gpu::memory::{GpuTensor, InFlight, PooledBuffer, STORAGE};
 use crate::gpu::plan::{plan, SliceFields};
 use crate::params::ConvShape;
 
-pub const SHADER_NAME: &str = "winograd.wgsl";
-pub const SHADER: &str = include_str!("../../shaders/winograd.wgsl");
-pub const WEIGHTS_SHADER_NAME: &str = "winograd_weights.wgsl";
-pub const WEIGHTS_SHADER: &str = include_str!("../../shaders/winograd_weights.wgsl");
+pub const SHADER_NAME: &str = "forward/winograd.wgsl";
+pub const SHADER: &str = include_str!("../../../shaders/forward/winograd.wgsl");
+pub const WEIGHTS_SHADER_NAME: &str = "forward/winograd_weights.wgsl";
+pub const WEIGHTS_SHADER: &str = include_str!("../../../shaders/forward/winograd_weights.wgsl");
 const WEIGHTS_WORKGROUP_SIZE: u32 = 256;
 
 /// The largest transform size per axis: the points 0, 1, -1, 2, -2, 1/2, -1/2, 3/4, -3/4 and infinity. The last
@@ -421,7 +421,7 @@ impl WinoTile {
         Ok(())
     }
 
-    /// The shader for a shape's transforms: `shaders/winograd.wgsl` with the tile constants and the generated
+    /// The shader for a shape's transforms: `shaders/forward/winograd.wgsl` with the tile constants and the generated
     /// transforms and register code in place of its marker lines.
     pub fn source(&self, t: &Transforms) -> String {
         // AH: the points along H the accumulators hold; PH_K: the kernel rows in K (one of them: none).
@@ -769,7 +769,7 @@ fn output_row(h: &Transform1d, w: &Transform1d) -> String {
 }
 
 /// The weight transform's source: the filter transforms G as constant arrays in front of
-/// `shaders/winograd_weights.wgsl`.
+/// `shaders/forward/winograd_weights.wgsl`.
 fn weights_source(t: &Transforms) -> String {
     let arr = |m: &[f64]| m.iter().map(|&v| lit(v)).collect::<Vec<_>>().join(", ");
     format!(

@@ -4,12 +4,15 @@
 //! than one storage binding work the same way. The weight and bias gradients are reductions in a fixed order
 //! (no float atomics): the same inputs give the same bits on every run.
 
+pub mod grad_bias;
+pub mod grad_input;
+pub mod grad_weight;
+
 use crate::error::{ConvtError, Result};
-use crate::gpu::buffers::{GpuTensor, InFlight};
+use crate::gpu::backward::grad_input::GradInputKernel;
 use crate::gpu::context::GpuContext;
-use crate::gpu::grad_input::GradInputKernel;
+use crate::gpu::memory::{GpuTensor, InFlight};
 use crate::gpu::timing::GpuTimer;
-use crate::gpu::{grad_bias, grad_input, grad_weight};
 use crate::gradients::Gradients;
 use crate::params::ConvTranspose2dParams;
 use crate::tensor::Tensor;

@@ -1,25 +1,28 @@
-//! The implicit-GEMM kernel per stride phase, `shaders/gemm.wgsl` (its opening comment explains the tiling).
+//! The implicit-GEMM kernel per stride phase, `shaders/forward/gemm.wgsl` (its opening comment explains the tiling).
 //! The tile shape is a generated constant header in front of the shader source: one module per [`Tile`] (and
-//! per [`crate::gpu::coop::CoopTile`], the other [`GemmKernel`]).
+//! per [`crate::gpu::forward::coop::CoopTile`], the other [`GemmKernel`]).
 
 use crate::error::{ConvtError, Result};
 use crate::gpu::absmax;
-use crate::gpu::buffers::{GpuTensor, InFlight, PooledBuffer, STORAGE};
 use crate::gpu::context::GpuContext;
 use crate::gpu::kernel::{
     axis_phase, check_index_range, dispatch_buffers, grid, shape_constants, AxisPhase, GridParams, Operands,
 };
+use crate::gpu::memory::{GpuTensor, InFlight, PooledBuffer, STORAGE};
 use crate::gpu::plan::{plan, SliceFields};
 use crate::params::ConvShape;
 
-pub const SHADER_NAME: &str = "gemm.wgsl";
-pub const SHADER: &str = include_str!("../../shaders/gemm.wgsl");
-pub const PACK_SHADER_NAME: &str = "pack_weights.wgsl";
-/// `shaders/pack_weights.wgsl` with the scale functions it uses (`finite_magnitude_bits`).
-pub const PACK_SHADER: &str =
-    concat!(include_str!("../../shaders/pack_weights.wgsl"), "\n", include_str!("../../shaders/scale.wgsl"));
-pub const SCALE_SHADER_NAME: &str = "scale.wgsl";
-/// Rows and taps of the blocks `shaders/pack_weights.wgsl` moves per workgroup (its BLOCK).
+pub const SHADER_NAME: &str = "forward/gemm.wgsl";
+pub const SHADER: &str = include_str!("../../../shaders/forward/gemm.wgsl");
+pub const PACK_SHADER_NAME: &str = "forward/gemm_weights.wgsl";
+/// `shaders/forward/gemm_weights.wgsl` with the scale functions it uses (`finite_magnitude_bits`).
+pub const PACK_SHADER: &str = concat!(
+    include_str!("../../../shaders/forward/gemm_weights.wgsl"),
+    "\n",
+    include_str!("../../../shaders/common/scale.wgsl")
+);
+pub const SCALE_SHADER_NAME: &str = "common/scale.wgsl";
+/// Rows and taps of the blocks `shaders/forward/gemm_weights.wgsl` moves per workgroup (its BLOCK).
 const PACK_BLOCK: usize = 32;
 
 /// Encodes the repacking of `weight` [Cin, Cog, kH, kW] into [kH*kW, Cin, Cog] (the GEMM kernel's B layout); with
@@ -101,7 +104,7 @@ pub const F16_TILES: &[Tile] = &[
     TILE_128X32_4X8.with_operand(Operand::F16),
 ];
 
-/// What a GEMM variant contributes to `shaders/gemm.wgsl`: the constants prepended to it and the code put in
+/// What a GEMM variant contributes to `shaders/forward/gemm.wgsl`: the constants prepended to it and the code put in
 /// place of its marker lines (see the shader's opening comment).
 pub(crate) struct Parts {
     pub header: String,
@@ -125,8 +128,8 @@ impl Parts {
 }
 
 /// The module-scope code of the f16-operand variants: the operand maxima (binding 5, written by
-/// shaders/absmax.wgsl, the GEMM's weight maximum by its packing, shaders/pack_weights.wgsl; the padded-NHWC
-/// kernel's input maximum by its copy, shaders/nhwc_f16.wgsl) and the scaling by powers of two. Each operand's
+/// shaders/common/absmax.wgsl, the GEMM's weight maximum by its packing, shaders/forward/gemm_weights.wgsl; the padded-NHWC
+/// kernel's input maximum by its copy, shaders/forward/coop_nhwc_input.wgsl) and the scaling by powers of two. Each operand's
 /// scale 2^k has k capped at 127, so it is one normal f32 and staging a value costs one exact multiplication (k
 /// would exceed 127 only for a tensor whose largest magnitude is below 2^-113; with the cap, every normal f32 value
 /// of it still lands in f16's normal range). The products' inverse scale can lie beyond f32's exponents; it is
@@ -135,7 +138,7 @@ impl Parts {
 /// staged value measured markedly slower; a product of two factors per value could be reassociated by the driver
 /// into one factor that overflows: docs/PERFORMANCE.md.)
 pub(crate) const SCALED_MODULE: &str = concat!(
-    include_str!("../../shaders/scale.wgsl"),
+    include_str!("../../../shaders/common/scale.wgsl"),
     "@group(0) @binding(5) var<storage, read> op_max: array<u32>;
 
 // The input's and the weight's scale factors, and the exponent of the products' inverse scale.
@@ -175,10 +178,10 @@ pub(crate) const SCALED_PROLOGUE: &str = "    let exp_x = min(scale_exponent(op_
 ";
 
 /// A variant of the GEMM kernel as [`encode`] needs it: a register [`Tile`] or a cooperative-matrix
-/// [`crate::gpu::coop::CoopTile`].
+/// [`crate::gpu::forward::coop::CoopTile`].
 pub trait GemmKernel {
     fn name(&self) -> String;
-    /// The shader: `shaders/gemm.wgsl` with this variant's constants and generated parts (generated only when
+    /// The shader: `shaders/forward/gemm.wgsl` with this variant's constants and generated parts (generated only when
     /// the context has no module of this name yet).
     fn source(&self) -> String;
     /// Output pixels (BM) and output channels (BN) per workgroup.
@@ -392,7 +395,7 @@ pub(crate) enum Geometry {
     Phases,
     /// One phase: a stride-1 correlation whose output pixel (a, b) reads input (a * step + off - j * dilation)
     /// for its flipped taps j, every tap of the kernel; `shape` is stride 1 with the sampled output's size. This
-    /// is grad_input at any stride, a strided convolution of grad_output (src/gpu/grad_input.rs).
+    /// is grad_input at any stride, a strided convolution of grad_output (src/gpu/backward/grad_input.rs).
     Sampled { step: [usize; 2], off: [i64; 2] },
 }
 
@@ -619,7 +622,7 @@ mod tests {
                 };
                 ctx.queue.submit([encoder.finish()]);
                 let read =
-                    |b: &wgpu::Buffer, bytes| crate::gpu::buffers::read_back(&ctx, b, bytes, <[u8]>::to_vec).unwrap();
+                    |b: &wgpu::Buffer, bytes| crate::gpu::memory::read_back(&ctx, b, bytes, <[u8]>::to_vec).unwrap();
                 let got: Vec<f32> = bytemuck::cast_slice(&read(&packed, (4 * n) as u64)).to_vec();
                 for (i, (g, want)) in got.iter().zip((0..n).map(|i| data[(i % rows) * taps + i / rows])).enumerate() {
                     assert!(g.to_bits() == want.to_bits(), "{weight:?} seed {seed}: packed[{i}] = {g}, want {want}");

@@ -1,9 +1,9 @@
 //! The cooperative-matrix variant of the implicit-GEMM kernel (precision `fast` on tensor cores): the same
-//! `shaders/gemm.wgsl` (phases, staging, epilogue stores) with f16 operands multiplied as 16x16 matrices with
+//! `shaders/forward/gemm.wgsl` (phases, staging, epilogue stores) with f16 operands multiplied as 16x16 matrices with
 //! f32 accumulators (`enable wgpu_cooperative_matrix;`). Runs where the adapter offers 16x16x16 f16 x f16 ->
 //! f32 cooperative matrices with 32-wide subgroups (`GpuContext::has_coop_f16`); validated by naga everywhere.
 
-use crate::gpu::gemm::{GemmKernel, Parts, SCALED_MODULE, SCALED_PROLOGUE};
+use crate::gpu::forward::gemm::{GemmKernel, Parts, SCALED_MODULE, SCALED_PROLOGUE};
 
 /// Invocations per subgroup the kernel is written for (the scope of a cooperative-matrix operation).
 pub const SUBGROUP: u32 = 32;

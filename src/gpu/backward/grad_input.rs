@@ -2,28 +2,28 @@
 //! `convt tune --backward`):
 //! - where the shape has an equivalent transposed convolution (stride 1 without output_padding, padding at most
 //!   dilation*(kernel-1)), grad_input is that transposed convolution of grad_output with the flipped,
-//!   channel-swapped weight (`shaders/flip_weights.wgsl`) and padding dilation*(kernel-1) - padding, so the
+//!   channel-swapped weight (`shaders/backward/grad_input_weights.wgsl`) and padding dilation*(kernel-1) - padding, so the
 //!   forward's selector and its GEMM or Winograd kernel run it;
 //! - at any stride, grad_input is a strided convolution of grad_output with that weight: the same stride-1
 //!   correlation sampled every `stride` pixels, which the GEMM kernel computes as one phase
 //!   ([`gemm::Geometry::Sampled`]) wherever the forward's heuristic would take a GEMM for it;
-//! - otherwise, `shaders/grad_input.wgsl`: a gather over grad_output, one invocation per input pixel and block of
+//! - otherwise, `shaders/backward/grad_input.wgsl`: a gather over grad_output, one invocation per input pixel and block of
 //!   input channels, for every option.
 
 use crate::error::{ConvtError, Result};
-use crate::gpu::buffers::{GpuTensor, InFlight};
 use crate::gpu::context::GpuContext;
-use crate::gpu::gemm::{self, GemmKernel, Geometry};
+use crate::gpu::forward::gemm::{self, GemmKernel, Geometry};
 use crate::gpu::kernel::{channel_blocks, check_index_range, dispatch_buffers, grid, shape_constants};
+use crate::gpu::memory::{GpuTensor, InFlight};
 use crate::gpu::plan::{plan_between, Side};
 use crate::gpu::{prefers_gather, select, Strategy};
 use crate::params::{ConvShape, ConvTranspose2dParams};
 use crate::precision::Precision;
 
-pub const SHADER_NAME: &str = "grad_input.wgsl";
-pub const SHADER: &str = include_str!("../../shaders/grad_input.wgsl");
-pub const FLIP_SHADER_NAME: &str = "flip_weights.wgsl";
-pub const FLIP_SHADER: &str = include_str!("../../shaders/flip_weights.wgsl");
+pub const SHADER_NAME: &str = "backward/grad_input.wgsl";
+pub const SHADER: &str = include_str!("../../../shaders/backward/grad_input.wgsl");
+pub const FLIP_SHADER_NAME: &str = "backward/grad_input_weights.wgsl";
+pub const FLIP_SHADER: &str = include_str!("../../../shaders/backward/grad_input_weights.wgsl");
 const WORKGROUP_SIZE: u32 = 256;
 /// Input channels per invocation (`IC_BLOCK` in the shader).
 const IC_BLOCK: usize = 4;
@@ -112,7 +112,7 @@ pub enum GradInputKernel {
     Transposed(Strategy),
     /// The GEMM kernel with this exact (f32) tile on [`as_sampled_correlation`] (any stride).
     Sampled(gemm::Tile),
-    /// `shaders/grad_input.wgsl`, the gather over grad_output (every option).
+    /// `shaders/backward/grad_input.wgsl`, the gather over grad_output (every option).
     Gather,
 }
 
@@ -191,7 +191,7 @@ pub fn candidates(ctx: &GpuContext, shape: &ConvShape) -> Vec<GradInputKernel> {
 ///   kernel; an exact GEMM tile, or a Winograd tile that computes the transposed convolution, the forward kernel
 ///   on the transposed convolution where the shape has one; elsewhere an exact GEMM tile the sampled correlation
 ///   (the gather kernel if the tile cannot run here);
-/// - the tuning cache's entry for `shape` ([`super::tune::grad_input_key`], written by `convt tune --backward`)
+/// - the tuning cache's entry for `shape` ([`crate::gpu::tune::grad_input_key`], written by `convt tune --backward`)
 ///   where it computes the shape on this device;
 /// - where the shape has a transposed convolution, the forward selector's choice for it, if that is a GEMM or
 ///   Winograd kernel;
@@ -218,7 +218,7 @@ pub fn choose(ctx: &GpuContext, shape: &ConvShape) -> GradInputKernel {
         (Some(s @ Strategy::Winograd(_)), Some(t)) if s.computes(ctx, &t) => return GradInputKernel::Transposed(s),
         _ => {}
     }
-    let key = super::tune::grad_input_key(ctx.adapter_info(), shape);
+    let key = crate::gpu::tune::grad_input_key(ctx.adapter_info(), shape);
     let tuned =
         ctx.tuned().entry_name(&key, Precision::F32).and_then(|name| GradInputKernel::from_cache_name(name, shape));
     if let Some(tuned) = tuned.filter(|k| k.computes(ctx, shape)) {
@@ -276,7 +276,7 @@ pub(crate) fn encode(
 }
 
 /// The weight [Cout, Cin/groups, kH, kW] of [`as_transposed_convolution`] and [`as_sampled_correlation`]
-/// (`shaders/flip_weights.wgsl`): flipped, input and output channels swapped.
+/// (`shaders/backward/grad_input_weights.wgsl`): flipped, input and output channels swapped.
 fn flip_weights(
     ctx: &GpuContext,
     shape: &ConvShape,
