@@ -6,6 +6,7 @@
 mod common;
 
 use common::problems::{problems, Problem};
+use convt::gpu::backward::grad_weight::GradWeightKernel;
 use convt::{cpu, ConvShape, ErrorStats, GpuContext, GpuTensor, Tensor};
 use proptest::prelude::*;
 
@@ -309,8 +310,10 @@ fn grad_weight_is_right_with_every_tile_size() {
             seed: common::fresh_seed(),
         };
         let shape = p.shape();
-        assert_eq!(convt::gpu::backward::grad_weight::rows_kernel(common::ctx(), &shape, [1, 1]), None, "{shape:?}");
-        sizes.insert(convt::gpu::backward::grad_weight::tile_for(&shape));
+        match convt::gpu::select::grad_weight(common::ctx(), &shape, [1, 1]) {
+            GradWeightKernel::Taps(tile) => sizes.insert(tile),
+            GradWeightKernel::Rows => panic!("the rows kernel took {shape:?}"),
+        };
         check(common::ctx(), &p).unwrap();
     }
     assert_eq!(sizes.into_iter().collect::<Vec<_>>(), convt::gpu::backward::grad_weight::TILES.to_vec());
@@ -336,18 +339,18 @@ fn grad_weight_rows_kernel_takes_strided_problems_with_few_channels() {
         (vec![1, 4, 3, 30], vec![4, 16, 2, 20], p([2, 2], [0, 0], [0, 0], [1, 1], 1)),
     ];
     let wider = p([2, 2], [0, 0], [0, 0], [1, 1], 1).resolve(&[1, 32, 4, 4], &[32, 32, 3, 3], None).unwrap();
-    assert_eq!(
-        convt::gpu::backward::grad_weight::rows_kernel(common::ctx(), &wider, [1, 1]),
-        None,
+    assert_ne!(
+        convt::gpu::select::grad_weight(common::ctx(), &wider, [1, 1]),
+        GradWeightKernel::Rows,
         "32 channels per group"
     );
     for (input, weight, params) in cases {
         let shape = params.resolve(&input, &weight, None).unwrap();
-        let rows = convt::gpu::backward::grad_weight::rows_kernel(common::ctx(), &shape, [1, 1]);
-        assert!(rows.is_some(), "the rows kernel does not take {shape:?}");
+        let kernel = convt::gpu::select::grad_weight(common::ctx(), &shape, [1, 1]);
+        assert_eq!(kernel, GradWeightKernel::Rows, "the rows kernel does not take {shape:?}");
         for bias in [true, false] {
             let prob = Problem { bias, ..with_bias(&input, &weight, params) };
-            check(common::ctx(), &prob).unwrap_or_else(|e| panic!("{rows:?}: {e}"));
+            check(common::ctx(), &prob).unwrap_or_else(|e| panic!("{shape:?}: {e}"));
         }
     }
 }

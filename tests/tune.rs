@@ -1,13 +1,14 @@
-//! The autotuner's cache drives the selector: a cached winner for (adapter, driver, shape) is chosen; an
-//! unreadable cache, or an entry naming a kernel this version lacks, is ignored (the heuristic decides), never an
-//! error. The backward's grad_input takes its kernel from the cache too (`convt tune --backward`), and computes
-//! the right gradients with each.
+//! The autotuner's cache drives the selector: a cached winner for (adapter, driver, pass, precision, bucketed
+//! shape) is chosen; an unreadable cache, or an entry naming a kernel this version lacks, is ignored (the heuristic
+//! decides), never an error. The backward's grad_input and grad_weight take their kernels from the cache too
+//! (`convt tune --backward`), and compute the right gradients with each.
 
 mod common;
 
 use convt::gpu::backward::grad_input::{self, GradInputKernel};
-use convt::gpu::tune::{grad_input_key, key, TuneCache, TuneEntry};
-use convt::gpu::{select, GpuContext, GpuGradients, GpuOptions, GpuTensor, Strategy};
+use convt::gpu::backward::grad_weight::GradWeightKernel;
+use convt::gpu::tune::{Pass, TuneCache, TuneEntry, TuneKey};
+use convt::gpu::{select, BackwardKernels, GpuContext, GpuGradients, GpuOptions, GpuTensor, Strategy};
 use convt::{ConvTranspose2dParams, ErrorStats, Precision, Tensor};
 
 /// A GEMM tile for tests that need one whatever the tile list holds.
@@ -36,34 +37,37 @@ fn the_selector_follows_the_tuning_cache() {
     let path = temp_path("cache.json");
 
     let plain = ctx_with_cache(&path);
-    let heuristic = select(&plain, &shape, false, Precision::F32);
+    let heuristic = select::forward(&plain, &shape, false, Precision::F32);
     // Cache a winner that the heuristic would not pick.
     let winner = Strategy::candidates().into_iter().find(|s| *s != heuristic).unwrap();
     let mut cache = TuneCache::default();
-    cache.entries.insert(
-        key(plain.adapter_info(), &shape, false, Precision::F32),
+    cache.insert(
+        &TuneKey::new(plain.adapter_info(), Pass::Forward, &shape, false, Precision::F32),
         TuneEntry::new(winner.name(), 1.0, Precision::F32),
     );
     // And a winner for precision `fast` (an f16 kernel where this adapter runs one, else an exact one).
-    let fast_heuristic = select(&plain, &shape, false, Precision::Fast);
+    let fast_heuristic = select::forward(&plain, &shape, false, Precision::Fast);
     let fast_winner =
         Strategy::candidates_for(&plain, Precision::Fast).into_iter().find(|s| *s != fast_heuristic).unwrap();
-    cache.entries.insert(
-        key(plain.adapter_info(), &shape, false, Precision::Fast),
+    cache.insert(
+        &TuneKey::new(plain.adapter_info(), Pass::Forward, &shape, false, Precision::Fast),
         TuneEntry::new(fast_winner.name(), 1.0, Precision::Fast),
     );
     cache.save(&path).unwrap();
     assert_eq!(TuneCache::load(&path).unwrap().entries.len(), 2);
 
     let tuned = ctx_with_cache(&path);
-    assert_eq!(select(&tuned, &shape, false, Precision::F32), winner);
-    assert_eq!(select(&tuned, &shape, false, Precision::Fast), fast_winner);
+    assert_eq!(select::forward(&tuned, &shape, false, Precision::F32), winner);
+    assert_eq!(select::forward(&tuned, &shape, false, Precision::Fast), fast_winner);
     // Another shape (or the same with a bias) is not in the cache: the heuristic decides.
-    assert_eq!(select(&tuned, &shape, true, Precision::F32), select(&plain, &shape, true, Precision::F32));
+    assert_eq!(
+        select::forward(&tuned, &shape, true, Precision::F32),
+        select::forward(&plain, &shape, true, Precision::F32)
+    );
 
     std::fs::write(&path, "not json").unwrap();
     let broken = ctx_with_cache(&path);
-    assert_eq!(select(&broken, &shape, false, Precision::F32), heuristic);
+    assert_eq!(select::forward(&broken, &shape, false, Precision::F32), heuristic);
     std::fs::remove_file(&path).ok();
 }
 
@@ -75,17 +79,17 @@ fn fast_takes_the_tuned_exact_winner_where_it_keeps_to_exact_kernels() {
     let shape = params.resolve(&[2, 32, 9, 9], &[32, 64, 3, 3], None).unwrap();
     let path = temp_path("exact-only.json");
     let plain = ctx_with_cache(&path);
-    let heuristic = select(&plain, &shape, false, Precision::Fast);
+    let heuristic = select::forward(&plain, &shape, false, Precision::Fast);
     assert_eq!(heuristic.precision(), Precision::F32, "{}", heuristic.name());
     let winner = Strategy::candidates().into_iter().find(|s| *s != heuristic).unwrap();
     let mut cache = TuneCache::default();
-    cache.entries.insert(
-        key(plain.adapter_info(), &shape, false, Precision::F32),
+    cache.insert(
+        &TuneKey::new(plain.adapter_info(), Pass::Forward, &shape, false, Precision::F32),
         TuneEntry::new(winner.name(), 1.0, Precision::F32),
     );
     cache.save(&path).unwrap();
     let tuned = ctx_with_cache(&path);
-    assert_eq!(select(&tuned, &shape, false, Precision::Fast), winner);
+    assert_eq!(select::forward(&tuned, &shape, false, Precision::Fast), winner);
     std::fs::remove_file(&path).ok();
 }
 
@@ -96,18 +100,21 @@ fn a_cached_kernel_this_version_lacks_gives_way_to_the_heuristic() {
     let shape = ConvTranspose2dParams::default().resolve(&[1, 64, 9, 11], &[64, 64, 3, 7], None).unwrap();
     let path = temp_path("stale.json");
     let plain = ctx_with_cache(&path);
-    let heuristic = select(&plain, &shape, false, Precision::F32);
+    let heuristic = select::forward(&plain, &shape, false, Precision::F32);
     let mut cache = TuneCache::default();
     for precision in [Precision::F32, Precision::Fast] {
-        cache.entries.insert(
-            key(plain.adapter_info(), &shape, false, precision),
+        cache.insert(
+            &TuneKey::new(plain.adapter_info(), Pass::Forward, &shape, false, precision),
             TuneEntry::new("wino_w2_64x64x8_8x8".into(), 1.0, precision),
         );
     }
     cache.save(&path).unwrap();
     let tuned = ctx_with_cache(&path);
-    assert_eq!(select(&tuned, &shape, false, Precision::F32), heuristic);
-    assert_eq!(select(&tuned, &shape, false, Precision::Fast), select(&plain, &shape, false, Precision::Fast));
+    assert_eq!(select::forward(&tuned, &shape, false, Precision::F32), heuristic);
+    assert_eq!(
+        select::forward(&tuned, &shape, false, Precision::Fast),
+        select::forward(&plain, &shape, false, Precision::Fast)
+    );
     std::fs::remove_file(&path).ok();
 }
 
@@ -141,7 +148,7 @@ fn the_backward_takes_grad_inputs_kernel_from_the_tuning_cache() {
         let dir = common::TempDir::new("tune-grad-input");
         let path = dir.path("cache.json");
         let untuned = ctx_with_cache(&path);
-        let heuristic = grad_input::choose(&untuned, &shape);
+        let heuristic = select::grad_input(&untuned, &shape);
         let candidates = grad_input::candidates(&untuned, &shape);
         assert!(candidates.contains(&heuristic) && candidates.contains(&GradInputKernel::Gather), "{candidates:?}");
         let other = *candidates.iter().find(|k| **k != heuristic && **k != GradInputKernel::Gather).unwrap();
@@ -152,14 +159,20 @@ fn the_backward_takes_grad_inputs_kernel_from_the_tuning_cache() {
         for winner in [other, GradInputKernel::Gather] {
             let mut cache = TuneCache::default();
             let entry = TuneEntry::new(winner.cache_name(), 1.0, Precision::F32);
-            cache.entries.insert(grad_input_key(untuned.adapter_info(), &shape), entry);
+            cache.insert(&TuneKey::new(untuned.adapter_info(), Pass::GradInput, &shape, false, Precision::F32), entry);
             cache.save(&path).unwrap();
             let tuned = ctx_with_cache(&path);
-            assert_eq!(grad_input::choose(&tuned, &shape), winner);
+            assert_eq!(select::grad_input(&tuned, &shape), winner);
             backward_matches_reference(&tuned, &shape, &params, &winner.name());
-            assert_eq!(select(&tuned, &shape, false, Precision::F32), select(&untuned, &shape, false, Precision::F32));
+            assert_eq!(
+                select::forward(&tuned, &shape, false, Precision::F32),
+                select::forward(&untuned, &shape, false, Precision::F32)
+            );
             if let Some(t) = grad_input::as_transposed_convolution(&shape) {
-                assert_eq!(select(&tuned, &t, false, Precision::F32), select(&untuned, &t, false, Precision::F32));
+                assert_eq!(
+                    select::forward(&tuned, &t, false, Precision::F32),
+                    select::forward(&untuned, &t, false, Precision::F32)
+                );
             }
         }
         // A kernel passed explicitly runs and is reported; one that does not compute the shape (a GEMM tile on a
@@ -187,16 +200,17 @@ fn a_grad_input_cache_entry_that_does_not_apply_gives_way() {
     let dir = common::TempDir::new("tune-grad-input-stale");
     let path = dir.path("cache.json");
     let untuned = ctx_with_cache(&path);
-    let usual = grad_input::choose(&untuned, &shape);
+    let usual = select::grad_input(&untuned, &shape);
     let fast = Strategy::fast_candidates()[0].name();
     let winograd = Strategy::candidates().into_iter().find(|s| matches!(s, Strategy::Winograd(_))).unwrap().name();
     for name in ["gemm_1x1x1_1x1", fast.as_str(), winograd.as_str()] {
         let mut cache = TuneCache::default();
-        cache
-            .entries
-            .insert(grad_input_key(untuned.adapter_info(), &shape), TuneEntry::new(name.into(), 1.0, Precision::F32));
+        cache.insert(
+            &TuneKey::new(untuned.adapter_info(), Pass::GradInput, &shape, false, Precision::F32),
+            TuneEntry::new(name.into(), 1.0, Precision::F32),
+        );
         cache.save(&path).unwrap();
-        assert_eq!(grad_input::choose(&ctx_with_cache(&path), &shape), usual, "{name}");
+        assert_eq!(select::grad_input(&ctx_with_cache(&path), &shape), usual, "{name}");
     }
 }
 
@@ -211,7 +225,113 @@ fn run_backward_with(
     let w = GpuTensor::upload(ctx, &Tensor::uniform(shape.weight_dims(), -1.0, 1.0, 2)?)?;
     let go = GpuTensor::upload(ctx, &Tensor::uniform(shape.output_dims(), -1.0, 1.0, 3)?)?;
     let grads = GpuGradients::empty(ctx, &x, &w, None, params)?;
-    convt::gpu::conv_transpose2d_backward_with(ctx, kernel, &x, &w, None, &go, params, &grads, None)
+    let kernels = BackwardKernels { grad_input: kernel, grad_weight: None };
+    convt::gpu::conv_transpose2d_backward_with(ctx, kernels, &x, &w, None, &go, params, &grads, None).map(|(k, _)| k)
+}
+
+#[test]
+fn the_published_tuning_cache_covers_every_suite_case() {
+    // docs/results/h100-tune.json backs the published H100 tables: every suite case has an exact forward entry under
+    // the key this build computes, every entry is one of the suite's keys (forward at either precision, a gradient's,
+    // or the forward of a stride-1 case's grad_input as a transposed convolution), and each names a kernel of this build that computes at the entry's precision.
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/results/h100-tune.json");
+    let cache = TuneCache::load(&path).unwrap();
+    let adapter = "NVIDIA H100 80GB HBM3 | Vulkan | NVIDIA 580.159.04".to_string();
+    let mut keys = std::collections::BTreeSet::new();
+    for case in convt::suite::CASES {
+        let shape = case.params.resolve(&case.input_dims(), &case.weight_dims(), None).unwrap();
+        let key = |pass, precision| TuneKey::with_adapter(adapter.clone(), pass, &shape, case.bias, precision);
+        let exact = key(Pass::Forward, Precision::F32);
+        let name = cache.lookup(&exact).unwrap_or_else(|| panic!("{}: no entry `{exact}`", case.name));
+        assert_eq!(Strategy::from_name(name).map(|s| s.precision()), Some(Precision::F32), "{}: {name}", case.name);
+        if let Some(name) = cache.lookup(&key(Pass::Forward, Precision::Fast)) {
+            assert!(Strategy::from_name(name).is_some(), "{}: `{name}`", case.name);
+        }
+        if let Some(name) = cache.lookup(&key(Pass::GradInput, Precision::F32)) {
+            assert!(GradInputKernel::from_cache_name(name, &shape).is_some(), "{}: `{name}`", case.name);
+        }
+        if let Some(name) = cache.lookup(&key(Pass::GradWeight, Precision::F32)) {
+            assert!(GradWeightKernel::from_name(name).is_some(), "{}: `{name}`", case.name);
+        }
+        for pass in [Pass::Forward, Pass::GradInput, Pass::GradWeight] {
+            for precision in [Precision::F32, Precision::Fast] {
+                keys.insert(key(pass, precision).to_string());
+            }
+        }
+        // grad_input at stride 1 asks the forward's selector about its transposed convolution.
+        if let Some(t) = grad_input::as_transposed_convolution(&shape) {
+            keys.insert(TuneKey::with_adapter(adapter.clone(), Pass::Forward, &t, false, Precision::F32).to_string());
+        }
+    }
+    for entry in cache.entries.keys() {
+        assert!(keys.contains(entry), "`{entry}` is no suite case's key");
+    }
+}
+
+#[test]
+fn nearby_shapes_share_a_tuned_result() {
+    // The key rounds the batch and the input's height and width up to a power of two: a batch of 7 and a 13 x 14
+    // input use what was tuned for a batch of 8 and 16 x 16; a batch of 9 or another channel count does not.
+    let params = ConvTranspose2dParams::default().stride(2).padding(1);
+    let tuned_for = params.resolve(&[8, 32, 16, 16], &[32, 64, 3, 3], None).unwrap();
+    let path = temp_path("buckets.json");
+    let plain = ctx_with_cache(&path);
+    let heuristic = select::forward(&plain, &tuned_for, false, Precision::F32);
+    let winner = Strategy::candidates().into_iter().find(|s| *s != heuristic).unwrap();
+    let mut cache = TuneCache::default();
+    let key = TuneKey::new(plain.adapter_info(), Pass::Forward, &tuned_for, false, Precision::F32);
+    cache.insert(&key, TuneEntry::new(winner.name(), 1.0, Precision::F32));
+    cache.save(&path).unwrap();
+    let tuned = ctx_with_cache(&path);
+    let near = params.resolve(&[7, 32, 13, 14], &[32, 64, 3, 3], None).unwrap();
+    assert_eq!(TuneKey::new(plain.adapter_info(), Pass::Forward, &near, false, Precision::F32), key);
+    assert_eq!(select::forward(&tuned, &near, false, Precision::F32), winner);
+    for far in [
+        params.resolve(&[9, 32, 16, 16], &[32, 64, 3, 3], None).unwrap(),
+        params.resolve(&[8, 32, 17, 16], &[32, 64, 3, 3], None).unwrap(),
+        params.resolve(&[8, 32, 16, 16], &[32, 48, 3, 3], None).unwrap(),
+    ] {
+        assert_eq!(
+            select::forward(&tuned, &far, false, Precision::F32),
+            select::forward(&plain, &far, false, Precision::F32),
+            "{far:?}"
+        );
+    }
+    std::fs::remove_file(&path).ok();
+}
+
+#[test]
+fn the_backward_takes_grad_weights_kernel_from_the_tuning_cache() {
+    // `convt tune --backward` keeps grad_weight's kernel under the case's grad_weight key: a per-tap GEMM tile, or
+    // the rows kernel where it takes the shape. Each cached winner runs and gives the right gradients; one that
+    // does not compute the shape (the rows kernel at stride 1) gives way to the usual choice.
+    let strided = ConvTranspose2dParams::default().stride(2).padding(1);
+    let shape = strided.resolve(&[2, 8, 9, 7], &[8, 16, 3, 3], None).unwrap();
+    let dir = common::TempDir::new("tune-grad-weight");
+    let path = dir.path("cache.json");
+    let untuned = ctx_with_cache(&path);
+    let usual = select::grad_weight(&untuned, &shape, [1, 1]);
+    assert_eq!(usual, GradWeightKernel::Rows, "the rows kernel takes strided small groups");
+    let candidates = GradWeightKernel::candidates(&untuned, &shape, [1, 1]);
+    assert_eq!(candidates.len(), 4, "{candidates:?}");
+    let key = TuneKey::new(untuned.adapter_info(), Pass::GradWeight, &shape, false, Precision::F32);
+    for winner in candidates {
+        let mut cache = TuneCache::default();
+        cache.insert(&key, TuneEntry::new(winner.name(), 1.0, Precision::F32));
+        cache.save(&path).unwrap();
+        let tuned = ctx_with_cache(&path);
+        assert_eq!(select::grad_weight(&tuned, &shape, [1, 1]), winner);
+        backward_matches_reference(&tuned, &shape, &strided, &winner.name());
+    }
+    let plain = ConvTranspose2dParams::default();
+    let stride_1 = plain.resolve(&[2, 8, 9, 7], &[8, 16, 3, 3], None).unwrap();
+    let mut cache = TuneCache::default();
+    let key = TuneKey::new(untuned.adapter_info(), Pass::GradWeight, &stride_1, false, Precision::F32);
+    cache.insert(&key, TuneEntry::new(GradWeightKernel::Rows.name(), 1.0, Precision::F32));
+    cache.save(&path).unwrap();
+    let tuned = ctx_with_cache(&path);
+    assert_eq!(select::grad_weight(&tuned, &stride_1, [1, 1]), select::grad_weight(&untuned, &stride_1, [1, 1]));
+    assert!(matches!(select::grad_weight(&tuned, &stride_1, [1, 1]), GradWeightKernel::Taps(_)));
 }
 
 #[test]
@@ -222,10 +342,10 @@ fn an_entry_is_used_only_for_the_precision_and_dtype_it_was_tuned_for() {
     let shape = ConvTranspose2dParams::default().resolve(&[1, 16, 7, 6], &[16, 16, 3, 3], None).unwrap();
     let path = temp_path("precision.json");
     let plain = ctx_with_cache(&path);
-    let heuristic = select(&plain, &shape, false, Precision::F32);
+    let heuristic = select::forward(&plain, &shape, false, Precision::F32);
     let f16 = Strategy::fast_candidates()[0];
     let exact = Strategy::candidates().into_iter().find(|s| *s != heuristic).unwrap();
-    let k = key(plain.adapter_info(), &shape, false, Precision::F32);
+    let k = TuneKey::new(plain.adapter_info(), Pass::Forward, &shape, false, Precision::F32);
     let entries = [
         TuneEntry::new(exact.name(), 1.0, Precision::Fast),
         TuneEntry { precision: None, dtype: None, ..TuneEntry::new(exact.name(), 1.0, Precision::F32) },
@@ -236,10 +356,10 @@ fn an_entry_is_used_only_for_the_precision_and_dtype_it_was_tuned_for() {
     ];
     for (i, entry) in entries.into_iter().enumerate() {
         let mut cache = TuneCache::default();
-        cache.entries.insert(k.clone(), entry.clone());
+        cache.insert(&k, entry.clone());
         cache.save(&path).unwrap();
         let tuned = ctx_with_cache(&path);
-        assert_eq!(select(&tuned, &shape, false, Precision::F32), heuristic, "entry {i}: {entry:?}");
+        assert_eq!(select::forward(&tuned, &shape, false, Precision::F32), heuristic, "entry {i}: {entry:?}");
         let seed = common::fresh_seed();
         let x = Tensor::uniform(shape.input_dims(), -1.0, 1.0, seed).unwrap();
         let w = Tensor::uniform(shape.weight_dims(), -1.0, 1.0, seed ^ 1).unwrap();
@@ -252,9 +372,9 @@ fn an_entry_is_used_only_for_the_precision_and_dtype_it_was_tuned_for() {
     }
     // The same entry, recorded for f32, is used.
     let mut cache = TuneCache::default();
-    cache.entries.insert(k, TuneEntry::new(exact.name(), 1.0, Precision::F32));
+    cache.insert(&k, TuneEntry::new(exact.name(), 1.0, Precision::F32));
     cache.save(&path).unwrap();
-    assert_eq!(select(&ctx_with_cache(&path), &shape, false, Precision::F32), exact);
+    assert_eq!(select::forward(&ctx_with_cache(&path), &shape, false, Precision::F32), exact);
     std::fs::remove_file(&path).ok();
 }
 

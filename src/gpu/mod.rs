@@ -12,6 +12,7 @@ pub mod forward;
 pub(crate) mod kernel;
 pub mod memory;
 pub(crate) mod plan;
+pub mod select;
 pub mod timing;
 pub mod tune;
 
@@ -20,7 +21,7 @@ use forward::{coop, coop_nhwc, direct, gather, gemm, rows, winograd};
 
 pub use backward::{
     conv_transpose2d_backward, conv_transpose2d_backward_host, conv_transpose2d_backward_into,
-    conv_transpose2d_backward_with, GpuGradients,
+    conv_transpose2d_backward_with, BackwardKernels, GpuGradients,
 };
 pub use context::{GpuContext, GpuOptions, ShaderChecks};
 pub use forward::gemm::GemmKernel;
@@ -87,6 +88,11 @@ impl Strategy {
     /// Every strategy of this build (for looking one up by name).
     pub fn all() -> Vec<Strategy> {
         Self::candidates().into_iter().chain(Self::fast_candidates()).collect()
+    }
+
+    /// The strategy of this build with this [`Strategy::name`].
+    pub fn from_name(name: &str) -> Option<Strategy> {
+        Self::all().into_iter().find(|s| s.name() == name)
     }
 
     pub fn name(&self) -> String {
@@ -160,7 +166,7 @@ impl Strategy {
 
     /// The shape part of [`Strategy::computes`]: false only for a Winograd or padded-NHWC tile that cannot take
     /// `shape` here (for the padded-NHWC kernel: groups, channel counts, sizes).
-    fn takes_shape(&self, ctx: &GpuContext, shape: &ConvShape) -> bool {
+    pub(crate) fn takes_shape(&self, ctx: &GpuContext, shape: &ConvShape) -> bool {
         match self {
             Strategy::Winograd(t) => t.check_on(ctx, shape).is_ok(),
             Strategy::CoopNhwc(t) => t.check(ctx, shape).is_ok(),
@@ -265,84 +271,6 @@ pub fn shader_sources() -> Vec<(&'static str, String, String)> {
     v
 }
 
-/// Picks the algorithm for a shape at a precision on this context's adapter: the one forced by the context's
-/// options (when it has that precision), else the autotuner's cached winner for (adapter, driver, shape,
-/// precision), else a heuristic (for `fast` where it keeps to exact kernels: the exact winner of the tuning
-/// cache when there is one).
-///
-/// The heuristic for `fast` follows the measurements of docs/PERFORMANCE.md: at stride 1 the padded-NHWC
-/// cooperative-matrix kernel wherever it takes the shape (one group, input channels a multiple of 16 and output
-/// channels of 32, its padded f16 input within one binding, not a shape for the rows kernel), where it measured
-/// faster than the best exact kernel. Elsewhere the staged cooperative-matrix kernel on problems with at least 64
-/// input and output channels per group (on the strided decoders it measured faster than the best exact kernel)
-/// unless the shape is one for the rows kernel (few products per output) or one for the exact Winograd kernel with
-/// fewer than 128 output channels per group; with fewer channels the exact kernels measured fastest, and `fast`
-/// takes them (its error is then f32's). The f16-operand register kernels never won. `convt tune --precision
-/// fast` measures every candidate instead.
-pub fn select(ctx: &GpuContext, shape: &ConvShape, has_bias: bool, precision: Precision) -> Strategy {
-    // A forced strategy applies at its precision, and on the shapes it computes: a Winograd or padded-NHWC tile
-    // gives way on shapes it does not take (strides, dilation, large kernels; groups, channel counts, sizes);
-    // any other forced strategy that cannot run on this adapter reaches the caller as an error.
-    if let Some(forced) = ctx.options().strategy.filter(|s| s.precision() == precision && s.takes_shape(ctx, shape)) {
-        return forced;
-    }
-    let tuned = |precision| {
-        ctx.tuned()
-            .lookup(&tune::key(ctx.adapter_info(), shape, has_bias, precision), precision)
-            .filter(|s| s.computes(ctx, shape))
-    };
-    if let Some(tuned) = tuned(precision) {
-        return tuned;
-    }
-    // The GEMM tile wastes work when a group has few output channels, and its per-phase dispatches and
-    // strided stores do not pay off when each output sums few products (few input channels per tap, large
-    // stride): the rows kernel serves those, a gather kernel whose stores run along the output rows, which
-    // measured faster there (docs/PERFORMANCE.md).
-    let gather = prefers_gather(shape);
-    // At stride 1 the Winograd kernel along W (kernel rows in K) does fewer products than the GEMM, and measured
-    // faster wherever `winograd::pick` has a tile (docs/PERFORMANCE.md): the first of its tiles that fits the
-    // adapter.
-    let winograd = winograd::pick(shape).iter().map(|t| Strategy::Winograd(*t)).find(|w| w.computes(ctx, shape));
-    let heuristic = if gather {
-        Strategy::Rows(rows::pick(shape))
-    } else if let Some(winograd) = winograd {
-        winograd
-    } else {
-        Strategy::Gemm(gemm::pick_tile(shape))
-    };
-    let coop = Strategy::Coop(coop::pick_tile(shape));
-    // `fast` takes the tensor cores where a group has 64+ input and output channels, except where the exact
-    // Winograd kernel measured faster: below 128 output channels per group (at 128 the tensor cores won).
-    let winograd_beats_coop = matches!(heuristic, Strategy::Winograd(_)) && shape.out_per_group() < 128;
-    let tensor_cores = !gather && !winograd_beats_coop && shape.in_per_group() >= 64 && shape.out_per_group() >= 64;
-    // At stride 1 `fast` takes the padded-NHWC kernel wherever it computes the shape (not the gather kernel's
-    // shapes): its operands load straight from storage (or, with 128 output channels, its input rows from
-    // workgroup memory), and it measured faster than every other kernel on the suite's stride-1 cases, both the
-    // exact Winograd kernel and the staged cooperative-matrix kernel (docs/PERFORMANCE.md). Per stride phase it
-    // lost to the staged kernel on the strided decoders, so only the tuner gives it strided shapes.
-    let stride_1 = shape.stride == [1, 1];
-    let nhwc = coop_nhwc::pick_tiles(shape)
-        .into_iter()
-        .map(Strategy::CoopNhwc)
-        .find(|s| stride_1 && !gather && s.computes(ctx, shape));
-    match (precision, nhwc) {
-        (Precision::Fast, Some(nhwc)) => nhwc,
-        (Precision::Fast, None) if tensor_cores && coop.runs_on(ctx) => coop,
-        // `fast` on the exact kernels: the exact winner where the shape is tuned for f32.
-        (Precision::Fast, None) => tuned(Precision::F32).unwrap_or(heuristic),
-        (Precision::F32, _) => heuristic,
-    }
-}
-
-/// Whether the heuristic gives `shape` to a gather kernel rather than a GEMM: few output channels per group
-/// (the GEMM's channel tile would be mostly waste), few input channels per group, or few products per output
-/// (large strides): there the gather kernels measured faster (docs/PERFORMANCE.md).
-pub(crate) fn prefers_gather(shape: &ConvShape) -> bool {
-    let products_per_output =
-        shape.in_per_group() * shape.kernel[0] * shape.kernel[1] / (shape.stride[0] * shape.stride[1]);
-    shape.out_per_group() < 16 || shape.in_per_group() < 8 || products_per_output < 64
-}
-
 /// `conv_transpose2d` on GPU-resident tensors; the output stays on the GPU.
 pub fn conv_transpose2d(
     ctx: &GpuContext,
@@ -385,7 +313,7 @@ pub fn conv_transpose2d_into_as(
     timer: Option<(&GpuTimer, u32)>,
 ) -> Result<Strategy> {
     let shape = params.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?;
-    let strategy = select(ctx, &shape, bias.is_some(), precision);
+    let strategy = select::forward(ctx, &shape, bias.is_some(), precision);
     conv_transpose2d_with(ctx, strategy, input, weight, bias, params, output, timer)?;
     Ok(strategy)
 }

@@ -1,6 +1,5 @@
-//! The autotuner's persistent cache: the fastest strategy measured for a (adapter, driver, shape), written by
-//! `convt tune` and read by [`crate::gpu::select`] (and, for the backward's grad_input, by
-//! [`crate::gpu::backward::grad_input::choose`]). A JSON file; its location is
+//! The autotuner's persistent cache: the fastest kernel measured for a [`TuneKey`] (adapter, driver, pass,
+//! precision, bucketed shape), written by `convt tune` and read by [`crate::gpu::select`]. A JSON file; its location is
 //! `GpuOptions::tune_cache` (`CONVT_TUNE_CACHE`), by default `$XDG_CACHE_HOME/convt/tune.json` or
 //! `~/.cache/convt/tune.json`. A missing or unreadable cache only means the heuristic decides.
 
@@ -11,13 +10,12 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ConvtError, Result};
-use crate::gpu::Strategy;
 use crate::params::ConvShape;
 use crate::precision::Precision;
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct TuneCache {
-    /// key (see [`key`]) -> winner.
+    /// [`TuneKey`] text -> winner.
     pub entries: BTreeMap<String, TuneEntry>,
 }
 
@@ -57,38 +55,99 @@ pub fn default_path() -> Option<PathBuf> {
     Some(base.join("convt").join("tune.json"))
 }
 
-/// The cache key: adapter, backend, driver, every size of the problem, and the precision (`fast` keys end in
-/// ` | fast`; exact ones carry no suffix).
-pub fn key(info: &wgpu::AdapterInfo, shape: &ConvShape, has_bias: bool, precision: Precision) -> String {
-    let suffix = match precision {
-        Precision::F32 => "",
-        Precision::Fast => " | fast",
-    };
-    format!(
-        "{} | {:?} | {} {} | N{} Cin{} Cout{} G{} in{:?} out{:?} k{:?} s{:?} p{:?} d{:?} bias{}",
-        info.name,
-        info.backend,
-        info.driver,
-        info.driver_info,
-        shape.batch,
-        shape.in_channels,
-        shape.out_channels,
-        shape.groups,
-        shape.in_hw,
-        shape.out_hw,
-        shape.kernel,
-        shape.stride,
-        shape.padding,
-        shape.dilation,
-        has_bias
-    ) + suffix
+/// The pass a tuning entry is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Pass {
+    Forward,
+    GradInput,
+    GradWeight,
 }
 
-/// The cache key of grad_input's kernel in the backward of `shape` ([`crate::gpu::backward::grad_input::choose`]; written by
-/// `convt tune --backward`, whose entry holds [`crate::gpu::backward::grad_input::GradInputKernel::cache_name`] and the
-/// whole backward's time): the exact key of the forward shape, with ` | grad_input` appended.
-pub fn grad_input_key(info: &wgpu::AdapterInfo, shape: &ConvShape) -> String {
-    key(info, shape, false, Precision::F32) + " | grad_input"
+impl std::fmt::Display for Pass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Pass::Forward => "forward",
+            Pass::GradInput => "grad_input",
+            Pass::GradWeight => "grad_weight",
+        })
+    }
+}
+
+/// What a tuned result is for: the adapter (name, backend, driver), the pass, the precision and the problem, its
+/// batch and input height and width rounded up to a power of two ([`bucket`]) so that nearby shapes share the
+/// result (a batch of 7 uses a batch of 8's); channels, groups, kernel, stride, padding and dilation exact, as
+/// the kernels' fit and speed depend on them. Written into the cache file as its `Display` text.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TuneKey {
+    pub adapter: String,
+    pub pass: Pass,
+    pub precision: Precision,
+    pub batch: usize,
+    pub in_channels: usize,
+    pub out_channels: usize,
+    pub groups: usize,
+    pub in_hw: [usize; 2],
+    pub kernel: [usize; 2],
+    pub stride: [usize; 2],
+    pub padding: [usize; 2],
+    pub dilation: [usize; 2],
+    pub bias: bool,
+}
+
+/// A size's bucket: the next power of two (1 for 0).
+pub fn bucket(n: usize) -> usize {
+    n.max(1).next_power_of_two()
+}
+
+impl TuneKey {
+    /// The key of `shape` for `pass` at `precision` on the adapter `info` describes. The backward passes do not
+    /// depend on the bias: their keys record none.
+    pub fn new(info: &wgpu::AdapterInfo, pass: Pass, shape: &ConvShape, has_bias: bool, precision: Precision) -> Self {
+        let adapter = format!("{} | {:?} | {} {}", info.name, info.backend, info.driver, info.driver_info);
+        Self::with_adapter(adapter, pass, shape, has_bias, precision)
+    }
+
+    /// [`TuneKey::new`] for an adapter described as the key's first part (`name | backend | driver driver_info`).
+    pub fn with_adapter(adapter: String, pass: Pass, shape: &ConvShape, has_bias: bool, precision: Precision) -> Self {
+        Self {
+            adapter,
+            pass,
+            precision,
+            batch: bucket(shape.batch),
+            in_channels: shape.in_channels,
+            out_channels: shape.out_channels,
+            groups: shape.groups,
+            in_hw: shape.in_hw.map(bucket),
+            kernel: shape.kernel,
+            stride: shape.stride,
+            padding: shape.padding,
+            dilation: shape.dilation,
+            bias: has_bias && pass == Pass::Forward,
+        }
+    }
+}
+
+impl std::fmt::Display for TuneKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let hw = |v: [usize; 2]| format!("{}x{}", v[0], v[1]);
+        write!(
+            f,
+            "{} | {} {} | N<={} Cin{} Cout{} G{} in<={} k{} s{} p{} d{} bias{}",
+            self.adapter,
+            self.pass,
+            self.precision,
+            self.batch,
+            self.in_channels,
+            self.out_channels,
+            self.groups,
+            hw(self.in_hw),
+            hw(self.kernel),
+            hw(self.stride),
+            hw(self.padding),
+            hw(self.dilation),
+            self.bias
+        )
+    }
 }
 
 impl TuneCache {
@@ -131,30 +190,34 @@ impl TuneCache {
         crate::io::OutputFile::create(path, &[])?.write_bytes(text.as_bytes())
     }
 
-    /// The cached strategy for a key, if the entry was tuned for `precision` on f32 tensors and names a strategy
-    /// of this build that computes at that precision (an exact call never runs an f16 kernel). Any other entry
-    /// under the key is ignored, with a warning.
-    pub fn lookup(&self, key: &str, precision: Precision) -> Option<Strategy> {
-        let name = self.entry_name(key, precision)?;
-        let strategy = Strategy::all().into_iter().find(|s| s.name() == name);
-        match strategy {
-            Some(s) if precision == Precision::Fast || s.precision() == Precision::F32 => Some(s),
-            Some(s) => ignore(key, &format!("its strategy `{name}` computes at precision {}", s.precision())),
-            None => ignore(key, &format!("this build has no strategy `{name}`")),
+    /// Records `entry` as the winner for `key`.
+    pub fn insert(&mut self, key: &TuneKey, entry: TuneEntry) {
+        self.entries.insert(key.to_string(), entry);
+    }
+
+    /// The kernel name held under `key` if its entry was tuned for the key's precision on f32 tensors; otherwise
+    /// `None`, with a warning where an entry exists. Which kernel the name stands for, and whether it computes the
+    /// shape, is the selector's question.
+    pub fn lookup(&self, key: &TuneKey) -> Option<&str> {
+        let entry = self.entries.get(&key.to_string())?;
+        let wanted = key.precision.to_string();
+        match (entry.precision.as_deref(), entry.dtype.as_deref()) {
+            (Some(p), Some(DTYPE)) if p == wanted => Some(&entry.strategy),
+            (Some(p), Some(DTYPE)) => self.ignore(key, &format!("it was tuned for precision {p}, not {wanted}")),
+            (None, _) | (_, None) => self.ignore(key, "it does not record the precision and dtype it was tuned for"),
+            (_, Some(d)) => self.ignore(key, &format!("it was tuned for dtype {d}")),
         }
     }
 
-    /// The name held under `key` if the entry was tuned for `precision` on f32 tensors; otherwise `None`, with a
-    /// warning where an entry exists.
-    pub fn entry_name(&self, key: &str, precision: Precision) -> Option<&str> {
-        let entry = self.entries.get(key)?;
-        let wanted = precision.to_string();
-        match (entry.precision.as_deref(), entry.dtype.as_deref()) {
-            (Some(p), Some(DTYPE)) if p == wanted => Some(&entry.strategy),
-            (Some(p), Some(DTYPE)) => ignore(key, &format!("it was tuned for precision {p}, not {precision}")),
-            (None, _) | (_, None) => ignore(key, "it does not record the precision and dtype it was tuned for"),
-            (_, Some(d)) => ignore(key, &format!("it was tuned for dtype {d}")),
+    /// Warns (once per key and process) that the entry under `key` is not used, and why.
+    pub fn ignore<T>(&self, key: &TuneKey, why: &str) -> Option<T> {
+        static WARNED: std::sync::Mutex<std::collections::BTreeSet<String>> =
+            std::sync::Mutex::new(std::collections::BTreeSet::new());
+        let key = key.to_string();
+        if WARNED.lock().unwrap_or_else(|e| e.into_inner()).insert(key.clone()) {
+            log::warn!("tuning cache entry `{key}` ignored: {why}; `convt tune` measures it again");
         }
+        None
     }
 }
 
@@ -164,14 +227,4 @@ fn make_parent(path: &Path) -> Result<()> {
         Some(dir) => std::fs::create_dir_all(dir).map_err(|source| ConvtError::Write { path: path.into(), source }),
         None => Ok(()),
     }
-}
-
-/// Warns (once per key and process) that a cache entry is not used, and why.
-fn ignore<T>(key: &str, why: &str) -> Option<T> {
-    static WARNED: std::sync::Mutex<std::collections::BTreeSet<String>> =
-        std::sync::Mutex::new(std::collections::BTreeSet::new());
-    if WARNED.lock().unwrap_or_else(|e| e.into_inner()).insert(key.to_string()) {
-        log::warn!("tuning cache entry `{key}` ignored: {why}; `convt tune` measures it again");
-    }
-    None
 }

@@ -7,9 +7,10 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Result};
 use clap::Args;
-use convt::gpu::backward::grad_input::GradInputKernel;
 use convt::gpu::ceilings::{self, Ceilings};
-use convt::gpu::{conv_transpose2d_backward_with, conv_transpose2d_with, GpuGradients, GpuTimer, Strategy};
+use convt::gpu::{
+    conv_transpose2d_backward_with, conv_transpose2d_with, select, BackwardKernels, GpuGradients, GpuTimer, Strategy,
+};
 use convt::io::OutputFile;
 use convt::suite::Case;
 use convt::{cpu, ConvShape, ErrorStats, GpuContext, GpuTensor, Precision, Tensor};
@@ -117,20 +118,30 @@ pub struct Prepared {
     outputs: Outputs,
 }
 
-/// What `convt tune` times on a prepared case: a forward strategy, or a kernel for the backward's grad_input.
+/// What `convt tune` times on a prepared case: a forward strategy, or the backward with some of its kernels given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Candidate {
     Forward(Strategy),
-    GradInput(GradInputKernel),
+    Backward(BackwardKernels),
 }
 
 impl Candidate {
-    /// The name the tuner prints and caches.
+    /// The name the tuner prints and caches: the strategy's, or that of the backward's kernel being tuned (its
+    /// grad_weight kernel where given, else its grad_input kernel).
     pub fn name(&self) -> String {
         match self {
             Candidate::Forward(s) => s.name(),
-            Candidate::GradInput(k) => k.cache_name(),
+            Candidate::Backward(BackwardKernels { grad_weight: Some(k), .. }) => k.name(),
+            Candidate::Backward(BackwardKernels { grad_input: Some(k), .. }) => k.cache_name(),
+            Candidate::Backward(_) => "backward".into(),
         }
+    }
+}
+
+impl InputSet {
+    /// The backward's `grad_output`.
+    pub fn grad_output(&self) -> Option<&GpuTensor> {
+        self.grad_output.as_ref()
     }
 }
 
@@ -192,15 +203,21 @@ impl Prepared {
     /// What runs: the forward's algorithm (the selector's choice), or "backward" with grad_input's kernel.
     pub fn algorithm(&self, ctx: &GpuContext) -> String {
         match self.pass {
-            Pass::Forward => convt::gpu::select(ctx, &self.shape, self.case.bias, self.precision).name(),
+            Pass::Forward => select::forward(ctx, &self.shape, self.case.bias, self.precision).name(),
             Pass::Backward => {
-                format!("backward, grad_input {}", convt::gpu::backward::grad_input::choose(ctx, &self.shape).name())
+                let set = &self.inputs[0];
+                let chunks = [set.input.chunks().len(), set.grad_output.as_ref().map_or(1, |g| g.chunks().len())];
+                format!(
+                    "backward, grad_input {}, {}",
+                    select::grad_input(ctx, &self.shape).name(),
+                    select::grad_weight(ctx, &self.shape, chunks).name()
+                )
             }
         }
     }
 
     /// GPU times (ms) of `runs` calls after `warmup` untimed ones. `candidate` picks the forward's algorithm or
-    /// the backward's grad_input kernel; without one the selector (`gpu::select`, `grad_input::choose`) does.
+    /// the backward's kernels; without one the selector (`gpu::select`) does.
     /// The warm-up is `warmup` calls, repeated until the GPU has been busy for `min_warmup`.
     pub fn time(
         &self,
@@ -214,7 +231,7 @@ impl Prepared {
         let candidate = match (self.pass, candidate) {
             (_, Some(c)) => Some(c),
             (Pass::Forward, None) => {
-                Some(Candidate::Forward(convt::gpu::select(ctx, &self.shape, self.case.bias, self.precision)))
+                Some(Candidate::Forward(select::forward(ctx, &self.shape, self.case.bias, self.precision)))
             }
             (Pass::Backward, None) => None,
         };
@@ -257,18 +274,18 @@ impl Prepared {
         slot: Option<(&GpuTimer, u32)>,
     ) -> Result<()> {
         let (weight, bias, params) = (&self.weight, self.bias.as_ref(), &self.case.params);
-        let backward = |grads: &GpuGradients, kernel: Option<GradInputKernel>| -> Result<()> {
+        let backward = |grads: &GpuGradients, kernels: BackwardKernels| -> Result<()> {
             let Some(go) = &set.grad_output else { bail!("backward input sets carry a grad_output") };
-            conv_transpose2d_backward_with(ctx, kernel, &set.input, weight, bias, go, params, grads, slot)?;
+            conv_transpose2d_backward_with(ctx, kernels, &set.input, weight, bias, go, params, grads, slot)?;
             Ok(())
         };
         match (&self.outputs, candidate) {
             (Outputs::Forward(output), Some(Candidate::Forward(strategy))) => {
                 conv_transpose2d_with(ctx, strategy, &set.input, weight, bias, params, output, slot)?
             }
-            (Outputs::Backward(grads), None) => backward(grads, None)?,
-            (Outputs::Backward(grads), Some(Candidate::GradInput(kernel))) => backward(grads, Some(kernel))?,
-            _ => bail!("a forward strategy times the forward, a grad_input kernel the backward"),
+            (Outputs::Backward(grads), None) => backward(grads, BackwardKernels::default())?,
+            (Outputs::Backward(grads), Some(Candidate::Backward(kernels))) => backward(grads, kernels)?,
+            _ => bail!("a forward strategy times the forward, backward kernels the backward"),
         }
         Ok(())
     }

@@ -1,13 +1,14 @@
 //! `convt tune`: times every candidate strategy (algorithm and tile) on the suite cases with GPU timestamps, each
 //! after its pipelines are built and the GPU is warm again, times the three fastest a second time, and keeps each
 //! case's winner in the persistent tuning cache, which later runs' selector reads. With `--backward` the
-//! candidates are grad_input's kernels, each timed in the whole backward pass.
+//! candidates are grad_input's kernels, then grad_weight's, each timed in the whole backward pass.
 
 use anyhow::Result;
 use clap::Args;
 use convt::gpu::backward::grad_input;
-use convt::gpu::tune::{self, TuneCache, TuneEntry};
-use convt::gpu::Strategy;
+use convt::gpu::backward::grad_weight::GradWeightKernel;
+use convt::gpu::tune::{self, Pass as TunePass, TuneCache, TuneEntry, TuneKey};
+use convt::gpu::{BackwardKernels, Strategy};
 use convt::suite::Case;
 use convt::{GpuContext, GpuOptions, Precision};
 
@@ -36,8 +37,9 @@ pub struct TuneArgs {
     precision: Precision,
     /// Tune the backward pass: grad_input's kernel (the forward's exact GEMM and Winograd kernels on the
     /// equivalent transposed convolution where the shape has one, at stride 1; elsewhere each exact GEMM tile on
-    /// the sampled correlation; and the gather kernel), each timed in the whole backward; the winner is kept
-    /// under the case's ` | grad_input` key.
+    /// the sampled correlation; and the gather kernel), then grad_weight's (each per-tap GEMM tile, and the rows
+    /// kernel where it takes the shape), each timed in the whole backward; the winners are kept under the case's
+    /// grad_input and grad_weight keys.
     #[arg(long)]
     backward: bool,
 }
@@ -61,68 +63,98 @@ pub fn run(a: TuneArgs) -> Result<Outcome> {
     let mut cache = TuneCache::load(&path)?;
     TuneCache::check_writable(&path)?;
     let ctx = GpuContext::with_options(opts)?;
-    let what =
-        if a.backward { "backward (grad_input's kernel)".to_string() } else { format!("precision {}", a.precision) };
+    let what = if a.backward {
+        "backward (grad_input's and grad_weight's kernels)".to_string()
+    } else {
+        format!("precision {}", a.precision)
+    };
     eprintln!("adapter: {}; cache: {}; {what}", ctx.adapter_info().name, path.display());
     for case in &cases {
         let case = a.batch.map_or(*case, |b| case.with_batch(b));
         let pass = if a.backward { Pass::Backward } else { Pass::Forward };
         let prepared = Prepared::new(&ctx, &case, pass)?;
-        let mut timed: Vec<(Candidate, f64)> = Vec::new();
-        let mut line = format!("{:<6}", case.name);
-        // The candidates that compute this shape (the Winograd tiles take stride-1 shapes only), or grad_input's.
-        let candidates: Vec<Candidate> = if a.backward {
-            grad_input::candidates(&ctx, &prepared.shape).into_iter().map(Candidate::GradInput).collect()
-        } else {
-            Strategy::candidates_for(&ctx, a.precision)
-                .into_iter()
-                .filter(|s| s.computes(&ctx, &prepared.shape))
-                .map(Candidate::Forward)
-                .collect()
+        let shape = &prepared.shape;
+        let mut record = |key: TuneKey, (candidate, ms): (Candidate, f64)| -> Result<()> {
+            cache.insert(&key, TuneEntry::new(candidate.name(), ms, a.precision));
+            cache.save(&path)?; // after every winner, so an interrupted run keeps what it measured
+            Ok(())
         };
-        for (i, candidate) in candidates.into_iter().enumerate() {
-            // The GPU idled while the case's inputs were drawn (and clocked down): the first candidate warms it
-            // up for a second; each other one keeps it busy for a fraction of that after its pipelines are built
-            // (the GPU idles while the driver compiles them; two calls of a 1-3 ms kernel measured up to twice
-            // as slow as after a full warm-up on the H100).
-            let min_warmup = std::time::Duration::from_millis(if i == 0 { 1000 } else { 250 });
-            match prepared.time(&ctx, Some(candidate), a.warmup, min_warmup, a.runs) {
-                Ok(times) => {
-                    let ms = median(times);
-                    line += &format!("  {} {:.3}", candidate.name(), ms);
-                    timed.push((candidate, ms));
-                }
-                // A candidate this adapter cannot run (a tile too large for it, say) is skipped.
-                Err(e) => line += &format!("  {} skipped ({e})", candidate.name()),
-            }
-        }
-        // The fastest few again, back to back: the winner is the fastest of this second round.
-        timed.sort_by(|a, b| a.1.total_cmp(&b.1));
-        let mut best: Option<(Candidate, f64)> = None;
-        line += "\n       again:";
-        for &(candidate, _) in timed.iter().take(FINALISTS) {
-            let ms = median(prepared.time(
-                &ctx,
-                Some(candidate),
-                a.warmup,
-                std::time::Duration::from_millis(250),
-                a.runs,
-            )?);
-            line += &format!("  {} {:.3}", candidate.name(), ms);
-            if best.is_none_or(|(_, b)| ms < b) {
-                best = Some((candidate, ms));
-            }
-        }
-        if let Some((candidate, ms)) = best {
-            println!("{line}\n       -> {} {:.3} ms", candidate.name(), ms);
-            let key = if a.backward {
-                tune::grad_input_key(ctx.adapter_info(), &prepared.shape)
-            } else {
-                tune::key(ctx.adapter_info(), &prepared.shape, case.bias, a.precision)
+        let key = |pass| TuneKey::new(ctx.adapter_info(), pass, shape, case.bias, a.precision);
+        if a.backward {
+            // grad_input's kernels first (grad_weight's chosen as usual), then grad_weight's with grad_input's
+            // winner: each timed in the whole backward pass.
+            let grad_input: Vec<Candidate> = grad_input::candidates(&ctx, shape)
+                .into_iter()
+                .map(|k| Candidate::Backward(BackwardKernels { grad_input: Some(k), grad_weight: None }))
+                .collect();
+            let Some(gi) = fastest(&ctx, &prepared, &a, &format!("{:<6} grad_input", case.name), grad_input)? else {
+                continue;
             };
-            cache.entries.insert(key, TuneEntry::new(candidate.name(), ms, a.precision));
-            cache.save(&path)?; // after every case, so an interrupted run keeps what it measured
+            record(key(TunePass::GradInput), gi)?;
+            let Candidate::Backward(BackwardKernels { grad_input: winner, .. }) = gi.0 else { continue };
+            let set = &prepared.inputs[0];
+            let chunks = [set.input.chunks().len(), set.grad_output().map_or(1, |g| g.chunks().len())];
+            let grad_weight: Vec<Candidate> = GradWeightKernel::candidates(&ctx, shape, chunks)
+                .into_iter()
+                .map(|k| Candidate::Backward(BackwardKernels { grad_input: winner, grad_weight: Some(k) }))
+                .collect();
+            if let Some(gw) = fastest(&ctx, &prepared, &a, &format!("{:<6} grad_weight", case.name), grad_weight)? {
+                record(key(TunePass::GradWeight), gw)?;
+            }
+        } else {
+            // The candidates that compute this shape (the Winograd tiles take stride-1 shapes only).
+            let candidates: Vec<Candidate> = Strategy::candidates_for(&ctx, a.precision)
+                .into_iter()
+                .filter(|s| s.computes(&ctx, shape))
+                .map(Candidate::Forward)
+                .collect();
+            if let Some(best) = fastest(&ctx, &prepared, &a, &format!("{:<6}", case.name), candidates)? {
+                record(key(TunePass::Forward), best)?;
+            }
         }
     }
     Ok(Outcome::Ok)
+}
+
+/// Times every candidate, then the fastest few again back to back, prints both rounds after `label`, and returns
+/// the fastest of the second round.
+fn fastest(
+    ctx: &GpuContext,
+    prepared: &Prepared,
+    a: &TuneArgs,
+    label: &str,
+    candidates: Vec<Candidate>,
+) -> Result<Option<(Candidate, f64)>> {
+    let mut timed: Vec<(Candidate, f64)> = Vec::new();
+    let mut line = label.to_string();
+    for (i, candidate) in candidates.into_iter().enumerate() {
+        // The GPU idled while the case's inputs were drawn (and clocked down): the first candidate warms it up for a
+        // second; each other one keeps it busy for a fraction of that after its pipelines are built (the GPU idles
+        // while the driver compiles them, and a kernel timed right after measured up to twice as slow).
+        let min_warmup = std::time::Duration::from_millis(if i == 0 { 1000 } else { 250 });
+        match prepared.time(ctx, Some(candidate), a.warmup, min_warmup, a.runs) {
+            Ok(times) => {
+                let ms = median(times);
+                line += &format!("  {} {:.3}", candidate.name(), ms);
+                timed.push((candidate, ms));
+            }
+            // A candidate this adapter cannot run (a tile too large for it, say) is skipped.
+            Err(e) => line += &format!("  {} skipped ({e})", candidate.name()),
+        }
+    }
+    timed.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let mut best: Option<(Candidate, f64)> = None;
+    line += "\n       again:";
+    for &(candidate, _) in timed.iter().take(FINALISTS) {
+        let ms =
+            median(prepared.time(ctx, Some(candidate), a.warmup, std::time::Duration::from_millis(250), a.runs)?);
+        line += &format!("  {} {:.3}", candidate.name(), ms);
+        if best.is_none_or(|(_, b)| ms < b) {
+            best = Some((candidate, ms));
+        }
+    }
+    if let Some((candidate, ms)) = best {
+        println!("{line}\n       -> {} {:.3} ms", candidate.name(), ms);
+    }
+    Ok(best)
 }

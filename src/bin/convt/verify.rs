@@ -320,7 +320,7 @@ fn verify_backward(ctx: &GpuContext, case: &Case, seed: u64, a: &VerifyArgs) -> 
         convt::gpu::conv_transpose2d_backward_host(ctx, &input, &weight, bias.as_ref(), &grad_output, &case.params)?;
     let gpu_s = t.elapsed().as_secs_f64();
     // What computed grad_input, and how (grad_weight and grad_bias are exact f32 sums).
-    let grad_input = convt::gpu::backward::grad_input::choose(ctx, &shape);
+    let grad_input = convt::gpu::select::grad_input(ctx, &shape);
     let arithmetic = match grad_input {
         GradInputKernel::Transposed(strategy) => strategy.arithmetic(),
         GradInputKernel::Sampled(_) | GradInputKernel::Gather => "exact f32",

@@ -16,7 +16,7 @@ use crate::gpu::forward::gemm::{self, GemmKernel, Geometry};
 use crate::gpu::kernel::{channel_blocks, check_index_range, dispatch_buffers, grid, shape_constants};
 use crate::gpu::memory::{GpuTensor, InFlight};
 use crate::gpu::plan::{plan_between, Side};
-use crate::gpu::{prefers_gather, select, Strategy};
+use crate::gpu::Strategy;
 use crate::params::{ConvShape, ConvTranspose2dParams};
 use crate::precision::Precision;
 
@@ -104,7 +104,7 @@ pub(crate) fn as_sampled_correlation(shape: &ConvShape) -> (ConvShape, Geometry)
     (t, Geometry::Sampled { step: shape.stride, off })
 }
 
-/// A kernel that computes grad_input: what [`choose`] picks, what [`candidates`] lists for the tuner, and what
+/// A kernel that computes grad_input: what [`crate::gpu::select::grad_input`] picks, what [`candidates`] lists for the tuner, and what
 /// [`super::conv_transpose2d_backward_with`] takes and returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum GradInputKernel {
@@ -184,57 +184,6 @@ pub fn candidates(ctx: &GpuContext, shape: &ConvShape) -> Vec<GradInputKernel> {
     let mut kernels: Vec<GradInputKernel> = kernels.into_iter().filter(|k| k.computes(ctx, shape)).collect();
     kernels.push(GradInputKernel::Gather);
     kernels
-}
-
-/// Picks grad_input's kernel for `shape`, in this order:
-/// - the context's forced strategy (`CONVT_STRATEGY`) where it names one: `direct` or a rows variant the gather
-///   kernel; an exact GEMM tile, or a Winograd tile that computes the transposed convolution, the forward kernel
-///   on the transposed convolution where the shape has one; elsewhere an exact GEMM tile the sampled correlation
-///   (the gather kernel if the tile cannot run here);
-/// - the tuning cache's entry for `shape` ([`crate::gpu::tune::grad_input_key`], written by `convt tune --backward`)
-///   where it computes the shape on this device;
-/// - where the shape has a transposed convolution, the forward selector's choice for it, if that is a GEMM or
-///   Winograd kernel;
-/// - else the forward's heuristic for a stride-1 problem of the sampled correlation's sizes: its GEMM tile, or the
-///   gather kernel where it would take a gather kernel or the tile cannot run here.
-pub fn choose(ctx: &GpuContext, shape: &ConvShape) -> GradInputKernel {
-    let transposed = as_transposed_convolution(shape);
-    let (sampled, _) = as_sampled_correlation(shape);
-    let runs = |tile: gemm::Tile| {
-        if Strategy::Gemm(tile).runs_on(ctx) {
-            GradInputKernel::Sampled(tile)
-        } else {
-            GradInputKernel::Gather
-        }
-    };
-    match (ctx.options().strategy, transposed) {
-        (Some(Strategy::Direct | Strategy::Rows(_)), _) => return GradInputKernel::Gather,
-        (Some(s @ Strategy::Gemm(tile)), t) if tile.operand == gemm::Operand::F32 => {
-            // As the forward takes a forced strategy: one this adapter cannot run reaches the caller as an error
-            // at stride 1 (the transposed convolution is the forward's kernel); the sampled path runs the gather
-            // kernel instead, as it always has.
-            return if t.is_some() { GradInputKernel::Transposed(s) } else { runs(tile) };
-        }
-        (Some(s @ Strategy::Winograd(_)), Some(t)) if s.computes(ctx, &t) => return GradInputKernel::Transposed(s),
-        _ => {}
-    }
-    let key = crate::gpu::tune::grad_input_key(ctx.adapter_info(), shape);
-    let tuned =
-        ctx.tuned().entry_name(&key, Precision::F32).and_then(|name| GradInputKernel::from_cache_name(name, shape));
-    if let Some(tuned) = tuned.filter(|k| k.computes(ctx, shape)) {
-        return tuned;
-    }
-    if let Some(t) = transposed {
-        let strategy = select(ctx, &t, false, Precision::F32);
-        if let Strategy::Gemm(_) | Strategy::Winograd(_) = strategy {
-            return GradInputKernel::Transposed(strategy);
-        }
-    }
-    if prefers_gather(&sampled) {
-        GradInputKernel::Gather
-    } else {
-        runs(gemm::pick_tile(&sampled))
-    }
 }
 
 /// Encodes grad_input = the gradient of the input given `grad_output`, into `grad_input` (the input's size),

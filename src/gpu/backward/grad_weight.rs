@@ -4,7 +4,7 @@
 //! with few input channels per group, a kernel row's taps from one pass over their grad_output rows. Both write
 //! partial sums that `shaders/backward/grad_weight_reduce.wgsl` adds in a fixed order: deterministic, no atomics.
 
-use crate::error::Result;
+use crate::error::{ConvtError, Result};
 use crate::gpu::context::GpuContext;
 use crate::gpu::forward::gemm;
 use crate::gpu::kernel::{dispatch_buffers, grid};
@@ -67,17 +67,54 @@ struct ReduceUniform {
     dispatch_width: u32,
 }
 
+/// A kernel that computes grad_weight: what [`crate::gpu::select::grad_weight`] picks and `convt tune --backward`
+/// times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GradWeightKernel {
+    /// One GEMM per tap with square workgroup tiles of this many channels a side (one of [`TILES`]).
+    Taps(usize),
+    /// [`RowsKernel`]: a kernel row's taps from one pass over their grad_output rows (strided, small groups).
+    Rows,
+}
+
+impl GradWeightKernel {
+    /// Its name, as the tuning cache and `convt bench` show it.
+    pub fn name(&self) -> String {
+        match self {
+            GradWeightKernel::Taps(tile) => format!("grad_weight_{tile}"),
+            GradWeightKernel::Rows => "grad_weight_rows".into(),
+        }
+    }
+
+    /// The kernel a name stands for.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::all().into_iter().find(|k| k.name() == name)
+    }
+
+    /// Every grad_weight kernel of this build.
+    pub fn all() -> Vec<Self> {
+        TILES.iter().map(|&t| GradWeightKernel::Taps(t)).chain([GradWeightKernel::Rows]).collect()
+    }
+
+    /// Whether it computes grad_weight for `shape` on `ctx` with the input and grad_output in `chunks` bindings:
+    /// the per-tap GEMM always, the rows kernel where [`RowsKernel::for_shape`] takes the shape.
+    pub fn computes(&self, ctx: &GpuContext, shape: &ConvShape, chunks: [usize; 2]) -> bool {
+        match self {
+            GradWeightKernel::Taps(tile) => TILES.contains(tile),
+            GradWeightKernel::Rows => rows_kernel(ctx, shape, chunks).is_some(),
+        }
+    }
+
+    /// The kernels that compute `shape` here (what `convt tune --backward` times).
+    pub fn candidates(ctx: &GpuContext, shape: &ConvShape, chunks: [usize; 2]) -> Vec<Self> {
+        Self::all().into_iter().filter(|k| k.computes(ctx, shape, chunks)).collect()
+    }
+}
+
 /// Whether `encode` adds to `grad_weight` (which must then start at zero) rather than writing it: when the
 /// tensors are split into several slices.
 pub(crate) fn accumulates(shape: &ConvShape, input: &GpuTensor, grad_output: &GpuTensor) -> bool {
     plan(shape, input, grad_output).len() > 1
-}
-
-/// The smallest tile that holds a group's input and output channels, at most 64: on small groups the 64-wide tile
-/// is mostly waste, and measured much slower (docs/PERFORMANCE.md).
-pub fn tile_for(shape: &ConvShape) -> usize {
-    let channels = shape.in_per_group().max(shape.out_per_group());
-    TILES.into_iter().find(|&t| t >= channels).unwrap_or(TILES[TILES.len() - 1])
 }
 
 /// Output channels per invocation for a tile size: 8 on the 64-wide tile (4 x 8 register tiles, as the forward
@@ -129,7 +166,7 @@ pub struct RowsKernel {
     pub xw: usize,
 }
 
-/// The widest per-tap GEMM tile (`tile_for`) whose shapes the rows kernel takes instead: it measured faster than
+/// The widest per-tap GEMM tile (`select::grad_weight_tile`) whose shapes the rows kernel takes instead: it measured faster than
 /// the 16-wide tile (groups of 8 x 16 channels, 16 invocations per workgroup), and slower than the 64-wide tile
 /// (groups of 32 x 64 channels; docs/PERFORMANCE.md).
 const ROWS_MAX_TILE: usize = 16;
@@ -145,7 +182,7 @@ impl RowsKernel {
     /// workgroup and partial sums within `limits` and `partial_cap` bytes.
     pub fn for_shape(shape: &ConvShape, chunks: [usize; 2], limits: &wgpu::Limits, partial_cap: u64) -> Option<Self> {
         let (cig, cog, [k_h, k_w]) = (shape.in_per_group(), shape.out_per_group(), shape.kernel);
-        let small = tile_for(shape) <= ROWS_MAX_TILE;
+        let small = crate::gpu::select::grad_weight_tile(shape) <= ROWS_MAX_TILE;
         if shape.stride == [1, 1] || !small || chunks != [1, 1] || shape.batch == 0 || k_w > ROWS_MAX_THREADS {
             return None;
         }
@@ -222,10 +259,13 @@ fn split_k(pixels: usize, tiles: usize, max_splits: usize, target_workgroups: us
     (pixels.div_ceil(chunk.max(BK)).max(1), chunk.max(BK))
 }
 
-/// Encodes the gradient of the weight given `input` and `grad_output` into `grad_weight` (the weight's size).
+/// Encodes the gradient of the weight given `input` and `grad_output` into `grad_weight` (the weight's size) with
+/// `kernel`, which must compute the shape ([`GradWeightKernel::computes`]).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn encode(
     ctx: &GpuContext,
     shape: &ConvShape,
+    kernel: GradWeightKernel,
     input: &GpuTensor,
     grad_output: &GpuTensor,
     grad_weight: &GpuTensor,
@@ -240,26 +280,31 @@ pub(crate) fn encode(
     let reduce_module = ctx.module(REDUCE_SHADER_NAME, REDUCE_SHADER)?;
     let reduce = ctx.pipeline(format!("reduce_splits {checks:?}"), &reduce_module, &[])?;
     let chunks = [input.chunks().len(), grad_output.chunks().len()];
-    if let Some(rows) = rows_kernel(ctx, shape, chunks) {
-        return ctx.scoped(|| {
-            let name = format!("grad_weight_rows {rows:?}");
-            let module = ctx.module_with(&name, || rows.source())?;
-            let pipeline = ctx.pipeline(format!("{name} {checks:?} {consts:?}"), &module, &consts)?;
-            let slots = rows.slots(shape);
-            let partial = partial_sums(ctx, in_flight, slots * elems);
-            let g = grid(ctx, rows.workgroups(shape));
-            let u = RowsUniform { n_count: shape.batch as u32, dispatch_width: g.0, _pad: [0; 2] };
-            let (x, go) = (&input.chunks()[0].buffer, &grad_output.chunks()[0].buffer);
-            dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &[x, go, &partial], g);
-            let g = grid(ctx, elems.div_ceil(REDUCE_WORKGROUP_SIZE));
-            let r = ReduceUniform { elems: elems as u32, splits: slots as u32, accumulate: 0, dispatch_width: g.0 };
-            dispatch_buffers(ctx, pass, &reduce, bytemuck::bytes_of(&r), &[&partial, gw], g);
-            Ok(())
-        });
-    }
+    let tile = match kernel {
+        GradWeightKernel::Taps(tile) => tile,
+        GradWeightKernel::Rows => {
+            let rows = rows_kernel(ctx, shape, chunks).ok_or_else(|| {
+                ConvtError::InvalidArgument(format!("{} does not compute this shape here", kernel.name()))
+            })?;
+            return ctx.scoped(|| {
+                let name = format!("grad_weight_rows {rows:?}");
+                let module = ctx.module_with(&name, || rows.source())?;
+                let pipeline = ctx.pipeline(format!("{name} {checks:?} {consts:?}"), &module, &consts)?;
+                let slots = rows.slots(shape);
+                let partial = partial_sums(ctx, in_flight, slots * elems);
+                let g = grid(ctx, rows.workgroups(shape));
+                let u = RowsUniform { n_count: shape.batch as u32, dispatch_width: g.0, _pad: [0; 2] };
+                let (x, go) = (&input.chunks()[0].buffer, &grad_output.chunks()[0].buffer);
+                dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &[x, go, &partial], g);
+                let g = grid(ctx, elems.div_ceil(REDUCE_WORKGROUP_SIZE));
+                let r = ReduceUniform { elems: elems as u32, splits: slots as u32, accumulate: 0, dispatch_width: g.0 };
+                dispatch_buffers(ctx, pass, &reduce, bytemuck::bytes_of(&r), &[&partial, gw], g);
+                Ok(())
+            });
+        }
+    };
     let slices = plan(shape, input, grad_output);
     let accumulate = slices.len() > 1;
-    let tile = tile_for(shape);
     let name = format!("grad_weight_{tile}");
     let module = ctx.module_with(&name, || source(tile))?;
     let gemm = ctx.pipeline(format!("{name} {checks:?} {consts:?}"), &module, &consts)?;

@@ -10,8 +10,10 @@ pub mod grad_weight;
 
 use crate::error::{ConvtError, Result};
 use crate::gpu::backward::grad_input::GradInputKernel;
+use crate::gpu::backward::grad_weight::GradWeightKernel;
 use crate::gpu::context::GpuContext;
 use crate::gpu::memory::{GpuTensor, InFlight};
+use crate::gpu::select;
 use crate::gpu::timing::GpuTimer;
 use crate::gradients::Gradients;
 use crate::params::ConvTranspose2dParams;
@@ -79,17 +81,34 @@ pub fn conv_transpose2d_backward_into(
     grads: &GpuGradients,
     timer: Option<(&GpuTimer, u32)>,
 ) -> Result<()> {
-    conv_transpose2d_backward_with(ctx, None, input, weight, bias, grad_output, params, grads, timer).map(|_| ())
+    conv_transpose2d_backward_with(
+        ctx,
+        BackwardKernels::default(),
+        input,
+        weight,
+        bias,
+        grad_output,
+        params,
+        grads,
+        timer,
+    )
+    .map(|_| ())
 }
 
-/// [`conv_transpose2d_backward_into`] with grad_input computed by `grad_input_kernel` (one of
-/// [`grad_input::candidates`]; `convt tune --backward` times each this way), or, with `None`, by the kernel
-/// [`grad_input::choose`] picks. Returns the kernel that ran; a kernel that does not compute this shape on this
-/// device is an error.
+/// The kernels a backward call runs where the caller picks them (`convt tune --backward` times each candidate this
+/// way); `None` leaves the choice to [`crate::gpu::select`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BackwardKernels {
+    pub grad_input: Option<GradInputKernel>,
+    pub grad_weight: Option<GradWeightKernel>,
+}
+
+/// [`conv_transpose2d_backward_into`] with the kernels `kernels` names (the selector's elsewhere). Returns the
+/// kernels that ran; a kernel that does not compute this shape on this device is an error.
 #[allow(clippy::too_many_arguments)]
 pub fn conv_transpose2d_backward_with(
     ctx: &GpuContext,
-    grad_input_kernel: Option<GradInputKernel>,
+    kernels: BackwardKernels,
     input: &GpuTensor,
     weight: &GpuTensor,
     bias: Option<&GpuTensor>,
@@ -97,18 +116,21 @@ pub fn conv_transpose2d_backward_with(
     params: &ConvTranspose2dParams,
     grads: &GpuGradients,
     timer: Option<(&GpuTimer, u32)>,
-) -> Result<GradInputKernel> {
+) -> Result<(GradInputKernel, GradWeightKernel)> {
     let shape = params.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?;
     shape.check_grad_output(grad_output.shape())?;
-    let kernel = match grad_input_kernel {
-        None => grad_input::choose(ctx, &shape),
+    let cannot =
+        |name: String| Err(ConvtError::InvalidArgument(format!("{name} does not compute this shape on this adapter")));
+    let kernel = match kernels.grad_input {
+        None => select::grad_input(ctx, &shape),
         Some(k) if k.computes(ctx, &shape) => k,
-        Some(k) => {
-            return Err(ConvtError::InvalidArgument(format!(
-                "grad_input kernel {} does not compute this shape on this adapter",
-                k.name()
-            )))
-        }
+        Some(k) => return cannot(format!("grad_input kernel {}", k.name())),
+    };
+    let chunks = [input.chunks().len(), grad_output.chunks().len()];
+    let gw_kernel = match kernels.grad_weight {
+        None => select::grad_weight(ctx, &shape, chunks),
+        Some(k) if k.computes(ctx, &shape, chunks) => k,
+        Some(k) => return cannot(format!("grad_weight kernel {}", k.name())),
     };
     let expect = |t: &GpuTensor, dims: Vec<usize>| {
         if t.shape() == dims {
@@ -145,13 +167,13 @@ pub fn conv_transpose2d_backward_with(
             timestamp_writes: timer.map(|(t, slot)| t.pass_writes(slot)),
         });
         grad_input::encode(ctx, &shape, kernel, weight, grad_output, &grads.grad_input, &mut pass, &mut in_flight)?;
-        grad_weight::encode(ctx, &shape, input, grad_output, &grads.grad_weight, &mut pass, &mut in_flight)?;
+        grad_weight::encode(ctx, &shape, gw_kernel, input, grad_output, &grads.grad_weight, &mut pass, &mut in_flight)?;
         if let Some(gb) = grad_bias {
             grad_bias::encode(ctx, &shape, grad_output, gb, &mut pass)?;
         }
     }
     in_flight.submit(ctx, encoder)?;
-    Ok(kernel)
+    Ok((kernel, gw_kernel))
 }
 
 /// The backward pass on host tensors: upload, run, read back.

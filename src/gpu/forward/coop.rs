@@ -37,6 +37,11 @@ const fn coop_e16(bm: u32, bn: u32, bk: u32, wm: u32, wn: u32) -> CoopTile {
     CoopTile { bm, bn, bk, wm, wn, a_pixel_major: false, epilogue_run: SHORT_RUN }
 }
 
+/// The heuristic's tile from 128 output channels per group ([`crate::gpu::select`]).
+pub const COOP_128X128X32_E16: CoopTile = coop_e16(128, 128, 32, 64, 64);
+/// The heuristic's tile below 128 output channels per group.
+pub const COOP_128X64X16: CoopTile = coop(128, 64, 16, 64, 32);
+
 /// Every cooperative-matrix tile the selector may choose.
 pub const COOP_TILES: &[CoopTile] = &[
     coop(128, 64, 32, 64, 32),
@@ -60,19 +65,6 @@ pub const COOP_TILES: &[CoopTile] = &[
     coop_e16(128, 128, 16, 64, 64),
     // 128x128x32 with 32x32 subgroups and 128x64x32 with 32x16 no longer fit 48 KiB with padded rows.
 ];
-
-/// The default cooperative-matrix tile for a shape (before tuning), the fastest measured (docs/PERFORMANCE.md):
-/// 128x128 tiles with K steps of 32, 64x64 per subgroup and 16-pixel epilogue runs from 128 output channels per
-/// group (its 22 KiB of workgroup memory let two workgroups share a multiprocessor, and it measured faster than K
-/// steps of 16; with 32-pixel runs the same tile takes 26 KiB and ran one workgroup per multiprocessor, much
-/// slower), else 128x64 with 64x32 per subgroup.
-pub fn pick_tile(shape: &crate::params::ConvShape) -> CoopTile {
-    if shape.out_per_group() >= 128 {
-        coop_e16(128, 128, 32, 64, 64)
-    } else {
-        coop(128, 64, 16, 64, 32)
-    }
-}
 
 /// Halves between neighbouring staged rows beyond the rows' own length. A 16 x 16 operand load reads 16 rows of
 /// 32 bytes; rows a multiple of 128 bytes apart fall in the same memory banks, so the load is serialised 8-way.
@@ -322,7 +314,7 @@ mod tests {
         let params = crate::ConvTranspose2dParams::default();
         for cout in [64, 128] {
             let shape = params.resolve(&[1, 64, 8, 8], &[64, cout, 3, 3], None).unwrap();
-            assert!(COOP_TILES.contains(&pick_tile(&shape)), "{shape:?}");
+            assert!(COOP_TILES.contains(&crate::gpu::select::coop_tile(&shape)), "{shape:?}");
         }
     }
 }

@@ -96,11 +96,11 @@ pub struct NhwcTile {
     pub staged: bool,
 }
 
-const fn tile(wm: u32, wn: u32, sg_m: u32, sg_n: u32) -> NhwcTile {
+pub(crate) const fn tile(wm: u32, wn: u32, sg_m: u32, sg_n: u32) -> NhwcTile {
     NhwcTile { wm, wn, sg_m, sg_n, staged: false }
 }
 
-const fn staged(wm: u32, wn: u32, sg_m: u32, sg_n: u32) -> NhwcTile {
+pub(crate) const fn staged(wm: u32, wn: u32, sg_m: u32, sg_n: u32) -> NhwcTile {
     NhwcTile { wm, wn, sg_m, sg_n, staged: true }
 }
 
@@ -139,35 +139,11 @@ pub const TILES: &[NhwcTile] = &[
     staged(64, 32, 2, 1),
 ];
 
-/// The tiles for a shape before tuning, best first as measured (docs/PERFORMANCE.md): where the output channels
-/// are a multiple of 128, 128 pixels x 128 channels with staged rows (faster than the direct 128 x 64 and 128 x 128
-/// tiles), then 128 x 64 of four 64 x 32 subgroups; where they are an odd multiple of 64, 128 x 64 of 64 x 64
-/// subgroups with staged rows for kernel rows of `STAGED_MIN_ROW_TAPS` taps or more, then 128 x 64 of four 64 x 32
-/// subgroups (faster than 256 x 32), then 256 x 32; 128 x 32 where they are a multiple of 32 (staged rows measured
-/// slower there); none otherwise. The selector takes the first that runs on the adapter.
-pub fn pick_tiles(shape: &ConvShape) -> Vec<NhwcTile> {
-    let mut tiles = Vec::new();
-    let row_taps = shape.kernel[1].div_ceil(shape.stride[1]);
-    if shape.out_channels.is_multiple_of(128) {
-        tiles.push(staged(64, 64, 2, 2));
-        tiles.push(tile(64, 32, 2, 2));
-    } else if shape.out_channels.is_multiple_of(64) {
-        if row_taps >= STAGED_MIN_ROW_TAPS {
-            tiles.push(staged(64, 64, 2, 1));
-        }
-        tiles.push(tile(64, 32, 2, 2));
-        tiles.push(tile(64, 32, 4, 1));
-    } else if shape.out_channels.is_multiple_of(32) {
-        tiles.push(tile(64, 32, 2, 1));
-    }
-    tiles
-}
-
 /// The taps of a kernel row (per stride phase) from which a 128 x 64 tile stages its input rows by default
-/// (`pick_tiles`): the staged rows save all but one in that many of A's loads from storage, at the price of the
+/// ([`crate::gpu::select`]): the staged rows save all but one in that many of A's loads from storage, at the price of the
 /// stage's copy and barriers; between 3 taps, where the direct tile measured faster, and 7, where the staged one
 /// did.
-const STAGED_MIN_ROW_TAPS: usize = 5;
+pub(crate) const STAGED_MIN_ROW_TAPS: usize = 5;
 
 impl NhwcTile {
     pub fn bm(&self) -> u32 {
@@ -1217,7 +1193,7 @@ mod tests {
             [(16, 3, 0), (32, 3, 1), (64, 3, 2), (64, 7, 3), (128, 3, 2), (192, 5, 3), (256, 3, 2)]
         {
             let shape = params.resolve(&[1, 64, 8, 8], &[64, cout, 3, kernel_w], None).unwrap();
-            let tiles = pick_tiles(&shape);
+            let tiles = crate::gpu::select::coop_nhwc_tiles(&shape);
             assert_eq!(tiles.len(), picks, "{shape:?}");
             assert!(tiles.iter().all(|t| TILES.contains(t) && shape.out_channels.is_multiple_of(t.bn() as usize)));
         }

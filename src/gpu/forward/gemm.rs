@@ -376,18 +376,6 @@ pub(crate) fn register_tile(
     (decl, math)
 }
 
-/// The default tile for a shape (before tuning), the fastest measured on such shapes (docs/PERFORMANCE.md): 8 x 8
-/// per invocation on 128 x 128 tiles for one stride phase with 128+ output channels per group, else 4 x 8 on
-/// 64 x 64 tiles from 64 output channels per group, 128 x 32 below.
-pub fn pick_tile(shape: &ConvShape) -> Tile {
-    let phases = shape.stride[0] * shape.stride[1];
-    match shape.out_per_group() {
-        c if phases == 1 && c >= 128 => TILE_128X128_8X8,
-        c if c >= 64 => TILE_64X64_4X8,
-        _ => TILE_128X32_4X8,
-    }
-}
-
 /// How the GEMM's output pixels reach its input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Geometry {

@@ -31,16 +31,6 @@ pub struct Rows {
 pub const VARIANTS: &[Rows] =
     &[Rows { channels: 8, rows: 4 }, Rows { channels: 16, rows: 2 }, Rows { channels: 32, rows: 2 }];
 
-/// The default variant for a shape (the fastest measured at 256 invocations, docs/PERFORMANCE.md): 16 output
-/// channels of 2 rows per invocation, 8 channels of 4 rows when a group has fewer than 16.
-pub fn pick(shape: &ConvShape) -> Rows {
-    if shape.out_per_group() >= 16 {
-        Rows { channels: 16, rows: 2 }
-    } else {
-        Rows { channels: 8, rows: 4 }
-    }
-}
-
 impl Rows {
     pub fn name(&self) -> String {
         format!("rows_{}x{}", self.channels, self.rows)
@@ -239,8 +229,8 @@ mod tests {
         }
         // The suite's two rows-kernel cases: one slab holds everything a row needs.
         let kb81 = shape(32, 64, [3, 3], [5, 5], [2, 2]);
-        assert_eq!(pick(&kb81).blocks(&kb81), [1, 3, 32]);
+        assert_eq!(crate::gpu::select::rows_variant(&kb81).blocks(&kb81), [1, 3, 32]);
         let kb75 = shape(8, 16, [3, 5], [2, 3], [2, 1]);
-        assert_eq!(pick(&kb75).blocks(&kb75), [3, 5, 8]);
+        assert_eq!(crate::gpu::select::rows_variant(&kb75).blocks(&kb75), [3, 5, 8]);
     }
 }

@@ -206,7 +206,7 @@ pub const WINO_W4_NARROW_BANDS: WinoTile = wino_wb(4, 4, 128, 32, 4);
 pub const WINO_W4_NARROW_64_BANDS: WinoTile = wino_wb(4, 8, 64, 32, 4);
 
 /// Every Winograd tile the selector may choose (each tested on the software driver on every kernel size it
-/// applies to): ten along W, eight of them in the heuristic (`pick`) and F(6, K_W) with and without bands for the
+/// applies to): ten along W, eight of them in the heuristic ([`crate::gpu::select`]) and F(6, K_W) with and without bands for the
 /// tuner, and one 2-D tile, F(2x2, K_HxK_W), whose transforms take both axes.
 pub const WINO_TILES: &[WinoTile] = &[
     WINO_W6_BANDS,
@@ -221,36 +221,6 @@ pub const WINO_TILES: &[WinoTile] = &[
     WINO_W4_NARROW_64,
     wino(2, 2, 16, 32, 8),
 ];
-
-/// The heuristic's tiles for a stride-1 shape, the preferred first (the selector takes the first that fits the
-/// adapter), by channels per group and kernel size; empty (the GEMM) where the GEMM measured faster or the shape
-/// is far from what was measured (3x3, 3x5 and 3x7 kernels; docs/PERFORMANCE.md):
-/// - 64+ input and output channels: for width 3 F(4, 3) on 128 x 32 tiles in bands of 4 rows (faster than F(6, 3)
-///   on 64 x 64 tiles in bands; 27 KiB, so it fits every adapter); F(4, K_W) for widths 4-7: on 64 x 64 tiles in
-///   bands of 2 rows up to width 5 (8 points), on 48 x 64, else 32 x 64, tiles for widths 6-7 (9-10 points, where
-///   bands did not pay. Widths 4 and 6 are the nearest unmeasured ones);
-/// - otherwise, with 32+ input and output channels: F(4, K_W) on 128 x 32 tiles in bands of 4 rows for widths
-///   3-5, on 64 x 32 tiles in bands of 8 rows for widths 6-7;
-/// - each banded tile followed by its tile without bands, for adapters with less workgroup memory;
-/// - kernel heights 2-7 only: with one row K is just the input channels, and taller kernels were not tested.
-///
-/// Whether a tile computes the shape on the adapter (stride, dilation, workgroup memory) is the selector's
-/// question.
-pub fn pick(shape: &ConvShape) -> &'static [WinoTile] {
-    let (cin, cout) = (shape.in_per_group(), shape.out_per_group());
-    let wide = cin >= 64 && cout >= 64;
-    if !(2..=7).contains(&shape.kernel[0]) {
-        return &[];
-    }
-    match (shape.kernel[1], wide) {
-        (3, true) => &[WINO_W4_NARROW_BANDS],
-        (4..=5, true) => &[WINO_W4_BANDS, WINO_W4],
-        (6..=7, true) => &[WINO_W4_48, WINO_W4_32],
-        (3..=5, false) if cin >= 32 && cout >= 32 => &[WINO_W4_NARROW_BANDS, WINO_W4_NARROW],
-        (6..=7, false) if cin >= 32 && cout >= 32 => &[WINO_W4_NARROW_64_BANDS, WINO_W4_NARROW_64],
-        _ => &[],
-    }
-}
 
 /// The transforms of both axes and their sizes for one shape.
 #[derive(Debug)]
@@ -1021,7 +991,7 @@ mod tests {
         }
         for case in crate::suite::CASES {
             let shape = case.params.resolve(&case.input_dims(), &case.weight_dims(), None).unwrap();
-            let picked = pick(&shape);
+            let picked = crate::gpu::select::winograd_tiles(&shape);
             if shape.stride != [1, 1] {
                 assert!(picked.iter().all(|t| t.check(&shape, &h100).is_err()), "{}", case.name);
                 continue;
