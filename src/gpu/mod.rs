@@ -11,7 +11,7 @@ pub mod elementwise;
 pub mod forward;
 pub(crate) mod kernel;
 pub mod memory;
-pub(crate) mod plan;
+pub(crate) mod slices;
 pub mod select;
 pub mod timing;
 pub mod tune;

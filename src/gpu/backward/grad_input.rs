@@ -15,7 +15,7 @@ use crate::gpu::context::GpuContext;
 use crate::gpu::forward::gemm::{self, GemmKernel, Geometry};
 use crate::gpu::kernel::{channel_blocks, check_index_range, dispatch_buffers, grid, shape_constants};
 use crate::gpu::memory::{GpuTensor, InFlight};
-use crate::gpu::plan::{plan_between, Side};
+use crate::gpu::slices::{plan_between, Side};
 use crate::gpu::Strategy;
 use crate::params::{ConvShape, ConvTranspose2dParams};
 use crate::precision::Precision;

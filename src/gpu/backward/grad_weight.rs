@@ -9,7 +9,7 @@ use crate::gpu::context::GpuContext;
 use crate::gpu::forward::gemm;
 use crate::gpu::kernel::{dispatch_buffers, grid};
 use crate::gpu::memory::{GpuTensor, InFlight, STORAGE};
-use crate::gpu::plan::plan;
+use crate::gpu::slices::plan;
 use crate::params::ConvShape;
 
 pub const SHADER_NAME: &str = "backward/grad_weight.wgsl";

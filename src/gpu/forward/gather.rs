@@ -8,7 +8,7 @@ use crate::gpu::kernel::{
     channel_blocks, check_index_range, dispatch, gcd, grid, mod_inverse, shape_constants, Operands,
 };
 use crate::gpu::memory::GpuTensor;
-use crate::gpu::plan::plan;
+use crate::gpu::slices::plan;
 use crate::params::ConvShape;
 
 pub const SHADER_NAME: &str = "forward/gather.wgsl";

@@ -9,7 +9,7 @@ use crate::gpu::kernel::{
     axis_phase, check_index_range, dispatch_buffers, grid, shape_constants, AxisPhase, GridParams, Operands,
 };
 use crate::gpu::memory::{GpuTensor, InFlight, PooledBuffer, STORAGE};
-use crate::gpu::plan::{plan, SliceFields};
+use crate::gpu::slices::{plan, SliceFields};
 use crate::params::ConvShape;
 
 pub const SHADER_NAME: &str = "forward/gemm.wgsl";

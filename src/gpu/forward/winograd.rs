@@ -15,7 +15,7 @@ use crate::gpu::context::GpuContext;
 use crate::gpu::forward::gemm::register_tile;
 use crate::gpu::kernel::{check_index_range, dispatch_buffers, dispatch_weight_prep, grid, shape_constants, Operands};
 use crate::gpu::memory::{GpuTensor, InFlight, PooledBuffer, STORAGE};
-use crate::gpu::plan::{plan, SliceFields};
+use crate::gpu::slices::{plan, SliceFields};
 use crate::params::ConvShape;
 
 pub const SHADER_NAME: &str = "forward/winograd.wgsl";
