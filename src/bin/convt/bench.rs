@@ -8,13 +8,13 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 use clap::Args;
 use convt::gpu::backward::grad_input::GradInputKernel;
-use convt::gpu::ceilings::{self, Ceilings};
 use convt::gpu::{conv_transpose2d_backward_with, conv_transpose2d_with, GpuGradients, GpuTimer, Strategy};
 use convt::io::OutputFile;
 use convt::suite::Case;
 use convt::{cpu, ConvShape, ErrorStats, GpuContext, GpuTensor, Precision, Tensor};
 use serde_json::json;
 
+use crate::ceilings::{self, Ceilings};
 use crate::Outcome;
 
 #[derive(Args, Debug)]
