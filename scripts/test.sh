@@ -3,7 +3,8 @@
 # there is none, installed by scripts/setup.sh).
 #
 #   bash scripts/test.sh          the full tier, what CI runs:
-#                                 1. cargo fmt --check and cargo clippy --all-targets -D warnings;
+#                                 1. cargo fmt --check and cargo clippy --all-targets -D warnings (tools/kernel-stats
+#                                    too, a crate of its own);
 #                                 2. every test at full size (CONVT_TEST_TIER=full): all property cases, every
 #                                    kernel on every fixture, the fuzz targets for 30 s each;
 #                                 3. the training example (it fails unless the GPU-trained layer recovers the hidden
@@ -36,9 +37,14 @@ if [ "$TIER" = fast ]; then
 fi
 
 if cargo clippy --version >/dev/null 2>&1 && cargo fmt --version >/dev/null 2>&1; then
-  step "cargo fmt --check, cargo clippy --all-targets -D warnings"
+  step "cargo fmt --check, cargo clippy --all-targets -D warnings (and tools/kernel-stats)"
   cargo fmt --all -- --check
   cargo clippy --release --all-targets -- -D warnings
+  # tools/kernel-stats is not part of this crate: linted on its own, into the same target directory (its Cargo.lock
+  # pins the same versions, so the dependencies they share are mostly reused).
+  cargo fmt --manifest-path tools/kernel-stats/Cargo.toml -- --check
+  CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}" \
+    cargo clippy --release --manifest-path tools/kernel-stats/Cargo.toml -- -D warnings
 elif [ "${CI:-}" = "true" ]; then
   echo "test.sh: CI needs rustfmt and clippy (rustup component add rustfmt clippy)" >&2
   exit 1

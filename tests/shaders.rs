@@ -1,66 +1,100 @@
-//! Every WGSL shader parses and validates with naga, with no GPU needed.
+//! Every WGSL shader parses and validates with naga, with no GPU needed: the library's (`gpu::shader_sources()`)
+//! and the CLI's ceiling measurements (src/bin/convt/shaders/, used by `convt bench --ceilings`).
+
+use std::path::{Path, PathBuf};
+
+/// The CLI's shaders, by file name below src/bin/convt/shaders/ (the binary's modules are not reachable from here).
+const CLI_SHADERS: [(&str, &str); 3] = [
+    ("ceiling_fma.wgsl", include_str!("../src/bin/convt/shaders/ceiling_fma.wgsl")),
+    ("ceiling_copy.wgsl", include_str!("../src/bin/convt/shaders/ceiling_copy.wgsl")),
+    ("ceiling_coop.wgsl", include_str!("../src/bin/convt/shaders/ceiling_coop.wgsl")),
+];
+
+/// Every shader variant to check, as (variant name, WGSL).
+fn every_shader() -> Vec<(String, String)> {
+    let library = convt::gpu::shader_sources().into_iter().map(|(_, name, source)| (name, source));
+    let cli = CLI_SHADERS.iter().map(|(name, source)| (name.to_string(), source.to_string()));
+    library.chain(cli).collect()
+}
+
+/// Parses and validates `source` as wgpu does before it compiles a module; panics naming `name` on an error.
+fn validate(name: &str, source: &str) -> (naga::Module, naga::valid::ModuleInfo) {
+    let module =
+        naga::front::wgsl::parse_str(source).unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(source)));
+    let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
+        .validate(&module)
+        .unwrap_or_else(|e| panic!("{name}: {e:?}"));
+    (module, info)
+}
+
+/// What wgpu does with a shader on Vulkan: resolve the override constants, then write SPIR-V. naga's writer can
+/// panic on code that validates (it did on cooperative-matrix stores), so this runs on every variant.
+fn translate_to_spirv(name: &str, source: &str) {
+    let (module, info) = validate(name, source);
+    // Every override without a default gets a small valid value (3 for sizes, true for flags).
+    let constants: naga::back::PipelineConstants = module
+        .overrides
+        .iter()
+        .filter(|(_, o)| o.init.is_none())
+        .filter_map(|(_, o)| o.name.clone())
+        .map(|n| (n, 3.0))
+        .collect();
+    let (module, info) = naga::back::pipeline_constants::process_overrides(&module, &info, None, &constants)
+        .unwrap_or_else(|e| panic!("{name}: {e:?}"));
+    let options = naga::back::spv::Options::default();
+    let pipeline =
+        naga::back::spv::PipelineOptions { shader_stage: naga::ShaderStage::Compute, entry_point: "main".into() };
+    naga::back::spv::write_vec(&module, &info, &options, Some(&pipeline)).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+}
+
+/// The `.wgsl` files below `dir`, recursively.
+fn wgsl_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(wgsl_files(&path));
+        } else if path.extension().is_some_and(|e| e == "wgsl") {
+            out.push(path);
+        }
+    }
+    out
+}
 
 #[test]
 fn every_shader_validates_with_naga() {
-    let sources = convt::gpu::shader_sources();
-    assert!(!sources.is_empty());
-    for (_, name, source) in &sources {
-        let module =
-            naga::front::wgsl::parse_str(source).unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(source)));
-        naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
-            .validate(&module)
-            .unwrap_or_else(|e| panic!("{name}: {e:?}"));
+    let sources = every_shader();
+    assert!(sources.len() > CLI_SHADERS.len());
+    for (name, source) in &sources {
+        validate(name, source);
     }
 }
 
 #[test]
 fn every_shader_file_is_registered() {
-    // A shader added under shaders/ must be in gpu::shader_sources() (named by its path below shaders/), so the
-    // test above sees it.
-    fn wgsl_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                wgsl_files(&path, out);
-            } else if path.extension().is_some_and(|e| e == "wgsl") {
-                out.push(path);
-            }
-        }
-    }
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("shaders");
-    let mut files = Vec::new();
-    wgsl_files(&root, &mut files);
+    // A shader added under shaders/ must be in gpu::shader_sources() (named by its path below shaders/), and one
+    // added under src/bin/convt/shaders/ in CLI_SHADERS, so the tests here see it.
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = manifest.join("shaders");
+    let files = wgsl_files(&root);
     assert!(files.len() > 20, "{files:?}");
     let sources = convt::gpu::shader_sources();
     for path in files {
         let name = path.strip_prefix(&root).unwrap().to_string_lossy().into_owned();
         assert!(sources.iter().any(|(file, _, _)| *file == name), "{name} is not in gpu::shader_sources()");
     }
+    let cli_root = manifest.join("src/bin/convt/shaders");
+    let cli_files = wgsl_files(&cli_root);
+    assert_eq!(cli_files.len(), CLI_SHADERS.len(), "{cli_files:?}");
+    for path in cli_files {
+        let name = path.strip_prefix(&cli_root).unwrap().to_string_lossy().into_owned();
+        assert!(CLI_SHADERS.iter().any(|(file, _)| *file == name), "{name} is not in CLI_SHADERS");
+    }
 }
 
 #[test]
 fn every_shader_translates_to_spirv() {
-    // What wgpu does with a shader on Vulkan: resolve the override constants, then write SPIR-V. naga's writer
-    // can panic on code that validates (it did on cooperative-matrix stores), so this runs on every variant.
-    for (_, name, source) in &convt::gpu::shader_sources() {
-        let module = naga::front::wgsl::parse_str(source).unwrap();
-        let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
-            .validate(&module)
-            .unwrap();
-        // Every override without a default gets a small valid value (3 for sizes, true for flags).
-        let constants: naga::back::PipelineConstants = module
-            .overrides
-            .iter()
-            .filter(|(_, o)| o.init.is_none())
-            .filter_map(|(_, o)| o.name.clone())
-            .map(|n| (n, 3.0))
-            .collect();
-        let (module, info) = naga::back::pipeline_constants::process_overrides(&module, &info, None, &constants)
-            .unwrap_or_else(|e| panic!("{name}: {e:?}"));
-        let options = naga::back::spv::Options::default();
-        let pipeline =
-            naga::back::spv::PipelineOptions { shader_stage: naga::ShaderStage::Compute, entry_point: "main".into() };
-        naga::back::spv::write_vec(&module, &info, &options, Some(&pipeline))
-            .unwrap_or_else(|e| panic!("{name}: {e:?}"));
+    for (name, source) in &every_shader() {
+        translate_to_spirv(name, source);
     }
 }

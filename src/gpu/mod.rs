@@ -5,7 +5,6 @@
 
 pub(crate) mod absmax;
 pub mod backward;
-pub mod ceilings;
 pub mod context;
 pub mod elementwise;
 pub mod forward;
@@ -131,7 +130,7 @@ impl Strategy {
     }
 
     /// The WGSL source and the override constants this strategy's kernel is compiled from for a shape (what
-    /// its pipeline is made of; for inspection tools such as `examples/kernel_stats.rs`).
+    /// its pipeline is made of; for inspection tools such as `tools/kernel-stats`).
     pub fn shader(&self, shape: &ConvShape, has_bias: bool) -> Result<(String, Vec<(&'static str, f64)>)> {
         Ok(match self {
             Strategy::Direct => (direct::SHADER.to_string(), direct::constants(shape, has_bias)?),
@@ -210,12 +209,7 @@ impl Strategy {
 /// Every shader source of the GPU backend as (file name, variant name, WGSL), each generated variant included
 /// (validated by naga in the tests).
 pub fn shader_sources() -> Vec<(&'static str, String, String)> {
-    let mut v = vec![
-        (direct::SHADER_NAME, direct::SHADER_NAME.to_string(), direct::SHADER.to_string()),
-        (ceilings::FMA_SHADER.0, ceilings::FMA_SHADER.0.to_string(), ceilings::FMA_SHADER.1.to_string()),
-        (ceilings::COPY_SHADER.0, ceilings::COPY_SHADER.0.to_string(), ceilings::COPY_SHADER.1.to_string()),
-        (ceilings::COOP_SHADER.0, ceilings::COOP_SHADER.0.to_string(), ceilings::COOP_SHADER.1.to_string()),
-    ];
+    let mut v = vec![(direct::SHADER_NAME, direct::SHADER_NAME.to_string(), direct::SHADER.to_string())];
     for (file, source) in [
         (grad_input::SHADER_NAME, grad_input::SHADER),
         (grad_input::FLIP_SHADER_NAME, grad_input::FLIP_SHADER),

@@ -7,7 +7,6 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Result};
 use clap::Args;
-use convt::gpu::ceilings::{self, Ceilings};
 use convt::gpu::{
     conv_transpose2d_backward_with, conv_transpose2d_with, select, BackwardKernels, GpuGradients, GpuTimer, Strategy,
 };
@@ -16,6 +15,7 @@ use convt::suite::Case;
 use convt::{cpu, ConvShape, ErrorStats, GpuContext, GpuTensor, Precision, Tensor};
 use serde_json::json;
 
+use crate::ceilings::{self, Ceilings};
 use crate::Outcome;
 
 #[derive(Args, Debug)]

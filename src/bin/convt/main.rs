@@ -4,6 +4,7 @@
 mod args;
 mod backward;
 mod bench;
+mod ceilings;
 mod forward;
 mod info;
 mod tune;

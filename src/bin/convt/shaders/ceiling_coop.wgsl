@@ -1,14 +1,14 @@
 // ceiling_coop.wgsl: the adapter's f16 tensor-core rate through wgpu's cooperative matrices (16x16x16, f16
 // operands, f32 accumulators), for `convt bench --ceilings` on adapters that have them. Each subgroup of 32
 // invocations owns a 64 x 64 block as 4 x 4 named accumulators, the largest subgroup tile of the convolution's
-// cooperative-matrix kernel (src/gpu/coop.rs), and runs ITERATIONS rounds of 16 products (a 64 x 64 x 16 step).
+// cooperative-matrix kernel (src/gpu/forward/coop.rs), and runs ITERATIONS rounds of 16 products (a 64 x 64 x 16 step).
 // Two specialisations tell the tensor cores' own rate from what feeding them from workgroup memory allows:
 // - LOADS_IN_LOOP = false: the 4 A and 4 B matrices are loaded once, before the rounds; no memory traffic in
 //   the loop.
 // - LOADS_IN_LOOP = true: every round first loads its 4 + 4 matrices from workgroup memory, at the offsets and
 //   in the layouts the convolution kernel uses (A channel-major [k][m], B [k][n] loaded transposed), as one K
 //   step of a GEMM whose tiles are staged there does; no global traffic and no barriers in the loop. The staged
-//   rows are ROW_STRIDE = 72 halves apart, as the kernel's (src/gpu/coop.rs, STAGE_PAD): with rows 64 halves
+//   rows are ROW_STRIDE = 72 halves apart, as the kernel's (src/gpu/forward/coop.rs, STAGE_PAD): with rows 64 halves
 //   (128 bytes) apart, each load's 16 rows fall in the same memory banks and this rate measured far lower; A
 //   row-major or B column-major measured the same (docs/PERFORMANCE.md).
 // The accumulators are stored once at the end (into a small sink: racing stores are fine, nothing reads them)

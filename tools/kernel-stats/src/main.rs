@@ -9,7 +9,8 @@
 //! the extension nor asks for the statistics.
 //!
 //! ```sh
-//! cargo run --release --example kernel_stats -- [--case kb57 kb69 ...] [--strategy gemm_64x64x16_4x4 ...] [--fast] [--ir DIR]
+//! cargo run --release --manifest-path tools/kernel-stats/Cargo.toml -- [--case kb57 kb69 ...] \
+//!     [--strategy gemm_64x64x16_4x4 ...] [--fast] [--ir DIR]
 //! ```
 //! Without `--strategy`, every exact candidate, or with `--fast` every candidate of precision `fast`.
 //! `--ir DIR` also writes every internal representation the driver offers (one file per kernel and case; NVIDIA's

@@ -1,0 +1,208 @@
+//! The adapter's ceilings, measured through wgpu with GPU timestamps: the fp32 FMA rate
+//! (`src/bin/convt/shaders/ceiling_fma.wgsl`), the copy bandwidth (`src/bin/convt/shaders/ceiling_copy.wgsl`)
+//! and, where the adapter has f16 cooperative matrices, the tensor cores' rate with and without loads from
+//! workgroup memory (`src/bin/convt/shaders/ceiling_coop.wgsl`). The benchmark reports each kernel's time against
+//! the first two; the last two say how far precision `fast` could go through wgpu on this adapter.
+//!
+//! Only `convt bench --ceilings` measures them, so they are part of the tool, not of the library: the modules,
+//! pipelines and buffers are made here with plain wgpu calls on the context's device, as the library makes its
+//! own (the context's shader checks, workgroup memory not zeroed, storage buffers).
+
+use std::time::Duration;
+
+use convt::gpu::{GpuTimer, ShaderChecks};
+use convt::{ConvtError, GpuContext, Result};
+
+use crate::bench::median;
+
+const FMA_SHADER: (&str, &str) = ("ceiling_fma.wgsl", include_str!("shaders/ceiling_fma.wgsl"));
+const COPY_SHADER: (&str, &str) = ("ceiling_copy.wgsl", include_str!("shaders/ceiling_copy.wgsl"));
+const COOP_SHADER: (&str, &str) = ("ceiling_coop.wgsl", include_str!("shaders/ceiling_coop.wgsl"));
+
+/// The usage of the library's storage buffers (`convt::gpu::memory`'s pool).
+const STORAGE: wgpu::BufferUsages =
+    wgpu::BufferUsages::STORAGE.union(wgpu::BufferUsages::COPY_DST).union(wgpu::BufferUsages::COPY_SRC);
+
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct Ceilings {
+    /// Useful fp32 FLOP per second (2 per FMA), in TFLOP/s.
+    pub fma_tflops: f64,
+    /// Bytes read plus bytes written per second, in GB/s.
+    pub copy_gbs: f64,
+    /// Useful f16 FLOP per second of 16x16x16 cooperative-matrix products with f32 accumulators, operands
+    /// held in registers, in TFLOP/s (None: the adapter has no f16 cooperative matrices).
+    pub coop_tflops: Option<f64>,
+    /// The same products with every step's operands loaded from workgroup memory first, as a GEMM's K step
+    /// does: what a kernel staging its tiles there can reach at best.
+    pub coop_with_loads_tflops: Option<f64>,
+}
+
+const WORKGROUP_SIZE: u32 = 256;
+const FMA_ITERATIONS: u32 = 2048;
+/// Rounds of 16 products per subgroup in `ceiling_coop.wgsl`, and its workgroups (of four subgroups).
+const COOP_ITERATIONS: u32 = 1024;
+const COOP_WORKGROUPS: u32 = 4096;
+
+/// Runs `f`, turning the wgpu errors it raises (validation, out of memory, internal) into a [`ConvtError`].
+fn scoped<T>(ctx: &GpuContext, f: impl FnOnce() -> T) -> Result<T> {
+    let device = ctx.device();
+    let oom = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+    let validation = device.push_error_scope(wgpu::ErrorFilter::Validation);
+    let internal = device.push_error_scope(wgpu::ErrorFilter::Internal);
+    let value = f();
+    let errors = [internal.pop(), validation.pop(), oom.pop()].map(pollster::block_on);
+    // The innermost scope's error first: it is the most specific.
+    match errors.into_iter().flatten().next() {
+        Some(e @ wgpu::Error::OutOfMemory { .. }) => Err(ConvtError::OutOfMemory(e.to_string())),
+        Some(e) => Err(ConvtError::Gpu(e.to_string())),
+        None => Ok(value),
+    }
+}
+
+/// A storage buffer of `size` bytes.
+fn storage(ctx: &GpuContext, size: u64) -> Result<wgpu::Buffer> {
+    scoped(ctx, || {
+        ctx.device().create_buffer(&wgpu::BufferDescriptor {
+            label: Some("convt ceiling"),
+            size,
+            usage: STORAGE,
+            mapped_at_creation: false,
+        })
+    })
+}
+
+/// The compute pipeline of WGSL `source` (entry point `main`) specialised by its override `constants`, its
+/// module made as the context's options say (runtime checks on or off).
+fn make_pipeline(
+    ctx: &GpuContext,
+    name: &str,
+    source: &str,
+    constants: &[(&str, f64)],
+) -> Result<wgpu::ComputePipeline> {
+    let device = ctx.device();
+    let desc = wgpu::ShaderModuleDescriptor { label: Some(name), source: wgpu::ShaderSource::Wgsl(source.into()) };
+    let module = scoped(ctx, || match ctx.options().shader_checks {
+        ShaderChecks::Checked => device.create_shader_module(desc),
+        // SAFETY: only the ceiling shaders, whose every index stays within its buffer or workgroup array for the
+        // sizes dispatched here (the copy checks arrayLength; the sinks hold what each invocation stores).
+        ShaderChecks::Trusted => unsafe {
+            device.create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked())
+        },
+    })
+    .map_err(|e| ConvtError::Shader { name: name.into(), message: e.to_string() })?;
+    let label = format!("{name} {constants:?}");
+    scoped(ctx, || {
+        device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(&label),
+            layout: None,
+            module: &module,
+            entry_point: Some("main"),
+            compilation_options: wgpu::PipelineCompilationOptions {
+                constants,
+                zero_initialize_workgroup_memory: false,
+            },
+            cache: None,
+        })
+    })
+}
+
+/// Blocks until the queue is idle (bounded by the configured timeout).
+fn wait(ctx: &GpuContext) -> Result<()> {
+    let timeout = ctx.options().timeout.unwrap_or(Duration::from_secs(600));
+    ctx.device()
+        .poll(wgpu::PollType::Wait { submission_index: None, timeout: Some(timeout) })
+        .map_err(|e| ConvtError::Gpu(format!("waiting for the GPU: {e}")))?;
+    Ok(())
+}
+
+/// Times the dispatch of `pipeline` over `groups` workgroups, with `buffers` bound at bindings 0, 1, ...,
+/// `runs` times after `warmup` untimed runs; returns the median in ms.
+fn time_passes(
+    ctx: &GpuContext,
+    pipeline: &wgpu::ComputePipeline,
+    buffers: &[&wgpu::Buffer],
+    groups: (u32, u32),
+    warmup: u32,
+    runs: u32,
+) -> Result<f64> {
+    let bind_group = scoped(ctx, || {
+        let entries: Vec<wgpu::BindGroupEntry<'_>> = buffers
+            .iter()
+            .zip(0..)
+            .map(|(b, i)| wgpu::BindGroupEntry { binding: i, resource: b.as_entire_binding() })
+            .collect();
+        ctx.device().create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &entries,
+        })
+    })?;
+    let timer = GpuTimer::new(ctx, runs)?;
+    for i in 0..warmup + runs {
+        let mut encoder = ctx.device().create_command_encoder(&Default::default());
+        {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: None,
+                timestamp_writes: (i >= warmup).then(|| timer.pass_writes(i - warmup)),
+            });
+            pass.set_pipeline(pipeline);
+            pass.set_bind_group(0, &bind_group, &[]);
+            pass.dispatch_workgroups(groups.0, groups.1, 1);
+        }
+        ctx.queue().submit([encoder.finish()]);
+    }
+    wait(ctx)?;
+    Ok(median(timer.read_ms(ctx, runs)?))
+}
+
+/// Measures both ceilings (`copy_bytes`: size of the copied buffer; 1 GiB fills a datacenter GPU).
+pub fn measure(ctx: &GpuContext, copy_bytes: u64, warmup: u32, runs: u32) -> Result<Ceilings> {
+    let max_dim = ctx.device().limits().max_compute_workgroups_per_dimension;
+    let grid = |groups: u64| -> (u32, u32) {
+        let w = groups.min(max_dim as u64) as u32;
+        (w, groups.div_ceil(w as u64) as u32)
+    };
+
+    // FMA: enough invocations to fill any GPU several times over.
+    let fma_groups = grid(16 * 1024);
+    let invocations = fma_groups.0 as u64 * fma_groups.1 as u64 * WORKGROUP_SIZE as u64;
+    let sink = storage(ctx, invocations * 16)?;
+    let consts = [("ITERATIONS", FMA_ITERATIONS as f64), ("WORKGROUP_SIZE", WORKGROUP_SIZE as f64)];
+    let pipeline = make_pipeline(ctx, FMA_SHADER.0, FMA_SHADER.1, &consts)?;
+    let ms = time_passes(ctx, &pipeline, &[&sink], fma_groups, warmup, runs)?;
+    let flop = invocations as f64 * FMA_ITERATIONS as f64 * 64.0;
+    let fma_tflops = flop / (ms * 1e-3) / 1e12;
+
+    // Copy: two buffers of copy_bytes (capped by the binding limit).
+    let bytes = copy_bytes.min(ctx.binding_limit()) / 16 * 16;
+    let src = storage(ctx, bytes)?;
+    let dst = storage(ctx, bytes)?;
+    let consts = [("WORKGROUP_SIZE", WORKGROUP_SIZE as f64)];
+    let pipeline = make_pipeline(ctx, COPY_SHADER.0, COPY_SHADER.1, &consts)?;
+    let ms =
+        time_passes(ctx, &pipeline, &[&src, &dst], grid((bytes / 16).div_ceil(WORKGROUP_SIZE as u64)), warmup, runs)?;
+    let copy_gbs = 2.0 * bytes as f64 / (ms * 1e-3) / 1e9;
+
+    let (coop_tflops, coop_with_loads_tflops) = if ctx.has_coop_f16() {
+        (Some(coop_rate(ctx, false, warmup, runs)?), Some(coop_rate(ctx, true, warmup, runs)?))
+    } else {
+        (None, None)
+    };
+    Ok(Ceilings { fma_tflops, copy_gbs, coop_tflops, coop_with_loads_tflops })
+}
+
+/// The cooperative-matrix product rate in TFLOP/s (`loads_in_loop`: operands reloaded from workgroup memory
+/// every step).
+fn coop_rate(ctx: &GpuContext, loads_in_loop: bool, warmup: u32, runs: u32) -> Result<f64> {
+    // Each subgroup stores its 16 accumulators (16 x 16 f32 each) into one of 64 slots.
+    let sink = storage(ctx, 64 * 16 * 256 * 4)?;
+    // Finite values to start from (the shader maps them into [0.5, 1]: zeros would flatter the tensor cores).
+    let values: Vec<f32> = (0..64 * 16 * 256).map(|i| 1.0 + (i % 97) as f32 / 97.0).collect();
+    ctx.queue().write_buffer(&sink, 0, bytemuck::cast_slice(&values));
+    let consts = [("ITERATIONS", COOP_ITERATIONS as f64), ("LOADS_IN_LOOP", if loads_in_loop { 1.0 } else { 0.0 })];
+    let pipeline = make_pipeline(ctx, COOP_SHADER.0, COOP_SHADER.1, &consts)?;
+    let ms = time_passes(ctx, &pipeline, &[&sink], (COOP_WORKGROUPS, 1), warmup, runs)?;
+    // Four subgroups per workgroup, 16 products of 16 x 16 x 16 multiply-adds per round.
+    let flop = COOP_WORKGROUPS as f64 * 4.0 * COOP_ITERATIONS as f64 * 16.0 * 2.0 * 4096.0;
+    Ok(flop / (ms * 1e-3) / 1e12)
+}
