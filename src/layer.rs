@@ -9,6 +9,8 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ConvtError, Result};
+use crate::gpu::kernel::Weight;
+use crate::gpu::plan::PreparedWeights;
 use crate::gpu::{self, GpuContext, GpuGradients, GpuTensor};
 use crate::gradients::Gradients;
 use crate::io::{save_tensors, TensorFile};
@@ -301,6 +303,7 @@ impl ConvTranspose2d {
             precision: self.precision,
             weight: GpuTensor::upload(ctx, &self.weight)?,
             bias: self.bias.as_ref().map(|b| GpuTensor::upload(ctx, b)).transpose()?,
+            prepared: Default::default(),
         })
     }
 }
@@ -312,6 +315,8 @@ pub struct GpuConvTranspose2d<'c> {
     precision: Precision,
     weight: GpuTensor,
     bias: Option<GpuTensor>,
+    /// The weight as the kernels that ran read it, prepared once and reused while it does not change.
+    prepared: PreparedWeights,
 }
 
 impl GpuConvTranspose2d<'_> {
@@ -319,9 +324,26 @@ impl GpuConvTranspose2d<'_> {
     pub fn forward(&self, input: &GpuTensor) -> Result<GpuTensor> {
         let shape = self.params.resolve(input.shape(), self.weight.shape(), self.bias.as_ref().map(|b| b.shape()))?;
         let output = GpuTensor::empty(self.ctx, &shape.output_dims_as_given())?;
-        let (bias, params) = (self.bias.as_ref(), &self.params);
-        gpu::conv_transpose2d_into_as(self.ctx, self.precision, input, &self.weight, bias, params, &output, None)?;
+        self.forward_into(input, &output, None)?;
         Ok(output)
+    }
+
+    /// [`GpuConvTranspose2d::forward`] into an existing output tensor (of the output's exact shape), optionally timed
+    /// into a [`gpu::GpuTimer`] slot; returns the kernel that ran. Submits the work; it completes in queue order.
+    /// The weight is prepared for that kernel on the first call and reused by later ones until it changes.
+    pub fn forward_into(
+        &self,
+        input: &GpuTensor,
+        output: &GpuTensor,
+        timer: Option<(&gpu::GpuTimer, u32)>,
+    ) -> Result<gpu::Strategy> {
+        let bias = self.bias.as_ref();
+        let shape = self.params.resolve(input.shape(), self.weight.shape(), bias.map(|b| b.shape()))?;
+        let strategy = gpu::select::forward(self.ctx, &shape, bias.is_some(), self.precision);
+        let prepared = self.prepared.get(self.ctx, strategy, &shape, &self.weight)?;
+        let weight = Weight { tensor: &self.weight, prepared: prepared.as_deref() };
+        gpu::forward_prepared(self.ctx, strategy, &shape, input, weight, bias, output, timer)?;
+        Ok(strategy)
     }
 
     /// The three gradients given the gradient of the output, on the GPU.

@@ -29,22 +29,26 @@ struct Params {
     _pad: u32,
 }
 
-/// Encodes the maximum of each (slot, tensor) into that slot of a new zeroed buffer of u32 f32-bits (at least 4
-/// slots; the ones no tensor names stay 0).
+/// Encodes the maximum of each (slot, tensor) into that slot of a new buffer of u32 f32-bits (at least 4 slots),
+/// which starts with the (slot, bits) of `known` (maxima found earlier: a prepared weight's) and zeros elsewhere.
 pub(crate) fn encode_slots(
     ctx: &GpuContext,
     tensors: &[(usize, &GpuTensor)],
+    known: &[(usize, u32)],
     pass: &mut wgpu::ComputePass<'_>,
 ) -> Result<wgpu::Buffer> {
     let module = ctx.module(SHADER_NAME, SHADER)?;
     let consts = [("WORKGROUP_SIZE", WORKGROUP_SIZE as f64), ("LOADS", LOADS as f64)];
     let pipeline = ctx.pipeline(format!("absmax {:?}", ctx.options().shader_checks), &module, &consts)?;
     ctx.scoped(|| {
-        let slots = tensors.iter().map(|&(slot, _)| slot + 1).max().unwrap_or(0).max(4);
-        let zeros = vec![0u32; slots];
+        let slots = tensors.iter().map(|&(slot, _)| slot).chain(known.iter().map(|&(slot, _)| slot)).max();
+        let mut initial = vec![0u32; slots.map_or(0, |s| s + 1).max(4)];
+        for &(slot, bits) in known {
+            initial[slot] = bits;
+        }
         let maxima = ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
             label: Some("convt operand maxima"),
-            contents: bytemuck::cast_slice(&zeros),
+            contents: bytemuck::cast_slice(&initial),
             usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
         });
         for &(slot, t) in tensors {

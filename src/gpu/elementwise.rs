@@ -24,6 +24,7 @@ pub fn axpby(ctx: &GpuContext, a: f32, x: &GpuTensor, b: f32, y: &GpuTensor) -> 
     if x.shape() != y.shape() {
         return Err(ConvtError::ShapeMismatch { expected: y.shape().to_vec(), actual: x.shape().to_vec() });
     }
+    y.mark_written();
     let module = ctx.module(SHADER_NAME, SHADER)?;
     let pipeline = ctx.pipeline(format!("axpby {:?}", ctx.options().shader_checks), &module, &[])?;
     let mut encoder = ctx.device.create_command_encoder(&Default::default());

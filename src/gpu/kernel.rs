@@ -57,6 +57,14 @@ pub(crate) fn shape_constants(shape: &ConvShape, has_bias: bool) -> Vec<(&'stati
     .collect()
 }
 
+/// A kernel's weight: the tensor, and where the caller has it, the weight as that kernel prepared it earlier
+/// ([`crate::gpu::plan`]); without it the kernel prepares the weight in its own pass.
+#[derive(Clone, Copy)]
+pub(crate) struct Weight<'a> {
+    pub tensor: &'a GpuTensor,
+    pub prepared: Option<&'a crate::gpu::plan::PreparedWeight>,
+}
+
 /// The weight and bias buffers of one call (the bias binding exists even without a bias: the shader's
 /// HAS_BIAS constant keeps it unread, and the context's placeholder is bound there).
 pub(crate) struct Operands<'a> {

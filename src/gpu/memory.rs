@@ -201,7 +201,12 @@ pub struct GpuTensor {
     /// The pool its bytes are reserved in (released on drop).
     pool: Weak<Mutex<PoolInner>>,
     reserved: u64,
+    /// Changes on every write through convt (see [`GpuTensor::version`]).
+    version: std::sync::atomic::AtomicU64,
 }
+
+/// The source of tensor versions: each write takes a number no tensor had before.
+static VERSIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl Drop for GpuTensor {
     fn drop(&mut self) {
@@ -264,15 +269,36 @@ impl GpuTensor {
                 chunks.push(Chunk { buffer: ctx.pool.get(&ctx.device, bytes, STORAGE), first_plane: first, planes: n });
                 first += n;
             }
-            Ok(Self { shape: shape.to_vec(), plane_elems, chunks, pool: ctx.pool.handle(), reserved: bytes })
+            Ok(Self {
+                shape: shape.to_vec(),
+                plane_elems,
+                chunks,
+                pool: ctx.pool.handle(),
+                reserved: bytes,
+                version: VERSIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed).into(),
+            })
         })?;
         // From here the tensor releases its reservation when dropped.
         std::mem::forget(reservation);
         Ok(t)
     }
 
+    /// A number that changes whenever convt writes this tensor (every function that takes it as an output does),
+    /// and that no other tensor ever had: what a prepared weight ([`crate::gpu::plan`]) was made from. The
+    /// tensor's buffers are not reachable from outside convt, so no write escapes it.
+    pub(crate) fn version(&self) -> u64 {
+        self.version.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Records a write (before it is encoded: a plan made meanwhile is of the old values and is not reused).
+    pub(crate) fn mark_written(&self) {
+        let v = VERSIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.version.store(v, std::sync::atomic::Ordering::Release);
+    }
+
     /// Writes `value` into every element.
     pub fn fill(&self, ctx: &GpuContext, value: f32) -> Result<()> {
+        self.mark_written();
         const PIECE: usize = 1 << 22; // elements per write: 16 MiB of host memory at most
         let piece = vec![value; PIECE.min(self.numel())];
         ctx.scoped(|| {
@@ -295,6 +321,7 @@ impl GpuTensor {
         if self.shape != dst.shape {
             return Err(ConvtError::ShapeMismatch { expected: dst.shape.clone(), actual: self.shape.clone() });
         }
+        dst.mark_written();
         ctx.scoped(|| {
             let mut encoder = ctx.device.create_command_encoder(&Default::default());
             // Equal shapes have equal chunks.

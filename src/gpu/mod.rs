@@ -10,8 +10,9 @@ pub mod elementwise;
 pub mod forward;
 pub(crate) mod kernel;
 pub mod memory;
-pub(crate) mod slices;
+pub(crate) mod plan;
 pub mod select;
+pub(crate) mod slices;
 pub mod timing;
 pub mod tune;
 
@@ -173,8 +174,43 @@ impl Strategy {
         }
     }
 
-    /// Encodes this strategy's kernel for `shape` into `pass`: the one place that maps a strategy to its
-    /// kernel (the forward, and grad_input through the equivalent transposed convolution).
+    /// Prepares `weight` as this strategy's kernel reads it for `shape` (packed, transformed; see
+    /// [`plan`]) in a submission of its own, or `None` for a kernel that reads the weight as it is.
+    pub(crate) fn prepare_weight(
+        &self,
+        ctx: &GpuContext,
+        shape: &ConvShape,
+        weight: &GpuTensor,
+    ) -> Result<Option<plan::PreparedWeight>> {
+        if !self.runs_on(ctx) || matches!(self, Strategy::Direct | Strategy::Rows(_)) {
+            return Ok(None);
+        }
+        let mut encoder = ctx.device.create_command_encoder(&Default::default());
+        let (buffer, maxima) = {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("convt weight preparation"),
+                timestamp_writes: None,
+            });
+            match self {
+                Strategy::Gemm(tile) => gemm::prepare_weight(ctx, shape, tile, weight, &mut pass)?,
+                Strategy::Coop(tile) => gemm::prepare_weight(ctx, shape, tile, weight, &mut pass)?,
+                Strategy::CoopNhwc(tile) => coop_nhwc::prepare_weight(ctx, shape, tile, weight, &mut pass)?,
+                Strategy::Winograd(tile) => (winograd::prepare_weight(ctx, shape, tile, weight, &mut pass)?, None),
+                Strategy::Direct | Strategy::Rows(_) => return Ok(None),
+            }
+        };
+        memory::InFlight::default().submit(ctx, encoder)?;
+        // The f16 kernels' weight scale: its largest magnitude, read once here instead of found on every call.
+        let max_bits = match maxima {
+            Some(m) => Some(memory::read_back(ctx, &m, 8, |b| bytemuck::cast_slice::<u8, u32>(b)[1])?),
+            None => None,
+        };
+        Ok(Some(plan::PreparedWeight { buffer, max_bits }))
+    }
+
+    /// Encodes this strategy's kernel for `shape` into `pass`, reading `prepared` (from
+    /// [`Strategy::prepare_weight`] for this shape) or preparing the weight in the same pass: the one place that
+    /// maps a strategy to its kernel (the forward, and grad_input through the equivalent transposed convolution).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn encode(
         &self,
@@ -182,26 +218,21 @@ impl Strategy {
         shape: &ConvShape,
         input: &GpuTensor,
         weight: &GpuTensor,
+        prepared: Option<&plan::PreparedWeight>,
         bias: Option<&GpuTensor>,
         output: &GpuTensor,
         pass: &mut wgpu::ComputePass<'_>,
         in_flight: &mut memory::InFlight,
     ) -> Result<()> {
+        let w = kernel::Weight { tensor: weight, prepared };
+        let phases = gemm::Geometry::Phases;
         match self {
             Strategy::Direct => direct::encode(ctx, shape, input, weight, bias, output, pass),
             Strategy::Rows(r) => rows::encode(ctx, shape, r, input, weight, bias, output, pass),
-            Strategy::Gemm(tile) => {
-                gemm::encode(ctx, shape, gemm::Geometry::Phases, tile, input, weight, bias, output, pass, in_flight)
-            }
-            Strategy::Coop(tile) => {
-                gemm::encode(ctx, shape, gemm::Geometry::Phases, tile, input, weight, bias, output, pass, in_flight)
-            }
-            Strategy::CoopNhwc(tile) => {
-                coop_nhwc::encode(ctx, shape, tile, input, weight, bias, output, pass, in_flight)
-            }
-            Strategy::Winograd(tile) => {
-                winograd::encode(ctx, shape, tile, input, weight, bias, output, pass, in_flight)
-            }
+            Strategy::Gemm(tile) => gemm::encode(ctx, shape, phases, tile, input, w, bias, output, pass, in_flight),
+            Strategy::Coop(tile) => gemm::encode(ctx, shape, phases, tile, input, w, bias, output, pass, in_flight),
+            Strategy::CoopNhwc(tile) => coop_nhwc::encode(ctx, shape, tile, input, w, bias, output, pass, in_flight),
+            Strategy::Winograd(tile) => winograd::encode(ctx, shape, tile, input, w, bias, output, pass, in_flight),
         }
     }
 }
@@ -325,6 +356,31 @@ pub fn conv_transpose2d_with(
     timer: Option<(&GpuTimer, u32)>,
 ) -> Result<()> {
     let shape = params.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?;
+    forward_prepared(
+        ctx,
+        strategy,
+        &shape,
+        input,
+        kernel::Weight { tensor: weight, prepared: None },
+        bias,
+        output,
+        timer,
+    )
+}
+
+/// The forward of `shape` (resolved from these tensors) with `strategy`, reading the weight as prepared for it
+/// where `weight` has it: every forward call ends here.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn forward_prepared(
+    ctx: &GpuContext,
+    strategy: Strategy,
+    shape: &ConvShape,
+    input: &GpuTensor,
+    weight: kernel::Weight<'_>,
+    bias: Option<&GpuTensor>,
+    output: &GpuTensor,
+    timer: Option<(&GpuTimer, u32)>,
+) -> Result<()> {
     if output.shape() != shape.output_dims_as_given() {
         return Err(ConvtError::ShapeMismatch {
             expected: shape.output_dims_as_given(),
@@ -339,6 +395,7 @@ pub fn conv_transpose2d_with(
             ctx.adapter_info().name
         )));
     }
+    output.mark_written();
     let mut encoder = ctx.device.create_command_encoder(&Default::default());
     let mut in_flight = memory::InFlight::default();
     {
@@ -346,7 +403,8 @@ pub fn conv_transpose2d_with(
             label: Some("convt conv_transpose2d"),
             timestamp_writes: timer.map(|(t, slot)| t.pass_writes(slot)),
         });
-        strategy.encode(ctx, &shape, input, weight, bias, output, &mut pass, &mut in_flight)?;
+        let (w, prepared) = (weight.tensor, weight.prepared);
+        strategy.encode(ctx, shape, input, w, prepared, bias, output, &mut pass, &mut in_flight)?;
     }
     in_flight.submit(ctx, encoder)
 }

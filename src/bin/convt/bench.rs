@@ -12,7 +12,9 @@ use convt::gpu::{
 };
 use convt::io::OutputFile;
 use convt::suite::Case;
-use convt::{cpu, ConvShape, ErrorStats, GpuContext, GpuTensor, Precision, Tensor};
+use convt::{
+    cpu, ConvShape, ConvTranspose2d, ErrorStats, GpuContext, GpuConvTranspose2d, GpuTensor, Precision, Tensor,
+};
 use serde_json::json;
 
 use crate::ceilings::{self, Ceilings};
@@ -50,6 +52,10 @@ pub struct BenchArgs {
     /// Write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Time the forward as a layer's repeated calls (`GpuConvTranspose2d::forward_into`: the weight prepared for
+    /// its kernel once) instead of the functional call, which prepares it on every call.
+    #[arg(long, conflicts_with = "backward")]
+    layer: bool,
 }
 
 /// Inputs smaller than this are rotated among several copies so that repeated runs do not measure the cache.
@@ -106,7 +112,7 @@ enum Outputs {
 }
 
 /// A case's tensors on the GPU, ready to time one pass.
-pub struct Prepared {
+pub struct Prepared<'c> {
     pub case: Case,
     pub pass: Pass,
     /// The forward's precision when no strategy is given (the selector's choice at it).
@@ -116,6 +122,8 @@ pub struct Prepared {
     weight: GpuTensor,
     bias: Option<GpuTensor>,
     outputs: Outputs,
+    /// The forward as a layer with these weights (`--layer`): timed instead of the functional call.
+    layer: Option<GpuConvTranspose2d<'c>>,
 }
 
 /// What `convt tune` times on a prepared case: a forward strategy, or the backward with some of its kernels given.
@@ -145,10 +153,10 @@ impl InputSet {
     }
 }
 
-impl Prepared {
+impl<'c> Prepared<'c> {
     /// Random inputs U(0,1) (and for the backward grad_output U(-1,1)), several sets when small enough to sit in
     /// cache, weight and bias U(-0.1,0.1), and the outputs of a case's `pass`.
-    pub fn new(ctx: &GpuContext, case: &Case, pass: Pass) -> Result<Self> {
+    pub fn new(ctx: &'c GpuContext, case: &Case, pass: Pass) -> Result<Self> {
         let shape = case.params.resolve(
             &case.input_dims(),
             &case.weight_dims(),
@@ -180,7 +188,18 @@ impl Prepared {
                 Outputs::Backward(GpuGradients::empty(ctx, &inputs[0].input, &weight, bias.as_ref(), &case.params)?)
             }
         };
-        Ok(Self { case: *case, pass, precision: Precision::F32, shape, inputs, weight, bias, outputs })
+        Ok(Self { case: *case, pass, precision: Precision::F32, shape, inputs, weight, bias, outputs, layer: None })
+    }
+
+    /// Times the forward as a layer of these weights at `precision` from now on.
+    pub fn as_layer(&mut self, ctx: &'c GpuContext, precision: Precision) -> Result<()> {
+        let weight = self.weight.download(ctx)?;
+        let bias = self.bias.as_ref().map(|b| b.download(ctx)).transpose()?;
+        let mut layer = ConvTranspose2d::from_weights(weight, bias, self.case.params)?;
+        layer.set_precision(precision);
+        self.precision = precision;
+        self.layer = Some(layer.to_gpu(ctx)?);
+        Ok(())
     }
 
     /// Relative L2 error of the forward output last written (from input set `set`) at `samples` random
@@ -203,7 +222,14 @@ impl Prepared {
     /// What runs: the forward's algorithm (the selector's choice), or "backward" with grad_input's kernel.
     pub fn algorithm(&self, ctx: &GpuContext) -> String {
         match self.pass {
-            Pass::Forward => select::forward(ctx, &self.shape, self.case.bias, self.precision).name(),
+            Pass::Forward => {
+                let name = select::forward(ctx, &self.shape, self.case.bias, self.precision).name();
+                if self.layer.is_some() {
+                    format!("{name} (layer, weight prepared once)")
+                } else {
+                    name
+                }
+            }
             Pass::Backward => {
                 let set = &self.inputs[0];
                 let chunks = [set.input.chunks().len(), set.grad_output.as_ref().map_or(1, |g| g.chunks().len())];
@@ -230,9 +256,10 @@ impl Prepared {
         let timer = GpuTimer::new(ctx, runs)?;
         let candidate = match (self.pass, candidate) {
             (_, Some(c)) => Some(c),
-            (Pass::Forward, None) => {
+            (Pass::Forward, None) if self.layer.is_none() => {
                 Some(Candidate::Forward(select::forward(ctx, &self.shape, self.case.bias, self.precision)))
             }
+            (Pass::Forward, None) => None,
             (Pass::Backward, None) => None,
         };
         // Warm-up: `warmup` calls, then more until the GPU has been busy for `min_warmup` (a GPU left idle, as
@@ -283,6 +310,10 @@ impl Prepared {
             (Outputs::Forward(output), Some(Candidate::Forward(strategy))) => {
                 conv_transpose2d_with(ctx, strategy, &set.input, weight, bias, params, output, slot)?
             }
+            (Outputs::Forward(output), None) => match &self.layer {
+                Some(layer) => layer.forward_into(&set.input, output, slot).map(drop)?,
+                None => bail!("the forward is timed with a strategy or as a layer"),
+            },
             (Outputs::Backward(grads), None) => backward(grads, BackwardKernels::default())?,
             (Outputs::Backward(grads), Some(Candidate::Backward(kernels))) => backward(grads, kernels)?,
             _ => bail!("a forward strategy times the forward, backward kernels the backward"),
@@ -339,6 +370,9 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
         };
         let mut prepared = Prepared::new(&ctx, &case, pass)?;
         prepared.precision = a.precision;
+        if a.layer {
+            prepared.as_layer(&ctx, a.precision)?;
+        }
         let shape = prepared.shape;
         let times = prepared.time(&ctx, None, a.warmup, MIN_WARMUP, a.runs)?;
         let last_set = (a.warmup + a.runs - 1) as usize % prepared.inputs.len();
@@ -372,7 +406,7 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
     }
     if let Some(out) = json_out {
         let doc = json!({"adapter": info.name, "backend": format!("{:?}", info.backend), "driver": info.driver,
-            "driver_info": info.driver_info, "pass": pass.name(), "precision": a.precision, "runs": a.runs,
+            "driver_info": info.driver_info, "pass": pass.name(), "layer": a.layer, "precision": a.precision, "runs": a.runs,
             "warmup": a.warmup,
             "shader_checks": format!("{:?}", ctx.options().shader_checks), "ceilings": ceil, "cases": rows});
         out.write_bytes(serde_json::to_string_pretty(&doc)?.as_bytes())?;

@@ -120,7 +120,7 @@ pub fn run(a: TuneArgs) -> Result<Outcome> {
 /// the fastest of the second round.
 fn fastest(
     ctx: &GpuContext,
-    prepared: &Prepared,
+    prepared: &Prepared<'_>,
     a: &TuneArgs,
     label: &str,
     candidates: Vec<Candidate>,

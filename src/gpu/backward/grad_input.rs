@@ -13,7 +13,7 @@
 use crate::error::{ConvtError, Result};
 use crate::gpu::context::GpuContext;
 use crate::gpu::forward::gemm::{self, GemmKernel, Geometry};
-use crate::gpu::kernel::{channel_blocks, check_index_range, dispatch_buffers, grid, shape_constants};
+use crate::gpu::kernel::{channel_blocks, check_index_range, dispatch_buffers, grid, shape_constants, Weight};
 use crate::gpu::memory::{GpuTensor, InFlight};
 use crate::gpu::slices::{plan_between, Side};
 use crate::gpu::Strategy;
@@ -210,13 +210,14 @@ pub(crate) fn encode(
                 ))
             })?;
             let flipped = flip_weights(ctx, shape, weight, pass)?;
-            strategy.encode(ctx, &t, grad_output, &flipped, None, grad_input, pass, in_flight)?;
+            strategy.encode(ctx, &t, grad_output, &flipped, None, None, grad_input, pass, in_flight)?;
             in_flight.keep_tensor(flipped);
         }
         GradInputKernel::Sampled(tile) => {
             let (t, geometry) = as_sampled_correlation(shape);
             let flipped = flip_weights(ctx, shape, weight, pass)?;
-            gemm::encode(ctx, &t, geometry, &tile, grad_output, &flipped, None, grad_input, pass, in_flight)?;
+            let w = Weight { tensor: &flipped, prepared: None };
+            gemm::encode(ctx, &t, geometry, &tile, grad_output, w, None, grad_input, pass, in_flight)?;
             in_flight.keep_tensor(flipped);
         }
         GradInputKernel::Gather => encode_gather(ctx, shape, weight, grad_output, grad_input, pass)?,

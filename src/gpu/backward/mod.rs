@@ -151,6 +151,11 @@ pub fn conv_transpose2d_backward_with(
         (None, Some(_)) => return Err(ConvtError::InvalidArgument("grad_bias given for a layer without bias".into())),
     };
 
+    grads.grad_input.mark_written();
+    grads.grad_weight.mark_written();
+    if let Some(gb) = grad_bias {
+        gb.mark_written();
+    }
     let mut encoder = ctx.device.create_command_encoder(&Default::default());
     let mut in_flight = InFlight::default();
     // Reductions split over several slices add up in place, from zero; an empty batch sums nothing: zero.

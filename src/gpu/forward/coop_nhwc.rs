@@ -11,9 +11,9 @@ use crate::gpu::context::GpuContext;
 use crate::gpu::forward::coop::{self, SUBGROUP};
 use crate::gpu::forward::gemm::{SCALED_MODULE, SCALED_PROLOGUE};
 use crate::gpu::kernel::{
-    axis_phase, bind_buffers, check_index_range, dispatch_buffers, grid, AxisPhase, GridParams, Operands,
+    axis_phase, bind_buffers, check_index_range, dispatch_buffers, grid, AxisPhase, GridParams, Operands, Weight,
 };
-use crate::gpu::memory::{GpuTensor, InFlight, STORAGE};
+use crate::gpu::memory::{GpuTensor, InFlight, PooledBuffer, STORAGE};
 use crate::params::ConvShape;
 use wgpu::util::DeviceExt;
 
@@ -664,6 +664,62 @@ struct Prepared {
     weight: wgpu::Buffer,
 }
 
+/// Encodes the weight as f16 [phase][tap][ic][oc] at the scale slot 1 of `maxima` sets, each phase's taps flipped:
+/// one dispatch per phase with taps.
+fn encode_weight(
+    ctx: &GpuContext,
+    shape: &ConvShape,
+    g: &Geometry,
+    weight: &GpuTensor,
+    maxima: &wgpu::Buffer,
+    pass: &mut wgpu::ComputePass<'_>,
+) -> Result<PooledBuffer> {
+    let (cin, cout) = (shape.in_channels, shape.out_channels);
+    ctx.scoped(|| {
+        let wpk = ctx.pool.get(&ctx.device, g.weight_bytes(shape), STORAGE);
+        let module = ctx.module_with(WEIGHT_SHADER_NAME, weight_shader)?;
+        let w = weight.single_buffer("weight", ctx)?;
+        for p in g.phases.iter().filter(|p| p.has_taps()) {
+            let consts = override_values(&[
+                ("C_IN", cin),
+                ("C_OUT", cout),
+                ("K_H", shape.kernel[0]),
+                ("K_W", shape.kernel[1]),
+                ("T_H", p.taps[0]),
+                ("T_W", p.taps[1]),
+                ("LAST_H", p.last[0]),
+                ("LAST_W", p.last[1]),
+                ("KSTEP_H", p.kstep[0]),
+                ("KSTEP_W", p.kstep[1]),
+                ("W_OFF", p.weight_offset),
+                ("W_ROW", weight_row(shape)),
+            ]);
+            let pipeline =
+                ctx.pipeline(format!("pack_f16 {:?} {consts:?}", ctx.options().shader_checks), &module, &consts)?;
+            let wgrid = grid(ctx, (p.taps[0] * p.taps[1] * cin * cout).div_ceil(PREP_WORKGROUP_SIZE));
+            let u = GridParams::of(wgrid);
+            dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &[w, &wpk, maxima], wgrid);
+        }
+
+        Ok(wpk)
+    })
+}
+
+/// Encodes the preparation of the weight for `tile` on `shape` into `pass` ([`crate::gpu::plan`]): the packed f16
+/// weight, and the maxima buffer whose slot 1 holds its largest magnitude.
+pub(crate) fn prepare_weight(
+    ctx: &GpuContext,
+    shape: &ConvShape,
+    tile: &NhwcTile,
+    weight: &GpuTensor,
+    pass: &mut wgpu::ComputePass<'_>,
+) -> Result<(PooledBuffer, Option<wgpu::Buffer>)> {
+    tile.check(ctx, shape)?;
+    let g = Geometry::of(shape);
+    let maxima = absmax::encode_slots(ctx, &[(1, weight)], &[], pass)?;
+    Ok((encode_weight(ctx, shape, &g, weight, &maxima, pass)?, Some(maxima)))
+}
+
 /// Encodes the preparation of both operands into `pass`, the input's copy in blocks of `block`
 /// (`PrepBlock::of`); the scratch buffers go into `in_flight`.
 #[allow(clippy::too_many_arguments)]
@@ -674,13 +730,20 @@ fn encode_preparation(
     g: &Geometry,
     block: PrepBlock,
     input: &GpuTensor,
-    weight: &GpuTensor,
+    weight: Weight<'_>,
     pass: &mut wgpu::ComputePass<'_>,
     in_flight: &mut InFlight,
 ) -> Result<Prepared> {
-    let (cin, cout) = (shape.in_channels, shape.out_channels);
-    // Slot 1: the weight's largest magnitude; slot 0, the input's, comes from the input's first pass.
-    let maxima = absmax::encode_slots(ctx, &[(1, weight)], pass)?;
+    let cin = shape.in_channels;
+    // Slot 1: the weight's largest magnitude (found when it was prepared, or here); slot 0, the input's, comes
+    // from the input's first pass.
+    let maxima = match weight.prepared.map(|p| p.max_bits) {
+        Some(Some(bits)) => absmax::encode_slots(ctx, &[], &[(1, bits)], pass)?,
+        Some(None) => {
+            return Err(ConvtError::InvalidArgument(format!("{}: a weight prepared without its scale", tile.name())))
+        }
+        None => absmax::encode_slots(ctx, &[(1, weight.tensor)], &[], pass)?,
+    };
     ctx.scoped(|| {
         // The input, padded, as f16 NHWC: one dispatch per input chunk (whole samples, `check`), at the scale the
         // last call of this shape found; then the scale check, and the same again at this input's own scale where
@@ -750,32 +813,10 @@ fn encode_preparation(
             pass.dispatch_workgroups_indirect(&counts, (12 * i) as u64);
         }
 
-        // The weight as f16 [phase][tap][ic][oc], each phase's taps flipped: one dispatch per phase with taps.
-        let wpk = in_flight.keep(ctx.pool.get(&ctx.device, g.weight_bytes(shape), STORAGE));
-        let module = ctx.module_with(WEIGHT_SHADER_NAME, weight_shader)?;
-        let w = weight.single_buffer("weight", ctx)?;
-        for p in g.phases.iter().filter(|p| p.has_taps()) {
-            let consts = override_values(&[
-                ("C_IN", cin),
-                ("C_OUT", cout),
-                ("K_H", shape.kernel[0]),
-                ("K_W", shape.kernel[1]),
-                ("T_H", p.taps[0]),
-                ("T_W", p.taps[1]),
-                ("LAST_H", p.last[0]),
-                ("LAST_W", p.last[1]),
-                ("KSTEP_H", p.kstep[0]),
-                ("KSTEP_W", p.kstep[1]),
-                ("W_OFF", p.weight_offset),
-                ("W_ROW", weight_row(shape)),
-            ]);
-            let pipeline =
-                ctx.pipeline(format!("pack_f16 {:?} {consts:?}", ctx.options().shader_checks), &module, &consts)?;
-            let wgrid = grid(ctx, (p.taps[0] * p.taps[1] * cin * cout).div_ceil(PREP_WORKGROUP_SIZE));
-            let u = GridParams::of(wgrid);
-            dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &[w, &wpk, &maxima], wgrid);
-        }
-
+        let wpk = match weight.prepared {
+            Some(p) => (*p.buffer).clone(),
+            None => in_flight.keep(encode_weight(ctx, shape, g, weight.tensor, &maxima, pass)?),
+        };
         Ok(Prepared { maxima, fixup_counts: counts, input: xp, weight: wpk })
     })
 }
@@ -788,7 +829,7 @@ pub(crate) fn encode(
     shape: &ConvShape,
     tile: &NhwcTile,
     input: &GpuTensor,
-    weight: &GpuTensor,
+    weight: Weight<'_>,
     bias: Option<&GpuTensor>,
     output: &GpuTensor,
     pass: &mut wgpu::ComputePass<'_>,
@@ -1083,7 +1124,18 @@ mod tests {
                 let mut in_flight = InFlight::default();
                 let prepared = {
                     let mut pass = encoder.begin_compute_pass(&Default::default());
-                    encode_preparation(ctx, &shape, &tile, &g, block, &xg, &wg, &mut pass, &mut in_flight).unwrap()
+                    encode_preparation(
+                        ctx,
+                        &shape,
+                        &tile,
+                        &g,
+                        block,
+                        &xg,
+                        crate::gpu::kernel::Weight { tensor: &wg, prepared: None },
+                        &mut pass,
+                        &mut in_flight,
+                    )
+                    .unwrap()
                 };
                 ctx.queue.submit([encoder.finish()]);
                 assert_eq!(ctx.pool.stats().0, created, "the preparation did not take the poisoned buffers");

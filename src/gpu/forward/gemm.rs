@@ -6,7 +6,7 @@ use crate::error::{ConvtError, Result};
 use crate::gpu::absmax;
 use crate::gpu::context::GpuContext;
 use crate::gpu::kernel::{
-    axis_phase, check_index_range, dispatch_buffers, grid, shape_constants, AxisPhase, GridParams, Operands,
+    axis_phase, check_index_range, dispatch_buffers, grid, shape_constants, AxisPhase, GridParams, Operands, Weight,
 };
 use crate::gpu::memory::{GpuTensor, InFlight, PooledBuffer, STORAGE};
 use crate::gpu::slices::{plan, SliceFields};
@@ -50,6 +50,19 @@ fn pack_weights(
     let maxima = maxima.unwrap_or(&ctx.unused_binding);
     dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &[src, &packed, maxima], grid);
     Ok(packed)
+}
+
+/// Encodes the packing of `weight` for `kernel` into `pass` ([`crate::gpu::plan`]): the packed weight and, for
+/// f16 operands, the maxima buffer whose slot 1 the packing fills with the weight's largest magnitude.
+pub(crate) fn prepare_weight(
+    ctx: &GpuContext,
+    shape: &ConvShape,
+    kernel: &impl GemmKernel,
+    weight: &GpuTensor,
+    pass: &mut wgpu::ComputePass<'_>,
+) -> Result<(PooledBuffer, Option<wgpu::Buffer>)> {
+    let maxima = if kernel.scaled() { Some(absmax::encode_slots(ctx, &[], &[], pass)?) } else { None };
+    Ok((pack_weights(ctx, shape, weight, maxima.as_ref(), pass)?, maxima))
 }
 
 /// The type the staged operands have in workgroup memory (the products and sums are f32 either way).
@@ -435,7 +448,7 @@ pub(crate) fn encode(
     geometry: Geometry,
     kernel: &impl GemmKernel,
     input: &GpuTensor,
-    weight: &GpuTensor,
+    weight: Weight<'_>,
     bias: Option<&GpuTensor>,
     output: &GpuTensor,
     pass: &mut wgpu::ComputePass<'_>,
@@ -450,9 +463,26 @@ pub(crate) fn encode(
     if slices.is_empty() {
         return Ok(());
     }
-    // The operand maxima for f16 operands: slot 0 the input's, slot 1 the weight's (taken while packing it).
-    let maxima = if kernel.scaled() { Some(absmax::encode_slots(ctx, &[(0, input)], pass)?) } else { None };
-    let packed = in_flight.keep(pack_weights(ctx, shape, weight, maxima.as_ref(), pass)?);
+    // The operand maxima for f16 operands: slot 0 the input's, slot 1 the weight's (taken while packing it, or
+    // when it was prepared).
+    let (maxima, packed) = match weight.prepared {
+        Some(p) => {
+            let maxima = match (kernel.scaled(), p.max_bits) {
+                (true, Some(bits)) => Some(absmax::encode_slots(ctx, &[(0, input)], &[(1, bits)], pass)?),
+                (true, None) => {
+                    return Err(ConvtError::InvalidArgument(format!("{name}: a weight prepared without its scale")))
+                }
+                (false, _) => None,
+            };
+            (maxima, (*p.buffer).clone())
+        }
+        None => {
+            let maxima =
+                if kernel.scaled() { Some(absmax::encode_slots(ctx, &[(0, input)], &[], pass)?) } else { None };
+            let packed = in_flight.keep(pack_weights(ctx, shape, weight.tensor, maxima.as_ref(), pass)?);
+            (maxima, packed)
+        }
+    };
     let ops = Operands::new(ctx, &packed, bias)?;
     let module = ctx.module_with(&name, || kernel.source())?;
     let mut consts = shape_constants(shape, bias.is_some());
@@ -637,8 +667,19 @@ mod tests {
         let before = idle(&ctx);
         {
             let mut pass = encoder.begin_compute_pass(&Default::default());
-            encode(&ctx, &shape, Geometry::Phases, &TILE_64X64_4X8, &x, &w, None, &y, &mut pass, &mut in_flight)
-                .unwrap();
+            encode(
+                &ctx,
+                &shape,
+                Geometry::Phases,
+                &TILE_64X64_4X8,
+                &x,
+                Weight { tensor: &w, prepared: None },
+                None,
+                &y,
+                &mut pass,
+                &mut in_flight,
+            )
+            .unwrap();
         }
         assert_eq!(idle(&ctx), before, "a scratch buffer went back to the pool before the submission");
         ctx.queue.submit([encoder.finish()]);

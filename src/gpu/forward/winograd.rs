@@ -13,7 +13,9 @@
 use crate::error::{ConvtError, Result};
 use crate::gpu::context::GpuContext;
 use crate::gpu::forward::gemm::register_tile;
-use crate::gpu::kernel::{check_index_range, dispatch_buffers, dispatch_weight_prep, grid, shape_constants, Operands};
+use crate::gpu::kernel::{
+    check_index_range, dispatch_buffers, dispatch_weight_prep, grid, shape_constants, Operands, Weight,
+};
 use crate::gpu::memory::{GpuTensor, InFlight, PooledBuffer, STORAGE};
 use crate::gpu::slices::{plan, SliceFields};
 use crate::params::ConvShape;
@@ -756,6 +758,19 @@ fn weights_source(t: &Transforms) -> String {
 /// Encodes the weight transform: `weight` [Cin, Cog, kH, kW] to U [point][Cin][Cog4] (rows padded with zeros to
 /// whole vec4s), the kernel flipped (the transposed convolution at stride 1 is a correlation with the flipped
 /// kernel).
+/// Encodes the transform of `weight` for `tile` on `shape` into `pass` ([`crate::gpu::plan`]).
+pub(crate) fn prepare_weight(
+    ctx: &GpuContext,
+    shape: &ConvShape,
+    tile: &WinoTile,
+    weight: &GpuTensor,
+    pass: &mut wgpu::ComputePass<'_>,
+) -> Result<PooledBuffer> {
+    tile.check_on(ctx, shape).map_err(ConvtError::InvalidArgument)?;
+    let t = tile.transforms(shape).map_err(ConvtError::InvalidArgument)?;
+    transform_weights(ctx, shape, &t, weight, pass)
+}
+
 fn transform_weights(
     ctx: &GpuContext,
     shape: &ConvShape,
@@ -822,7 +837,7 @@ pub(crate) fn encode(
     shape: &ConvShape,
     tile: &WinoTile,
     input: &GpuTensor,
-    weight: &GpuTensor,
+    weight: Weight<'_>,
     bias: Option<&GpuTensor>,
     output: &GpuTensor,
     pass: &mut wgpu::ComputePass<'_>,
@@ -835,10 +850,13 @@ pub(crate) fn encode(
         return Ok(());
     }
     let t = tile.transforms(shape).map_err(ConvtError::InvalidArgument)?;
-    let transformed = in_flight.keep(transform_weights(ctx, shape, &t, weight, pass)?);
+    let transformed = match weight.prepared {
+        Some(p) => (*p.buffer).clone(),
+        None => in_flight.keep(transform_weights(ctx, shape, &t, weight.tensor, pass)?),
+    };
     let ops = Operands::new(ctx, &transformed, bias)?;
     // Bound too: the kernel recomputes a non-finite output from it by the definition.
-    let raw_weight = weight.single_buffer("weight", ctx)?;
+    let raw_weight = weight.tensor.single_buffer("weight", ctx)?;
     let name = format!("{} r{}x{}", tile.name(), t.h.r, t.w.r);
     let module = ctx.module_with(&name, || tile.source(&t))?;
     let consts = constants(shape, bias.is_some());

@@ -1,0 +1,66 @@
+//! Prepared weights: what a kernel makes of a weight before it computes (the GEMM's packed layout, the Winograd
+//! kernel's transformed weight, the padded-NHWC kernel's packed f16 weight and scale), made once and reused by
+//! every call of a layer while its weight does not change, as a prepared plan per (weight, shape, precision)
+//! does. [`GpuConvTranspose2d`](crate::GpuConvTranspose2d) keeps them in a [`PreparedWeights`]; the functional
+//! calls prepare the weight on every call, in the same pass as the kernel.
+
+use std::sync::{Arc, Mutex};
+
+use crate::error::Result;
+use crate::gpu::context::{lock, GpuContext};
+use crate::gpu::memory::{GpuTensor, PooledBuffer};
+use crate::gpu::Strategy;
+use crate::params::ConvShape;
+
+/// A weight as one kernel reads it.
+pub(crate) struct PreparedWeight {
+    pub buffer: PooledBuffer,
+    /// For the f16 kernels, the weight's largest finite magnitude as f32 bits (its scale's source), which each
+    /// call puts in slot 1 of its operand maxima.
+    pub max_bits: Option<u32>,
+}
+
+/// Most prepared weights a layer keeps: one per kernel and input size it met, the oldest dropped first (a layer
+/// called with ever new input sizes keeps a bounded amount of memory).
+const MAX_PREPARED: usize = 4;
+
+/// A layer's prepared weights, each for the kernel and problem (batch aside) it was made for, from the weight's
+/// values at [`GpuTensor::version`].
+#[derive(Default)]
+pub(crate) struct PreparedWeights {
+    entries: Mutex<Vec<Entry>>,
+}
+
+struct Entry {
+    strategy: Strategy,
+    shape: ConvShape,
+    version: u64,
+    weight: Arc<PreparedWeight>,
+}
+
+impl PreparedWeights {
+    /// `strategy`'s prepared weight for `shape` from `weight`'s current values: the kept one, or a new one (kept
+    /// for the next call); `None` for a kernel that reads the weight as it is.
+    pub fn get(
+        &self,
+        ctx: &GpuContext,
+        strategy: Strategy,
+        shape: &ConvShape,
+        weight: &GpuTensor,
+    ) -> Result<Option<Arc<PreparedWeight>>> {
+        let problem = ConvShape { batch: 0, ..*shape };
+        let version = weight.version();
+        let mut entries = lock(&self.entries);
+        entries.retain(|e| e.version == version);
+        if let Some(e) = entries.iter().find(|e| e.strategy == strategy && e.shape == problem) {
+            return Ok(Some(e.weight.clone()));
+        }
+        let Some(prepared) = strategy.prepare_weight(ctx, shape, weight)? else { return Ok(None) };
+        let prepared = Arc::new(prepared);
+        if entries.len() >= MAX_PREPARED {
+            entries.remove(0);
+        }
+        entries.push(Entry { strategy, shape: problem, version, weight: prepared.clone() });
+        Ok(Some(prepared))
+    }
+}

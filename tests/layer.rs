@@ -1,0 +1,76 @@
+//! A GPU layer prepares its weight once for the kernel that runs (packed, transformed) and reuses it on later
+//! calls until the weight changes: repeated calls, calls after an SGD step and after a copy into the weight all
+//! match the float64 reference, with every kernel that prepares its weight.
+
+mod common;
+
+use convt::gpu::Strategy;
+use convt::{ConvTranspose2d, ConvTranspose2dOptions, ConvTranspose2dParams, ErrorStats, GpuTensor, Precision, Tensor};
+
+/// The layer's output for `x` against the f64 reference from its current weights, within the tolerance of the
+/// kernel's precision.
+fn check(layer: &convt::GpuConvTranspose2d<'_>, ctx: &convt::GpuContext, strategy: Strategy, x: &Tensor, what: &str) {
+    let xg = GpuTensor::upload(ctx, x).unwrap();
+    let host = layer.to_host().unwrap();
+    let shape = host.params().resolve(x.shape(), host.weight().shape(), host.bias().map(|b| b.shape())).unwrap();
+    let out = GpuTensor::empty(ctx, &shape.output_dims()).unwrap();
+    let ran = layer.forward_into(&xg, &out, None).unwrap();
+    assert_eq!(ran, strategy, "{what}");
+    let got = out.download(ctx).unwrap();
+    let bias = host.bias().map(|b| b.data());
+    let want = convt::cpu::conv_transpose2d_f64(&shape, x.data(), host.weight().data(), bias).unwrap();
+    let s = ErrorStats::compare(got.data(), &want);
+    let tolerance = match strategy.precision() {
+        Precision::F32 => common::F32_TOLERANCE,
+        Precision::Fast => 1e-3,
+    };
+    assert!(s.non_finite == 0 && s.rel_l2 <= tolerance, "{} {what}: {s:?}", strategy.name());
+}
+
+#[test]
+fn a_layer_reuses_its_prepared_weight_until_the_weight_changes() {
+    let ctx = common::ctx();
+    // Stride 1 for the Winograd and padded-NHWC kernels, stride 2 for the GEMM tiles (one group: the padded-NHWC
+    // kernel's condition).
+    let problems = [(1i64, 0i64, [2usize, 32, 9, 10]), (2, 1, [2, 32, 6, 5])];
+    let prepares = |s: &Strategy| {
+        matches!(s, Strategy::Gemm(_) | Strategy::Coop(_) | Strategy::CoopNhwc(_) | Strategy::Winograd(_))
+    };
+    let strategies: Vec<Strategy> =
+        Strategy::candidates_for(ctx, Precision::Fast).into_iter().filter(prepares).collect();
+    for strategy in common::sample(&strategies, 6) {
+        let ctx = common::ctx_with_strategy(strategy);
+        let Some((stride, padding, input)) = problems.into_iter().find(|(stride, padding, input)| {
+            let params = ConvTranspose2dParams::default().stride(*stride).padding(*padding);
+            params.resolve(input, &[32, 64, 3, 3], Some(&[64])).is_ok_and(|shape| strategy.computes(ctx, &shape))
+        }) else {
+            continue;
+        };
+        let options = ConvTranspose2dOptions {
+            stride: stride.into(),
+            padding: padding.into(),
+            precision: strategy.precision(),
+            ..Default::default()
+        };
+        let seed = common::fresh_seed();
+        let mut layer = ConvTranspose2d::new(32, 64, 3, options, seed).unwrap().to_gpu(ctx).unwrap();
+        let fresh = |i: u64| Tensor::uniform(input.to_vec(), -1.0, 1.0, seed ^ (i + 1)).unwrap();
+        check(&layer, ctx, strategy, &fresh(1), &format!("first call (seed {seed})"));
+        check(&layer, ctx, strategy, &fresh(2), &format!("second call, prepared weight reused (seed {seed})"));
+        // An SGD step rewrites the weight: the next call prepares it again.
+        let x = GpuTensor::upload(ctx, &fresh(3)).unwrap();
+        let go = GpuTensor::upload(
+            ctx,
+            &Tensor::uniform(layer.forward(&x).unwrap().shape().to_vec(), -1.0, 1.0, seed ^ 9).unwrap(),
+        )
+        .unwrap();
+        let grads = layer.backward(&x, &go).unwrap();
+        layer.sgd_step(&grads, 0.5).unwrap();
+        check(&layer, ctx, strategy, &fresh(4), &format!("after an SGD step (seed {seed})"));
+        // So does a copy into it.
+        let w = Tensor::uniform(vec![32, 64, 3, 3], -0.5, 0.5, seed ^ 5).unwrap();
+        GpuTensor::upload(ctx, &w).unwrap().copy_to(ctx, layer.weight()).unwrap();
+        check(&layer, ctx, strategy, &fresh(5), &format!("after a copy into the weight (seed {seed})"));
+        check(&layer, ctx, strategy, &fresh(6), &format!("and again (seed {seed})"));
+    }
+}
