@@ -31,15 +31,7 @@ fn main() -> convt::Result<()> {
             case.in_channels,
             case.out_channels,
             (case.kernel[0] as i64, case.kernel[1] as i64),
-            ConvTranspose2dOptions {
-                stride: p.stride.into(),
-                padding: p.padding.into(),
-                output_padding: p.output_padding.into(),
-                groups: p.groups,
-                bias: true,
-                dilation: p.dilation.into(),
-                ..Default::default()
-            },
+            ConvTranspose2dOptions { bias: true, ..p },
             42,
         )?;
         let x = Tensor::uniform(case.input_dims(), 0.0, 1.0, 7)?; // torch.rand, as KernelBench draws inputs

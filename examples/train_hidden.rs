@@ -38,8 +38,7 @@ fn main() -> anyhow::Result<()> {
 
     let ctx = GpuContext::new()?;
     println!("adapter: {} ({:?})", ctx.adapter_info().name, ctx.adapter_info().backend);
-    let options =
-        ConvTranspose2dOptions { stride: 2.into(), padding: 1.into(), groups: 2, bias: true, ..Default::default() };
+    let options = ConvTranspose2dOptions::default().stride(2).padding(1).groups(2);
     let hidden = ConvTranspose2d::new(8, 4, 4, options, 1)?;
     let student = ConvTranspose2d::new(8, 4, 4, options, 2)?;
     let hidden_gpu = hidden.to_gpu(&ctx)?;

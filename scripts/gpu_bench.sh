@@ -9,7 +9,8 @@
 #   bash scripts/gpu_bench.sh bench OUTDIR [CONVT_BINARY] [CACHE]   # the rest, with a cache from `tune`
 #
 # OUTDIR gets: tune.json (the tuning cache), log.txt (every tuning time, verification line and benchmark table),
-# and for `bench`/`all` convt_f32.json, convt_fast.json, convt_backward.json, torch.json, torch_backward.json,
+# and for `bench`/`all` convt_f32.json, convt_fast.json, convt_backward.json, convt_layer_f32.json,
+# convt_layer_fast.json (the forward as a layer's repeated calls), torch.json, torch_backward.json,
 # tables.md (forward f32, forward fast, backward), chart_f32.png, chart_fast.png, chart_backward.png.
 # The PyTorch side needs python3 with torch (and matplotlib for the charts).
 set -euo pipefail
@@ -41,6 +42,9 @@ if [ "$what" = all ] || [ "$what" = bench ]; then
   run "$convt" bench --ceilings --runs 20 --json "$out/convt_f32.json"
   run "$convt" bench --precision fast --runs 20 --json "$out/convt_fast.json"
   run "$convt" bench --backward --runs 20 --json "$out/convt_backward.json"
+  # The same forward as a layer's repeated calls, its weight prepared once (against the functional calls above).
+  run "$convt" bench --layer --runs 20 --check-samples 0 --json "$out/convt_layer_f32.json"
+  run "$convt" bench --layer --precision fast --runs 20 --check-samples 0 --json "$out/convt_layer_fast.json"
   run python3 "$here/torch_bench.py" --runs 20 --json "$out/torch.json"
   run python3 "$here/torch_bench.py" --backward --runs 20 --json "$out/torch_backward.json"
   for t in f32 fast backward; do

@@ -10,7 +10,7 @@ use std::sync::Mutex;
 
 use crate::error::Result;
 use crate::gradients::Gradients;
-use crate::params::{ConvShape, ConvTranspose2dParams};
+use crate::params::{ConvShape, ConvTranspose2dOptions};
 use crate::tensor::{filled_vec, to_f32_vec, Tensor};
 
 /// `conv_transpose2d` on the CPU in f64, rounded to f32 at the end. Validates exactly like the GPU path.
@@ -18,7 +18,7 @@ pub fn conv_transpose2d(
     input: &Tensor,
     weight: &Tensor,
     bias: Option<&Tensor>,
-    params: &ConvTranspose2dParams,
+    params: &ConvTranspose2dOptions,
 ) -> Result<Tensor> {
     let shape = params.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?;
     let out = conv_transpose2d_f64(&shape, input.data(), weight.data(), bias.map(|b| b.data()))?;
@@ -94,7 +94,7 @@ pub fn conv_transpose2d_backward(
     weight: &Tensor,
     bias: Option<&Tensor>,
     grad_output: &Tensor,
-    params: &ConvTranspose2dParams,
+    params: &ConvTranspose2dOptions,
 ) -> Result<Gradients> {
     let shape = params.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?;
     shape.check_grad_output(grad_output.shape())?;

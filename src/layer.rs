@@ -14,57 +14,17 @@ use crate::gpu::plan::PreparedWeights;
 use crate::gpu::{self, GpuContext, GpuGradients, GpuTensor};
 use crate::gradients::Gradients;
 use crate::io::{save_tensors, TensorFile};
-use crate::params::{ConvTranspose2dParams, Hw};
+use crate::params::{ConvTranspose2dOptions, Hw};
 use crate::precision::Precision;
 use crate::tensor::Tensor;
-
-/// The keyword arguments of `nn.ConvTranspose2d`, with PyTorch's defaults.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ConvTranspose2dOptions {
-    pub stride: Hw,
-    pub padding: Hw,
-    pub output_padding: Hw,
-    pub groups: i64,
-    pub bias: bool,
-    pub dilation: Hw,
-    /// The forward's arithmetic on the GPU: exact f32 (default) or `fast` (f16 operands, f32 accumulation;
-    /// see [`Precision`]). The CPU reference and the backward pass are exact either way.
-    pub precision: Precision,
-}
-
-impl Default for ConvTranspose2dOptions {
-    fn default() -> Self {
-        Self {
-            stride: Hw([1, 1]),
-            padding: Hw([0, 0]),
-            output_padding: Hw([0, 0]),
-            groups: 1,
-            bias: true,
-            dilation: Hw([1, 1]),
-            precision: Precision::F32,
-        }
-    }
-}
-
-impl ConvTranspose2dOptions {
-    pub fn params(&self) -> ConvTranspose2dParams {
-        ConvTranspose2dParams {
-            stride: self.stride.0,
-            padding: self.padding.0,
-            output_padding: self.output_padding.0,
-            dilation: self.dilation.0,
-            groups: self.groups,
-        }
-    }
-}
 
 /// A transposed-convolution layer: weight `[Cin, Cout/groups, kH, kW]`, optional bias `[Cout]`, options.
 #[derive(Debug, Clone)]
 pub struct ConvTranspose2d {
-    params: ConvTranspose2dParams,
+    /// Its options; `bias` is whether `bias` holds a tensor.
+    params: ConvTranspose2dOptions,
     weight: Tensor,
     bias: Option<Tensor>,
-    precision: Precision,
 }
 
 impl ConvTranspose2d {
@@ -77,7 +37,7 @@ impl ConvTranspose2d {
         options: ConvTranspose2dOptions,
         seed: u64,
     ) -> Result<Self> {
-        let params = options.params();
+        let params = options;
         params.validate()?;
         let groups = params.groups as usize;
         if !in_channels.is_multiple_of(groups) {
@@ -102,25 +62,25 @@ impl ConvTranspose2d {
             .bias
             .then(|| Tensor::uniform(vec![out_channels], -bound, bound, seed.wrapping_add(0x9e37_79b9_7f4a_7c15)))
             .transpose()?;
-        Ok(Self { params, weight, bias, precision: options.precision })
+        Ok(Self { params, weight, bias })
     }
 
     /// A layer with the given weight `[Cin, Cout/groups, kH, kW]` and optional bias `[Cout]`.
-    pub fn from_weights(weight: Tensor, bias: Option<Tensor>, params: ConvTranspose2dParams) -> Result<Self> {
+    pub fn from_weights(weight: Tensor, bias: Option<Tensor>, params: ConvTranspose2dOptions) -> Result<Self> {
         params.validate()?;
         params.check_weight(weight.shape(), bias.as_ref().map(|b| b.shape()))?;
-        Ok(Self { params, weight, bias, precision: Precision::F32 })
+        Ok(Self { params: ConvTranspose2dOptions { bias: bias.is_some(), ..params }, weight, bias })
     }
 
     /// The forward's arithmetic on the GPU (see [`ConvTranspose2dOptions::precision`]).
     pub fn precision(&self) -> Precision {
-        self.precision
+        self.params.precision
     }
     pub fn set_precision(&mut self, precision: Precision) {
-        self.precision = precision;
+        self.params.precision = precision;
     }
 
-    pub fn params(&self) -> &ConvTranspose2dParams {
+    pub fn options(&self) -> &ConvTranspose2dOptions {
         &self.params
     }
     pub fn weight(&self) -> &Tensor {
@@ -149,7 +109,15 @@ impl ConvTranspose2d {
 
     /// [`Self::backward_cpu`] on the GPU: upload, run, read back.
     pub fn backward(&self, ctx: &GpuContext, input: &Tensor, grad_output: &Tensor) -> Result<Gradients> {
-        gpu::conv_transpose2d_backward_host(ctx, input, &self.weight, self.bias.as_ref(), grad_output, &self.params)
+        // Validated before any upload, so bad input fails the same way as on the CPU.
+        let bias = self.bias.as_ref();
+        self.params
+            .resolve(input.shape(), self.weight.shape(), bias.map(|b| b.shape()))?
+            .check_grad_output(grad_output.shape())?;
+        let (x, w) = (GpuTensor::upload(ctx, input)?, GpuTensor::upload(ctx, &self.weight)?);
+        let b = bias.map(|b| GpuTensor::upload(ctx, b)).transpose()?;
+        let go = GpuTensor::upload(ctx, grad_output)?;
+        gpu::conv_transpose2d_backward(ctx, &x, &w, b.as_ref(), &go, &self.params)?.download(ctx)
     }
 
     /// Replaces the weight with one of the same size.
@@ -250,15 +218,13 @@ impl ConvTranspose2d {
                 weight.shape()
             )));
         }
-        let mut layer = Self::from_weights(weight, bias, options.params())?;
-        layer.set_precision(options.precision);
-        Ok(layer)
+        Self::from_weights(weight, bias, options)
     }
 
     /// Replaces the parameters with those of a state_dict file, strictly: the same tensors with the same sizes.
     pub fn load_state_dict(&mut self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
-        let options = ConvTranspose2dOptions { bias: self.bias.is_some(), ..self.options() };
+        let options = *self.options();
         let loaded = Self::from_state_dict(path, options)?;
         if loaded.weight.shape() != self.weight.shape() {
             return Err(ConvtError::StateDict {
@@ -274,25 +240,14 @@ impl ConvTranspose2d {
         Ok(())
     }
 
-    /// The layer's options (stride, padding, ...), as given to [`Self::new`].
-    pub fn options(&self) -> ConvTranspose2dOptions {
-        let p = &self.params;
-        ConvTranspose2dOptions {
-            stride: Hw(p.stride),
-            padding: Hw(p.padding),
-            output_padding: Hw(p.output_padding),
-            groups: p.groups,
-            bias: self.bias.is_some(),
-            dilation: Hw(p.dilation),
-            precision: self.precision,
-        }
-    }
-
     /// Runs on the GPU: upload the input, run, read back. For several calls, keep the weights resident with
     /// [`Self::to_gpu`].
     pub fn forward(&self, ctx: &GpuContext, input: &Tensor) -> Result<Tensor> {
-        gpu::conv_transpose2d_host_as(ctx, self.precision, input, &self.weight, self.bias.as_ref(), &self.params)
-            .map(|(output, _)| output)
+        let bias = self.bias.as_ref();
+        self.params.resolve(input.shape(), self.weight.shape(), bias.map(|b| b.shape()))?;
+        let (x, w) = (GpuTensor::upload(ctx, input)?, GpuTensor::upload(ctx, &self.weight)?);
+        let b = bias.map(|b| GpuTensor::upload(ctx, b)).transpose()?;
+        gpu::conv_transpose2d(ctx, &x, &w, b.as_ref(), &self.params)?.download(ctx)
     }
 
     /// The layer with its weights uploaded once, for GPU-resident inputs and outputs.
@@ -300,7 +255,6 @@ impl ConvTranspose2d {
         Ok(GpuConvTranspose2d {
             ctx,
             params: self.params,
-            precision: self.precision,
             weight: GpuTensor::upload(ctx, &self.weight)?,
             bias: self.bias.as_ref().map(|b| GpuTensor::upload(ctx, b)).transpose()?,
             prepared: Default::default(),
@@ -311,8 +265,7 @@ impl ConvTranspose2d {
 /// A [`ConvTranspose2d`] whose weights live on the GPU.
 pub struct GpuConvTranspose2d<'c> {
     ctx: &'c GpuContext,
-    params: ConvTranspose2dParams,
-    precision: Precision,
+    params: ConvTranspose2dOptions,
     weight: GpuTensor,
     bias: Option<GpuTensor>,
     /// The weight as the kernels that ran read it, prepared once and reused while it does not change.
@@ -339,7 +292,7 @@ impl GpuConvTranspose2d<'_> {
     ) -> Result<gpu::Strategy> {
         let bias = self.bias.as_ref();
         let shape = self.params.resolve(input.shape(), self.weight.shape(), bias.map(|b| b.shape()))?;
-        let strategy = gpu::select::forward(self.ctx, &shape, bias.is_some(), self.precision);
+        let strategy = gpu::select::forward(self.ctx, &shape, bias.is_some(), self.params.precision);
         let prepared = self.prepared.get(self.ctx, strategy, &shape, &self.weight)?;
         let weight = Weight { tensor: &self.weight, prepared: prepared.as_deref() };
         gpu::forward_prepared(self.ctx, strategy, &shape, input, weight, bias, output, timer)?;
@@ -370,13 +323,11 @@ impl GpuConvTranspose2d<'_> {
 
     /// The layer with its current parameters read back to the host (e.g. to save them).
     pub fn to_host(&self) -> Result<ConvTranspose2d> {
-        let mut layer = ConvTranspose2d::from_weights(
+        ConvTranspose2d::from_weights(
             self.weight.download(self.ctx)?,
             self.bias.as_ref().map(|b| b.download(self.ctx)).transpose()?,
             self.params,
-        )?;
-        layer.set_precision(self.precision);
-        Ok(layer)
+        )
     }
 }
 

@@ -1,8 +1,9 @@
-//! Shape math and validation, shared by every backend: [`ConvTranspose2dParams`] holds the operator's options
+//! Shape math and validation, shared by every backend: [`ConvTranspose2dOptions`] holds the operator's options
 //! exactly as `torch.nn.functional.conv_transpose2d` takes them, and [`ConvShape`] is one validated problem
 //! (input, weight, bias and options resolved together), from which every kernel reads its sizes.
 
 use crate::error::{ConvtError, Result};
+use crate::precision::Precision;
 
 /// A per-axis (height, width) pair. Converts from a single value (both axes, as in PyTorch) or a pair.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -24,25 +25,51 @@ impl From<[i64; 2]> for Hw {
     }
 }
 
-/// The options of a 2-D transposed convolution, per axis as `[height, width]`. Signed like PyTorch's, so the
-/// same rules reject the same values; [`ConvTranspose2dParams::validate`] applies them.
+/// The options of a 2-D transposed convolution: the keyword arguments of `nn.ConvTranspose2d` and
+/// `F.conv_transpose2d`, per axis as `[height, width]`, and the GPU arithmetic. One type for the layer, the
+/// functional calls and the CLI; build it with the methods below, which take a single value (both axes, as in
+/// PyTorch) or a pair: `ConvTranspose2dOptions::default().stride(2).padding(1)`.
+///
+/// Signed like PyTorch's, so the same rules reject the same values ([`ConvTranspose2dOptions::validate`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct ConvTranspose2dParams {
+pub struct ConvTranspose2dOptions {
     pub stride: [i64; 2],
     pub padding: [i64; 2],
     pub output_padding: [i64; 2],
     pub dilation: [i64; 2],
     pub groups: i64,
+    /// Whether a layer built with these options has a bias (`nn.ConvTranspose2d`'s `bias`). The functional calls
+    /// take the bias tensor, or none, instead.
+    pub bias: bool,
+    /// The forward's arithmetic on the GPU: exact f32 (default) or `fast` (f16 operands, f32 accumulation; see
+    /// [`Precision`]). The CPU reference and the backward pass are exact either way.
+    pub precision: Precision,
 }
 
-impl Default for ConvTranspose2dParams {
-    /// PyTorch's defaults: stride 1, padding 0, output_padding 0, dilation 1, groups 1.
+impl Default for ConvTranspose2dOptions {
+    /// PyTorch's defaults: stride 1, padding 0, output_padding 0, dilation 1, groups 1, a bias; exact f32.
     fn default() -> Self {
-        Self { stride: [1, 1], padding: [0, 0], output_padding: [0, 0], dilation: [1, 1], groups: 1 }
+        Self {
+            stride: [1, 1],
+            padding: [0, 0],
+            output_padding: [0, 0],
+            dilation: [1, 1],
+            groups: 1,
+            bias: true,
+            precision: Precision::F32,
+        }
     }
 }
 
-impl ConvTranspose2dParams {
+impl ConvTranspose2dOptions {
+    pub fn bias(mut self, bias: bool) -> Self {
+        self.bias = bias;
+        self
+    }
+    pub fn precision(mut self, precision: Precision) -> Self {
+        self.precision = precision;
+        self
+    }
     pub fn stride(mut self, v: impl Into<Hw>) -> Self {
         self.stride = v.into().0;
         self

@@ -1,7 +1,7 @@
 //! The benchmark suite: KernelBench level 1's seven ConvTranspose2d problems and two decoder shapes. Used by
 //! `convt verify --case` and the benchmarks.
 
-use crate::params::ConvTranspose2dParams;
+use crate::params::ConvTranspose2dOptions;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Case {
@@ -11,7 +11,7 @@ pub struct Case {
     pub out_channels: usize,
     pub in_hw: [usize; 2],
     pub kernel: [usize; 2],
-    pub params: ConvTranspose2dParams,
+    pub params: ConvTranspose2dOptions,
     pub bias: bool,
 }
 
@@ -51,7 +51,15 @@ const fn case(
         out_channels: cout,
         in_hw: hw,
         kernel: k,
-        params: ConvTranspose2dParams { stride, padding, output_padding, dilation, groups },
+        params: ConvTranspose2dOptions {
+            stride,
+            padding,
+            output_padding,
+            dilation,
+            groups,
+            bias,
+            precision: crate::precision::Precision::F32,
+        },
         bias,
     }
 }

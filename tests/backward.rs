@@ -6,7 +6,7 @@
 mod common;
 
 use common::problems::{problems, Problem};
-use convt::gpu::backward::grad_weight::GradWeightKernel;
+use convt::gpu::{GradInputKernel, GradWeightKernel};
 use convt::{cpu, ConvShape, ErrorStats, GpuContext, GpuTensor, Tensor};
 use proptest::prelude::*;
 
@@ -29,7 +29,7 @@ fn close(what: &str, got: &Tensor, reference: &[f64], p: &Problem) -> Result<(),
 fn check(ctx: &GpuContext, p: &Problem) -> Result<(), TestCaseError> {
     let shape = p.shape();
     let (x, w, b, go) = operands(p);
-    let g = convt::gpu::conv_transpose2d_backward_host(ctx, &x, &w, b.as_ref(), &go, &p.params).unwrap();
+    let g = common::backward_host(ctx, &x, &w, b.as_ref(), &go, &p.params).unwrap();
     prop_assert_eq!(g.grad_input.shape(), &shape.input_dims_as_given()[..]);
     prop_assert_eq!(g.grad_weight.shape(), &shape.weight_dims()[..]);
     close("grad_input", &g.grad_input, &cpu::grad_input_f64(&shape, go.data(), w.data()).unwrap(), p)?;
@@ -106,13 +106,13 @@ fn gradients_are_the_same_bits_on_every_run() {
         input: vec![3, 8, 9, 7],
         weight: vec![8, 6, 3, 4],
         bias: true,
-        params: convt::ConvTranspose2dParams::default().stride((2, 1)).padding((1, 2)).groups(2),
+        params: convt::ConvTranspose2dOptions::default().stride((2, 1)).padding((1, 2)).groups(2),
         seed: common::fresh_seed(),
     };
     let (x, w, b, go) = operands(&p);
     // A binding of the weight's size (8*6*3*4 floats) splits x and grad_output over many chunks.
     for ctx in [common::ctx(), &common::ctx_with_binding_limit(4 * 8 * 6 * 3 * 4, None)] {
-        let run = || convt::gpu::conv_transpose2d_backward_host(ctx, &x, &w, b.as_ref(), &go, &p.params).unwrap();
+        let run = || common::backward_host(ctx, &x, &w, b.as_ref(), &go, &p.params).unwrap();
         let first = run();
         for _ in 0..3 {
             assert!(run() == first, "gradients differ between runs (seed {})", p.seed);
@@ -122,11 +122,11 @@ fn gradients_are_the_same_bits_on_every_run() {
 
 #[test]
 fn unbatched_input_gives_unbatched_grad_input() {
-    let params = convt::ConvTranspose2dParams::default().stride(2).padding(1).output_padding(1);
+    let params = convt::ConvTranspose2dOptions::default().stride(2).padding(1).output_padding(1);
     let x = Tensor::uniform(vec![3, 4, 5], -1.0, 1.0, common::fresh_seed()).unwrap();
     let w = Tensor::uniform(vec![3, 2, 3, 3], -1.0, 1.0, common::fresh_seed()).unwrap();
     let go = Tensor::uniform(vec![2, 8, 10], -1.0, 1.0, common::fresh_seed()).unwrap();
-    let gpu = convt::gpu::conv_transpose2d_backward_host(common::ctx(), &x, &w, None, &go, &params).unwrap();
+    let gpu = common::backward_host(common::ctx(), &x, &w, None, &go, &params).unwrap();
     let cpu = cpu::conv_transpose2d_backward(&x, &w, None, &go, &params).unwrap();
     assert_eq!(gpu.grad_input.shape(), &[3, 4, 5]);
     assert_eq!(cpu.grad_input.shape(), &[3, 4, 5]);
@@ -141,7 +141,7 @@ fn grad_bias_is_exact_to_f32_when_its_terms_nearly_cancel() {
     // grad_bias erred by 4.7e-5 relative. Here 1296 terms of magnitude up to 1 sum to about 0.01 (the sum of
     // their magnitudes is near 650): plain f32 sums err by about 1e-4 relative, compensated ones by about 1e-7.
     let ctx = common::ctx();
-    let params = convt::ConvTranspose2dParams::default();
+    let params = convt::ConvTranspose2dOptions::default();
     let shape = params.resolve(&[4, 1, 16, 16], &[1, 1, 3, 3], Some(&[1])).unwrap();
     let x = Tensor::uniform(shape.input_dims(), -1.0, 1.0, 11).unwrap();
     let w = Tensor::uniform(shape.weight_dims(), -1.0, 1.0, 12).unwrap();
@@ -159,19 +159,19 @@ fn grad_bias_is_exact_to_f32_when_its_terms_nearly_cancel() {
         "the test's sum must nearly cancel: {} of {magnitudes}",
         reference[0]
     );
-    let g = convt::gpu::conv_transpose2d_backward_host(ctx, &x, &w, Some(&b), &go, &params).unwrap();
+    let g = common::backward_host(ctx, &x, &w, Some(&b), &go, &params).unwrap();
     let s = ErrorStats::compare(g.grad_bias.as_ref().unwrap().data(), &reference);
     assert!(s.rel_l2 <= common::F32_TOLERANCE, "grad_bias: rel L2 {:e} (sum {})", s.rel_l2, reference[0]);
 }
 
 #[test]
 fn grad_output_of_the_wrong_size_is_rejected_by_both_backends() {
-    let params = convt::ConvTranspose2dParams::default().stride(2);
+    let params = convt::ConvTranspose2dOptions::default().stride(2);
     let x = Tensor::uniform(vec![1, 3, 4, 4], -1.0, 1.0, 1).unwrap();
     let w = Tensor::uniform(vec![3, 2, 3, 3], -1.0, 1.0, 2).unwrap();
     let go = Tensor::uniform(vec![1, 2, 9, 8], -1.0, 1.0, 3).unwrap(); // the output is [1, 2, 9, 9]
     let cpu_err = cpu::conv_transpose2d_backward(&x, &w, None, &go, &params).unwrap_err();
-    let gpu_err = convt::gpu::conv_transpose2d_backward_host(common::ctx(), &x, &w, None, &go, &params).unwrap_err();
+    let gpu_err = common::backward_host(common::ctx(), &x, &w, None, &go, &params).unwrap_err();
     for e in [&cpu_err, &gpu_err] {
         assert!(matches!(e, convt::ConvtError::GradOutputShape { .. }), "{e}");
         assert_eq!(
@@ -184,12 +184,13 @@ fn grad_output_of_the_wrong_size_is_rejected_by_both_backends() {
 #[test]
 fn gradient_tensors_of_the_wrong_size_are_rejected() {
     let ctx = common::ctx();
-    let params = convt::ConvTranspose2dParams::default();
+    let params = convt::ConvTranspose2dOptions::default();
     let up = |dims: Vec<usize>| GpuTensor::upload(ctx, &Tensor::uniform(dims, -1.0, 1.0, 5).unwrap()).unwrap();
     let (x, w, go) = (up(vec![1, 3, 4, 4]), up(vec![3, 2, 3, 3]), up(vec![1, 2, 6, 6]));
     let mut grads = convt::GpuGradients::empty(ctx, &x, &w, None, &params).unwrap();
     grads.grad_weight = up(vec![3, 2, 3, 2]);
-    let e = convt::gpu::conv_transpose2d_backward_into(ctx, &x, &w, None, &go, &params, &grads, None).unwrap_err();
+    let e = convt::gpu::conv_transpose2d_backward_into(ctx, &x, &w, None, &go, &params, &grads, Default::default())
+        .unwrap_err();
     assert!(matches!(e, convt::ConvtError::ShapeMismatch { .. }), "{e}");
 }
 
@@ -209,12 +210,19 @@ fn mse_gradient_on_the_gpu_is_two_over_n_times_the_difference() {
 }
 
 /// Parameters from stride, padding, output padding, dilation and groups.
-fn params(s: [i64; 2], pad: [i64; 2], op: [i64; 2], d: [i64; 2], g: i64) -> convt::ConvTranspose2dParams {
-    convt::ConvTranspose2dParams { stride: s, padding: pad, output_padding: op, dilation: d, groups: g }
+fn params(s: [i64; 2], pad: [i64; 2], op: [i64; 2], d: [i64; 2], g: i64) -> convt::ConvTranspose2dOptions {
+    convt::ConvTranspose2dOptions {
+        stride: s,
+        padding: pad,
+        output_padding: op,
+        dilation: d,
+        groups: g,
+        ..Default::default()
+    }
 }
 
 /// A problem with a bias and fresh random tensors.
-fn with_bias(input: &[usize], weight: &[usize], params: convt::ConvTranspose2dParams) -> Problem {
+fn with_bias(input: &[usize], weight: &[usize], params: convt::ConvTranspose2dOptions) -> Problem {
     Problem { input: input.to_vec(), weight: weight.to_vec(), bias: true, params, seed: common::fresh_seed() }
 }
 
@@ -222,12 +230,13 @@ fn with_bias(input: &[usize], weight: &[usize], params: convt::ConvTranspose2dPa
 fn stride_one_grad_input_runs_through_every_forward_strategy() {
     // The configurations whose grad_input is a transposed convolution (stride 1, no output_padding, padding
     // <= dilation*(k-1)), each with every algorithm and tile forced, so every GEMM variant computes grad_input.
-    let p = |pad: [i64; 2], d: [i64; 2], g: i64| convt::ConvTranspose2dParams {
+    let p = |pad: [i64; 2], d: [i64; 2], g: i64| convt::ConvTranspose2dOptions {
         stride: [1, 1],
         padding: pad,
         output_padding: [0, 0],
         dilation: d,
         groups: g,
+        ..Default::default()
     };
     let cases = [
         (vec![2, 16, 7, 9], vec![16, 24, 3, 3], p([0, 0], [1, 1], 1)),
@@ -236,7 +245,7 @@ fn stride_one_grad_input_runs_through_every_forward_strategy() {
     ];
     for (input, weight, params) in cases {
         let shape = params.resolve(&input, &weight, None).unwrap();
-        assert!(convt::gpu::backward::grad_input::as_transposed_convolution(&shape).is_some(), "{shape:?}");
+        assert!(GradInputKernel::transposed_problem(&shape).is_some(), "{shape:?}");
         for strategy in common::sample(&convt::gpu::Strategy::candidates(), 4) {
             let prob = with_bias(&input, &weight, params);
             check(common::ctx_with_strategy(strategy), &prob).unwrap_or_else(|e| panic!("{}: {e}", strategy.name()));
@@ -262,10 +271,12 @@ fn strided_grad_input_runs_on_every_gemm_tile() {
         (vec![2, 48, 5, 6], vec![48, 12, 3, 2], p([2, 1], [1, 2], [1, 0], [2, 1], 2)),
     ];
     let mut strategies = vec![None];
-    strategies.extend(convt::gpu::forward::gemm::TILES.iter().map(|t| Some(convt::gpu::Strategy::Gemm(*t))));
+    strategies.extend(
+        convt::gpu::Strategy::candidates().into_iter().filter(|s| matches!(s, convt::gpu::Strategy::Gemm(_))).map(Some),
+    );
     for (input, weight, params) in cases {
         let shape = params.resolve(&input, &weight, None).unwrap();
-        assert!(convt::gpu::backward::grad_input::as_transposed_convolution(&shape).is_none(), "{shape:?}");
+        assert!(GradInputKernel::transposed_problem(&shape).is_none(), "{shape:?}");
         for strategy in &common::sample(&strategies, 3) {
             let prob = with_bias(&input, &weight, params);
             let ctx = match strategy {
@@ -281,7 +292,7 @@ fn strided_grad_input_runs_on_every_gemm_tile() {
 fn many_channels_span_several_grad_weight_tiles() {
     // More than 64 input and output channels per group: several 64 x 64 tiles of the grad_weight GEMM per group,
     // the last ones partial, with groups; split-K over a batch of 3.
-    let params = convt::ConvTranspose2dParams::default().stride((2, 1)).padding((1, 0)).groups(2);
+    let params = convt::ConvTranspose2dOptions::default().stride((2, 1)).padding((1, 0)).groups(2);
     let p = Problem {
         input: vec![3, 160, 4, 5],
         weight: vec![160, 70, 2, 3],
@@ -301,7 +312,7 @@ fn grad_weight_is_right_with_every_tile_size() {
     for (cin, cout, groups, stride) in
         [(12usize, 6usize, 2i64, 1i64), (16, 16, 1, 1), (24, 20, 1, 1), (32, 8, 1, 1), (40, 36, 1, 3)]
     {
-        let params = convt::ConvTranspose2dParams::default().stride((stride, 1)).padding((1, 0)).groups(groups);
+        let params = convt::ConvTranspose2dOptions::default().stride((stride, 1)).padding((1, 0)).groups(groups);
         let p = Problem {
             input: vec![2, cin, 5, 4],
             weight: vec![cin, cout / groups as usize, 3, 2],
@@ -316,7 +327,16 @@ fn grad_weight_is_right_with_every_tile_size() {
         };
         check(common::ctx(), &p).unwrap();
     }
-    assert_eq!(sizes.into_iter().collect::<Vec<_>>(), convt::gpu::backward::grad_weight::TILES.to_vec());
+    assert_eq!(
+        sizes.into_iter().collect::<Vec<_>>(),
+        GradWeightKernel::all()
+            .into_iter()
+            .filter_map(|k| match k {
+                GradWeightKernel::Taps(t) => Some(t),
+                GradWeightKernel::Rows => None,
+            })
+            .collect::<Vec<_>>()
+    );
 }
 
 #[test]

@@ -228,8 +228,8 @@ const BACKWARD_FLAGS: [&str; 10] =
     ["--stride", "2,3", "--padding", "1,0", "--output-padding", "1,2", "--dilation", "2,1", "--groups", "2"];
 
 /// The same options as [`BACKWARD_FLAGS`], for the library.
-fn backward_params() -> convt::ConvTranspose2dParams {
-    convt::ConvTranspose2dParams::default()
+fn backward_params() -> convt::ConvTranspose2dOptions {
+    convt::ConvTranspose2dOptions::default()
         .stride([2, 3])
         .padding([1, 0])
         .output_padding([1, 2])
@@ -531,10 +531,10 @@ fn bad_precision_values_are_usage_errors() {
 }
 
 #[test]
-fn tune_backward_keeps_grad_inputs_kernel_and_bench_runs_it() {
-    // `convt tune --backward` on a strided case times grad_input's kernels and keeps the winner under the case's
-    // grad_input key; `convt bench --backward` runs the kernel that key names (rewritten here to one the untuned
-    // choice is not, so that a bench ignoring the cache fails) and says so.
+fn tune_backward_keeps_both_gradients_kernels_and_bench_runs_them() {
+    // `convt tune --backward` on a strided case times grad_input's kernels, then grad_weight's, and keeps each
+    // winner under the case's grad_input and grad_weight keys; `convt bench --backward` runs the kernels those keys
+    // name (rewritten here to ones the untuned choice is not, so that a bench ignoring the cache fails) and says so.
     let dir = common::TempDir::new("cli-tune-backward");
     let cache = dir.path("tune.json");
     let small = ["--case", "dcgan", "--batch", "1", "--runs", "1"];
@@ -546,21 +546,30 @@ fn tune_backward_keeps_grad_inputs_kernel_and_bench_runs_it() {
     assert!(text(&out.stdout).contains("->"), "{}", describe(&args, &out));
     let mut json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cache).unwrap()).unwrap();
     let entries = json["entries"].as_object_mut().unwrap();
-    assert_eq!(entries.len(), 1, "{entries:?}");
-    let (key, entry) = entries.iter_mut().next().unwrap();
-    assert!(key.ends_with(" | grad_input") && key.contains("N1 Cin512 Cout256"), "{key}");
-    let winner = entry["strategy"].as_str().unwrap();
-    assert!(winner == "gather" || winner.starts_with("gemm_"), "{winner}");
+    assert_eq!(entries.len(), 2, "{entries:?}");
+    for (key, entry) in entries.iter_mut() {
+        assert!(key.contains("N<=1 Cin512 Cout256"), "{key}");
+        let winner = entry["strategy"].as_str().unwrap().to_string();
+        if key.contains(" | grad_input f32 | ") {
+            assert!(winner == "gather" || winner.starts_with("gemm_"), "{winner}");
+            entry["strategy"] = "gather".into();
+        } else {
+            assert!(key.contains(" | grad_weight f32 | "), "{key}");
+            assert!(winner.starts_with("grad_weight_"), "{winner}");
+            entry["strategy"] = "grad_weight_16".into();
+        }
+    }
 
     let mut args = vec!["bench", "--backward"];
     args.extend(small);
     let empty = dir.path("empty.json");
     let untuned = convt_with_env(&args, &[("CONVT_TUNE_CACHE", &empty)], &["CONVT_STRATEGY"]);
     assert_eq!(untuned.status.code(), Some(0), "{}", describe(&args, &untuned));
-    assert!(text(&untuned.stdout).contains("grad_input gemm_"), "{}", describe(&args, &untuned));
-    entry["strategy"] = "gather".into();
+    let said = text(&untuned.stdout);
+    assert!(said.contains("grad_input gemm_") && said.contains("grad_weight_64"), "{}", describe(&args, &untuned));
     std::fs::write(&cache, serde_json::to_string(&json).unwrap()).unwrap();
     let tuned = convt_with_env(&args, &[("CONVT_TUNE_CACHE", &cache)], &["CONVT_STRATEGY"]);
     assert_eq!(tuned.status.code(), Some(0), "{}", describe(&args, &tuned));
-    assert!(text(&tuned.stdout).contains("grad_input gather"), "{}", describe(&args, &tuned));
+    let said = text(&tuned.stdout);
+    assert!(said.contains("grad_input gather") && said.contains("grad_weight_16"), "{}", describe(&args, &tuned));
 }

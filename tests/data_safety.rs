@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use common::cli::{convt, convt_fails, convt_ok, describe, s, text};
 use convt::io::{save_tensors, OutputFile, TensorFile};
-use convt::{ConvTranspose2dParams, ConvtError, Tensor};
+use convt::{ConvTranspose2dOptions, ConvtError, Tensor};
 
 #[cfg(unix)]
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
@@ -294,10 +294,10 @@ fn the_cli_keeps_an_existing_files_mode_and_gives_a_new_one_the_umasks() {
 
 /// A valid problem whose output (about 2^46 elements, 2^48 bytes of f32) no machine can hold, within the
 /// addressable size: input [1, 1, 2, 2], a 1x1 kernel, stride 2^23.
-fn oversized_problem() -> (Tensor, Tensor, ConvTranspose2dParams) {
+fn oversized_problem() -> (Tensor, Tensor, ConvTranspose2dOptions) {
     let x = Tensor::uniform(vec![1, 1, 2, 2], -1.0, 1.0, common::fresh_seed()).unwrap();
     let w = Tensor::uniform(vec![1, 1, 1, 1], -1.0, 1.0, common::fresh_seed()).unwrap();
-    (x, w, ConvTranspose2dParams::default().stride(1 << 23))
+    (x, w, ConvTranspose2dOptions::default().stride(1 << 23))
 }
 
 #[cfg(target_os = "linux")]

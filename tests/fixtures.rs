@@ -7,7 +7,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use convt::io::TensorFile;
-use convt::{ConvTranspose2dParams, ErrorStats, Gradients, Tensor};
+use convt::{ConvTranspose2dOptions, ErrorStats, Gradients, Tensor};
 
 struct Fixture {
     name: String,
@@ -15,7 +15,7 @@ struct Fixture {
     weight: Tensor,
     bias: Option<Tensor>,
     expected: Tensor,
-    params: ConvTranspose2dParams,
+    params: ConvTranspose2dOptions,
     /// A random gradient of the output and PyTorch autograd's gradients for it.
     grad_output: Tensor,
     expected_grads: Gradients,
@@ -43,12 +43,13 @@ fn load_fixtures() -> Vec<Fixture> {
                 let v = meta[k].as_array().expect("pair");
                 [v[0].as_i64().expect("int"), v[1].as_i64().expect("int")]
             };
-            let params = ConvTranspose2dParams {
+            let params = ConvTranspose2dOptions {
                 stride: pair("stride"),
                 padding: pair("padding"),
                 output_padding: pair("output_padding"),
                 dilation: pair("dilation"),
                 groups: meta["groups"].as_i64().expect("groups"),
+                ..Default::default()
             };
             Fixture {
                 name: path.file_stem().unwrap().to_string_lossy().into_owned(),
@@ -92,7 +93,7 @@ fn every_gpu_strategy_matches_pytorch() {
         let ctx = common::ctx_with_strategy(strategy);
         let chosen = common::sample(&names, 3);
         for f in fixtures.iter().filter(|f| chosen.contains(&f.name.as_str())) {
-            let out = convt::gpu::conv_transpose2d_host(ctx, &f.input, &f.weight, f.bias.as_ref(), &f.params).unwrap();
+            let out = common::forward_host(ctx, &f.input, &f.weight, f.bias.as_ref(), &f.params).unwrap();
             let s = stats(&out, &f.expected);
             assert!(s.rel_l2 <= common::F32_TOLERANCE, "{} with {}: rel L2 {:e}", f.name, strategy.name(), s.rel_l2);
         }
@@ -103,7 +104,7 @@ fn every_gpu_strategy_matches_pytorch() {
 fn gpu_matches_pytorch() {
     let ctx = common::ctx();
     for f in load_fixtures() {
-        let out = convt::gpu::conv_transpose2d_host(ctx, &f.input, &f.weight, f.bias.as_ref(), &f.params).unwrap();
+        let out = common::forward_host(ctx, &f.input, &f.weight, f.bias.as_ref(), &f.params).unwrap();
         let s = stats(&out, &f.expected);
         assert!(s.rel_l2 <= common::F32_TOLERANCE, "{}: rel L2 {:e} ({} non-finite)", f.name, s.rel_l2, s.non_finite);
     }
@@ -170,15 +171,7 @@ fn cpu_gradients_match_pytorch_autograd() {
 fn gpu_gradients_match_pytorch_autograd() {
     let ctx = common::ctx();
     for f in load_fixtures() {
-        let g = convt::gpu::conv_transpose2d_backward_host(
-            ctx,
-            &f.input,
-            &f.weight,
-            f.bias.as_ref(),
-            &f.grad_output,
-            &f.params,
-        )
-        .unwrap();
+        let g = common::backward_host(ctx, &f.input, &f.weight, f.bias.as_ref(), &f.grad_output, &f.params).unwrap();
         check_gradients(&f, &g, "gpu");
     }
 }
@@ -192,15 +185,7 @@ fn gpu_gradients_match_pytorch_autograd_with_tensors_split_over_many_bindings() 
             .max()
             .unwrap();
         let ctx = common::ctx_with_binding_limit(limit as u64, None);
-        let g = convt::gpu::conv_transpose2d_backward_host(
-            &ctx,
-            &f.input,
-            &f.weight,
-            f.bias.as_ref(),
-            &f.grad_output,
-            &f.params,
-        )
-        .unwrap();
+        let g = common::backward_host(&ctx, &f.input, &f.weight, f.bias.as_ref(), &f.grad_output, &f.params).unwrap();
         check_gradients(&f, &g, "gpu, split bindings");
     }
 }
@@ -223,12 +208,13 @@ fn validation_agrees_with_pytorch() {
     let records = doc["functional"].as_array().unwrap();
     assert!(records.len() >= 20);
     for r in records {
-        let params = ConvTranspose2dParams {
+        let params = ConvTranspose2dOptions {
             stride: pair(&r["stride"]),
             padding: pair(&r["padding"]),
             output_padding: pair(&r["output_padding"]),
             dilation: pair(&r["dilation"]),
             groups: r["groups"].as_i64().unwrap(),
+            ..Default::default()
         };
         let bias = r["bias"].as_u64().map(|b| vec![b as usize]);
         let got = params.resolve(&dims(&r["input"]), &dims(&r["weight"]), bias.as_deref());

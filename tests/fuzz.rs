@@ -1,7 +1,7 @@
 //! Fuzzing on the stable toolchain (cargo-fuzz needs nightly): a seeded random-input loop per target, each input
 //! run under `catch_unwind`, each result checked against an independent oracle.
 //!
-//! * `fuzz_params`: random `ConvTranspose2dParams` (i64 values across the whole range, extremes included) and
+//! * `fuzz_params`: random `ConvTranspose2dOptions` (i64 values across the whole range, extremes included) and
 //!   random input / weight / bias sizes (0 and huge included) into `params.resolve`. It must never panic, and its
 //!   answer must be the one an independent re-implementation of the rules predicts, computed in u128 / i128: the
 //!   same error variant (with the same values), or the same sizes, the output's from the output-size formula and
@@ -27,8 +27,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use convt::io::{save_tensors, TensorFile};
-use convt::params::MAX_TENSOR_BYTES;
-use convt::{ConvTranspose2dParams, ConvtError, Tensor};
+use convt::MAX_TENSOR_BYTES;
+use convt::{ConvTranspose2dOptions, ConvtError, Tensor};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -187,7 +187,7 @@ fn dims(rng: &mut StdRng, hostile: f64, usual_rank: usize) -> Vec<usize> {
 
 #[derive(Debug, Clone)]
 struct Case {
-    params: ConvTranspose2dParams,
+    params: ConvTranspose2dOptions,
     input: Vec<usize>,
     weight: Vec<usize>,
     bias: Option<Vec<usize>>,
@@ -204,12 +204,13 @@ fn any_case(rng: &mut StdRng) -> Case {
             [h, any_i64(rng, hostile, lo, hi)]
         }
     };
-    let params = ConvTranspose2dParams {
+    let params = ConvTranspose2dOptions {
         stride: pair(rng, 1, 4),
         padding: pair(rng, 0, 3),
         output_padding: pair(rng, 0, 2),
         dilation: pair(rng, 1, 3),
         groups: any_i64(rng, hostile, 1, 4),
+        ..Default::default()
     };
     let rank = if rng.random_range(0..4) == 0 { 3 } else { 4 };
     let input = dims(rng, hostile, rank);

@@ -12,15 +12,15 @@ use std::process::{Command, Output};
 
 use convt::gpu::{GpuOptions, Strategy};
 use convt::io::{save_tensors, TensorFile};
-use convt::params::MAX_TENSOR_BYTES;
-use convt::{ConvTranspose2dParams, ConvtError, GpuContext, GpuTensor, Tensor};
+use convt::MAX_TENSOR_BYTES;
+use convt::{ConvTranspose2dOptions, ConvtError, GpuContext, GpuTensor, Tensor};
 
 // ---------------------------------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------------------------------
 
-fn p() -> ConvTranspose2dParams {
-    ConvTranspose2dParams::default()
+fn p() -> ConvTranspose2dOptions {
+    ConvTranspose2dOptions::default()
 }
 
 fn rand(shape: &[usize], seed: u64) -> Tensor {
@@ -424,7 +424,7 @@ fn host_tensors_over_isize_max_bytes_are_size_overflow_not_a_panic() {
         assert!(matches!(&e, ConvtError::SizeOverflow { shape: s } if *s == shape), "{shape:?}: {e:?}");
     }
     // Just at the limit the count is accepted (checked without allocating).
-    assert_eq!(convt::params::checked_numel(&[limit_elems]).unwrap(), limit_elems);
+    assert_eq!(convt::checked_numel(&[limit_elems]).unwrap(), limit_elems);
 }
 
 #[test]
@@ -495,7 +495,7 @@ fn output_dimension_beyond_usize_is_output_too_large() {
 
 fn index_range_error(ctx: &GpuContext, stride: i64) -> convt::Result<Tensor> {
     let (x, w) = (rand(&[1, 1, 1, 1], 1), rand(&[1, 1, 1, 1], 2));
-    convt::gpu::conv_transpose2d_host(ctx, &x, &w, None, &p().stride(stride))
+    common::forward_host(ctx, &x, &w, None, &p().stride(stride))
 }
 
 #[test]
@@ -521,11 +521,11 @@ fn stride_past_the_32_bit_index_range_is_rejected_by_every_kernel_without_alloca
     }
     // The backward pass checks the same range.
     let go = rand(&[1, 1, 1, 1], 3);
-    let e = convt::gpu::conv_transpose2d_backward_host(common::ctx(), &x, &w, None, &go, &params).unwrap_err();
+    let e = common::backward_host(common::ctx(), &x, &w, None, &go, &params).unwrap_err();
     assert!(matches!(&e, ConvtError::InvalidArgument(_)), "{e:?}");
     assert_message(&e, &["exceed the 32-bit index range"]);
     // And the context stays usable.
-    let out = convt::gpu::conv_transpose2d_host(common::ctx(), &x, &w, None, &p()).unwrap();
+    let out = common::forward_host(common::ctx(), &x, &w, None, &p()).unwrap();
     assert_eq!(out.data(), x.data().iter().zip(w.data()).map(|(a, b)| a * b).collect::<Vec<_>>().as_slice());
 }
 
@@ -538,7 +538,7 @@ fn output_plane_past_the_32_bit_range_is_refused_before_allocation() {
     let x = rand(&[1, 1, 1, 1], 1);
     let w = rand(&[1, 1, 2, 1], 2);
     let rows = (1usize << 31) + 1;
-    let e = convt::gpu::conv_transpose2d_host(&ctx, &x, &w, None, &p().dilation([1 << 31, 1])).unwrap_err();
+    let e = common::forward_host(&ctx, &x, &w, None, &p().dilation([1 << 31, 1])).unwrap_err();
     assert!(
         matches!(
             &e,
@@ -566,7 +566,7 @@ fn input_with_zero_channels_is_a_channel_mismatch() {
         assert_message(&e, &["with 0 channels", &format!("{input:?}")]);
         // The GPU path says the same, before any GPU work.
         let x = Tensor::zeros(input.clone()).unwrap();
-        let gpu = convt::gpu::conv_transpose2d_host(common::ctx(), &x, &rand(WEIGHT, 1), None, &p()).unwrap_err();
+        let gpu = common::forward_host(common::ctx(), &x, &rand(WEIGHT, 1), None, &p()).unwrap_err();
         assert_eq!(gpu.to_string(), e.to_string());
     }
 }
@@ -623,7 +623,7 @@ fn empty_batch_backward_gives_zero_weight_and_bias_gradients_on_cpu_and_gpu() {
     assert_zero_gradients("cpu", &cpu, &w);
     // On the GPU no kernel runs: the gradients must still be cleared (outputs are poisoned with NaN here, and a
     // pooled buffer could hold anything).
-    let gpu = convt::gpu::conv_transpose2d_backward_host(common::ctx(), &x, &w, Some(&b), &go, &params).unwrap();
+    let gpu = common::backward_host(common::ctx(), &x, &w, Some(&b), &go, &params).unwrap();
     assert_zero_gradients("gpu", &gpu, &w);
     // A grad_output with a zero where the output has rows is the wrong size.
     let bad = Tensor::zeros(vec![0, 3, 0, 6]).unwrap();
@@ -665,7 +665,7 @@ fn backend_absent_on_this_platform_is_no_adapter() {
 
 #[test]
 fn unknown_backend_name_is_invalid_argument() {
-    let e = convt::gpu::context::parse_backends("vulkan,cuda").unwrap_err();
+    let e = GpuOptions::parse_backends("vulkan,cuda").unwrap_err();
     assert!(matches!(&e, ConvtError::InvalidArgument(_)), "{e:?}");
     assert_eq!(e.to_string(), "unknown GPU backend `cuda` (expected vulkan, metal, dx12, gl or all)");
 }
@@ -686,7 +686,7 @@ fn output_tensor_of_the_wrong_shape_is_a_shape_mismatch() {
     let x = GpuTensor::upload(ctx, &rand(&[1, 4, 5, 5], 1)).unwrap();
     let w = GpuTensor::upload(ctx, &rand(WEIGHT, 2)).unwrap();
     let wrong = GpuTensor::empty(ctx, &[1, 2, 7, 6]).unwrap();
-    let e = convt::gpu::conv_transpose2d_into(ctx, &x, &w, None, &p(), &wrong, None).unwrap_err();
+    let e = convt::gpu::conv_transpose2d_into(ctx, &x, &w, None, &p(), &wrong, Default::default()).unwrap_err();
     assert!(
         matches!(&e, ConvtError::ShapeMismatch { expected, actual } if *expected == [1, 2, 7, 7] && *actual == [1, 2, 7, 6]),
         "{e:?}"

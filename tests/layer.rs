@@ -5,14 +5,14 @@
 mod common;
 
 use convt::gpu::Strategy;
-use convt::{ConvTranspose2d, ConvTranspose2dOptions, ConvTranspose2dParams, ErrorStats, GpuTensor, Precision, Tensor};
+use convt::{ConvTranspose2d, ConvTranspose2dOptions, ErrorStats, GpuTensor, Precision, Tensor};
 
 /// The layer's output for `x` against the f64 reference from its current weights, within the tolerance of the
 /// kernel's precision.
 fn check(layer: &convt::GpuConvTranspose2d<'_>, ctx: &convt::GpuContext, strategy: Strategy, x: &Tensor, what: &str) {
     let xg = GpuTensor::upload(ctx, x).unwrap();
     let host = layer.to_host().unwrap();
-    let shape = host.params().resolve(x.shape(), host.weight().shape(), host.bias().map(|b| b.shape())).unwrap();
+    let shape = host.options().resolve(x.shape(), host.weight().shape(), host.bias().map(|b| b.shape())).unwrap();
     let out = GpuTensor::empty(ctx, &shape.output_dims()).unwrap();
     let ran = layer.forward_into(&xg, &out, None).unwrap();
     assert_eq!(ran, strategy, "{what}");
@@ -41,17 +41,12 @@ fn a_layer_reuses_its_prepared_weight_until_the_weight_changes() {
     for strategy in common::sample(&strategies, 6) {
         let ctx = common::ctx_with_strategy(strategy);
         let Some((stride, padding, input)) = problems.into_iter().find(|(stride, padding, input)| {
-            let params = ConvTranspose2dParams::default().stride(*stride).padding(*padding);
+            let params = ConvTranspose2dOptions::default().stride(*stride).padding(*padding);
             params.resolve(input, &[32, 64, 3, 3], Some(&[64])).is_ok_and(|shape| strategy.computes(ctx, &shape))
         }) else {
             continue;
         };
-        let options = ConvTranspose2dOptions {
-            stride: stride.into(),
-            padding: padding.into(),
-            precision: strategy.precision(),
-            ..Default::default()
-        };
+        let options = ConvTranspose2dOptions::default().stride(stride).padding(padding).precision(strategy.precision());
         let seed = common::fresh_seed();
         let mut layer = ConvTranspose2d::new(32, 64, 3, options, seed).unwrap().to_gpu(ctx).unwrap();
         let fresh = |i: u64| Tensor::uniform(input.to_vec(), -1.0, 1.0, seed ^ (i + 1)).unwrap();

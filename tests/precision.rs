@@ -11,9 +11,7 @@ mod common;
 
 use common::problems::{problems, Problem};
 use convt::gpu::{self, GpuContext, Strategy};
-use convt::{
-    cpu, ConvShape, ConvTranspose2d, ConvTranspose2dOptions, ConvTranspose2dParams, ErrorStats, Precision, Tensor,
-};
+use convt::{cpu, ConvShape, ConvTranspose2d, ConvTranspose2dOptions, ErrorStats, Precision, Tensor};
 use proptest::prelude::*;
 
 /// Unit roundoff of f16 (10 stored mantissa bits, round to nearest).
@@ -87,7 +85,7 @@ fn with_huge_last_value(x: &Tensor) -> Tensor {
 }
 
 fn run_fast(ctx: &GpuContext, p: &Problem, x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> (Tensor, Strategy) {
-    gpu::conv_transpose2d_host_as(ctx, Precision::Fast, x, w, b, &p.params).unwrap()
+    common::forward_host_as(ctx, Precision::Fast, x, w, b, &p.params).unwrap()
 }
 
 proptest! {
@@ -135,12 +133,13 @@ fn mixed_problem(seed: u64) -> Problem {
         input: vec![2, 16, 9, 13],
         weight: vec![16, 12, 3, 2],
         bias: true,
-        params: ConvTranspose2dParams {
+        params: ConvTranspose2dOptions {
             stride: [2, 1],
             padding: [1, 0],
             output_padding: [1, 0],
             dilation: [1, 2],
             groups: 2,
+            ..Default::default()
         },
         seed,
     }
@@ -153,12 +152,13 @@ fn one_group_problem(seed: u64) -> Problem {
         input: vec![2, 16, 9, 13],
         weight: vec![16, 128, 3, 2],
         bias: true,
-        params: ConvTranspose2dParams {
+        params: ConvTranspose2dOptions {
             stride: [2, 1],
             padding: [1, 1],
             output_padding: [1, 0],
             dilation: [2, 1],
             groups: 1,
+            ..Default::default()
         },
         seed,
     }
@@ -236,8 +236,7 @@ fn suite_cases_scaled_down_stay_within_1e_3() {
         let b = c.bias.then(|| Tensor::uniform(vec![shape.out_channels], -1.0, 1.0, seed ^ 2).unwrap());
         let reference = cpu::conv_transpose2d_f64(&shape, x.data(), w.data(), b.as_ref().map(|b| b.data())).unwrap();
         for ctx in &choices {
-            let (out, ran) =
-                gpu::conv_transpose2d_host_as(ctx, Precision::Fast, &x, &w, b.as_ref(), &c.params).unwrap();
+            let (out, ran) = common::forward_host_as(ctx, Precision::Fast, &x, &w, b.as_ref(), &c.params).unwrap();
             let s = ErrorStats::compare(out.data(), &reference);
             assert!(s.rel_l2 <= 1e-3, "{}: {} rel L2 {:e} (seed {seed})", c.name, ran.name(), s.rel_l2);
             if ran.precision() == Precision::F32 {
@@ -260,8 +259,8 @@ fn non_finite_values_propagate_as_in_the_exact_gemm() {
         xd[1000] = f32::NAN;
         xd[7] = 2.0e5; // a large finite value too: it, not the inf, sets the scale
         let x = Tensor::new(x.shape().to_vec(), xd).unwrap();
-        let exact = gpu::conv_transpose2d_host(
-            common::ctx_with_strategy(Strategy::Gemm(gpu::forward::gemm::TILE_64X64_4X8)),
+        let exact = common::forward_host(
+            common::ctx_with_strategy(Strategy::from_name("gemm_64x64x16_4x8").unwrap()),
             &x,
             &w,
             b.as_ref(),
@@ -297,13 +296,13 @@ fn fast_says_which_path_ran_and_falls_back() {
     // problem, and the staged cooperative-matrix kernel on a strided decoder with 64+ channels (the padded-NHWC
     // kernel computes it too, per stride phase, but measured slower there: c11).
     let untuned = std::env::var_os("CONVT_STRATEGY").is_none() && ctx.tuned().entries.is_empty();
-    let params = ConvTranspose2dParams::default().stride(2).padding(1);
+    let params = ConvTranspose2dOptions::default().stride(2).padding(1);
     let gemm_shape = params.resolve(&[1, 64, 10, 12], &[64, 32, 3, 3], Some(&[32])).unwrap();
-    let params = ConvTranspose2dParams::default().stride(5).padding(1).dilation(2);
+    let params = ConvTranspose2dOptions::default().stride(5).padding(1).dilation(2);
     let kb81_like = params.resolve(&[1, 32, 6, 7], &[32, 64, 3, 3], None).unwrap();
-    let kb57_like = ConvTranspose2dParams::default().resolve(&[1, 64, 9, 11], &[64, 64, 3, 3], None).unwrap();
-    let kb69_like = ConvTranspose2dParams::default().resolve(&[1, 64, 9, 11], &[64, 128, 3, 5], None).unwrap();
-    let params = ConvTranspose2dParams::default().stride(2).padding(1).output_padding(1);
+    let kb57_like = ConvTranspose2dOptions::default().resolve(&[1, 64, 9, 11], &[64, 64, 3, 3], None).unwrap();
+    let kb69_like = ConvTranspose2dOptions::default().resolve(&[1, 64, 9, 11], &[64, 128, 3, 5], None).unwrap();
+    let params = ConvTranspose2dOptions::default().stride(2).padding(1).output_padding(1);
     let up2x_like = params.resolve(&[1, 64, 6, 7], &[64, 64, 3, 3], Some(&[64])).unwrap();
     if untuned {
         let exact = gpu::select::forward(ctx, &gemm_shape, true, Precision::F32);
@@ -353,8 +352,16 @@ fn fast_says_which_path_ran_and_falls_back() {
         let out = convt::GpuTensor::empty(ctx, &shape.output_dims()).unwrap();
         let (xg, wg) = (convt::GpuTensor::upload(ctx, &x).unwrap(), convt::GpuTensor::upload(ctx, &w).unwrap());
         let bg = b.as_ref().map(|b| convt::GpuTensor::upload(ctx, b).unwrap());
-        let e = gpu::conv_transpose2d_with(ctx, s, &xg, &wg, bg.as_ref(), &mixed_problem(1).params, &out, None)
-            .unwrap_err();
+        let e = gpu::conv_transpose2d_into(
+            ctx,
+            &xg,
+            &wg,
+            bg.as_ref(),
+            &mixed_problem(1).params,
+            &out,
+            gpu::Run { kernel: Some(s), ..Default::default() },
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("cannot run on"), "{}: {e}", s.name());
     }
     // The exact precision never picks an f16 kernel.
@@ -369,13 +376,7 @@ fn the_layer_runs_at_its_precision() {
     let plain = common::ctx();
     let kernels = fast_kernels(plain);
     let forced = kernels.first().map(|k| common::ctx_with_strategy(*k));
-    let options = ConvTranspose2dOptions {
-        stride: 2.into(),
-        padding: 1.into(),
-        output_padding: 1.into(),
-        precision: Precision::Fast,
-        ..Default::default()
-    };
+    let options = ConvTranspose2dOptions::default().stride(2).padding(1).output_padding(1).precision(Precision::Fast);
     let mut layer = ConvTranspose2d::new(64, 32, 3, options, common::fresh_seed()).unwrap();
     assert_eq!(layer.precision(), Precision::Fast);
     assert_eq!(layer.options().precision, Precision::Fast);
@@ -416,7 +417,7 @@ fn padded_nhwc_kernel_takes_every_stride_with_every_option() {
         input: input.to_vec(),
         weight: weight.to_vec(),
         bias,
-        params: ConvTranspose2dParams { stride, padding, output_padding, dilation, groups: 1 },
+        params: ConvTranspose2dOptions { stride, padding, output_padding, dilation, groups: 1, ..Default::default() },
         seed: common::fresh_seed(),
     };
     let problems = [
@@ -444,25 +445,18 @@ fn padded_nhwc_kernel_takes_every_stride_with_every_option() {
         problem([2, 16, 4, 22], [16, 32, 1, 5], [1, 1], [0, 0], [0, 0], [1, 1], true),
     ];
     let ctx = common::ctx();
-    let tiles: Vec<gpu::forward::coop_nhwc::NhwcTile> = fast_kernels(ctx)
-        .into_iter()
-        .filter_map(|k| match k {
-            Strategy::CoopNhwc(t) => Some(t),
-            _ => None,
-        })
-        .collect();
+    let tiles: Vec<Strategy> = fast_kernels(ctx).into_iter().filter(|k| matches!(k, Strategy::CoopNhwc(_))).collect();
     assert_eq!(tiles.is_empty(), !ctx.has_coop_f16(), "every padded-NHWC tile runs where tensor cores are");
     for p in problems {
         let shape = p.shape();
         let (x, w, b) = p.tensors();
-        let taking = tiles.iter().filter(|t| t.check(ctx, &shape).is_ok()).count();
+        let taking = tiles.iter().filter(|t| t.takes_shape(ctx, &shape)).count();
         assert!(tiles.is_empty() || taking >= 1, "no padded-NHWC tile takes {p:?}");
         // Bindings of one output sample (or of the weight or an input sample, where larger: those must fit).
         let sample_bytes = (4 * shape.out_channels * shape.out_hw[0] * shape.out_hw[1])
             .max(4 * w.numel())
             .max(4 * x.numel() / shape.batch);
-        for &t in tiles.iter().filter(|t| t.check(ctx, &shape).is_ok()) {
-            let k = Strategy::CoopNhwc(t);
+        for &k in tiles.iter().filter(|t| t.takes_shape(ctx, &shape)) {
             for limited in [false, true] {
                 let one_sample = common::ctx_with_binding_limit(sample_bytes as u64, Some(k));
                 let run_ctx = if limited { &one_sample } else { common::ctx_with_strategy(k) };
@@ -470,7 +464,7 @@ fn padded_nhwc_kernel_takes_every_stride_with_every_option() {
                 let what = format!("{} on {p:?} (bindings of one sample: {limited})", k.name());
                 if limited && ran != k {
                     // The padded input no longer fits one binding of this size: the kernel declines the shape.
-                    assert!(t.check(&one_sample, &shape).is_err(), "{what}: {} ran instead", ran.name());
+                    assert!(!k.takes_shape(&one_sample, &shape), "{what}: {} ran instead", ran.name());
                 } else {
                     assert_eq!(ran, k, "{what}");
                 }
@@ -487,12 +481,13 @@ fn padded_nhwc_kernel_refuses_what_it_cannot_compute() {
     // takes plain shapes at strides 1 and 2, padding beyond dilation * (kernel - 1) and a stride of 2^31 - 4
     // (promptly). Forced on a shape it refuses, the selector runs another kernel.
     let ctx = common::ctx();
-    let p = |stride: i64, padding: i64, dilation: i64, groups: i64| ConvTranspose2dParams {
+    let p = |stride: i64, padding: i64, dilation: i64, groups: i64| ConvTranspose2dOptions {
         stride: [stride, 1],
         padding: [padding, 0],
         output_padding: [0, 0],
         dilation: [dilation, 1],
         groups,
+        ..Default::default()
     };
     let refused = [
         p(1, 0, 1, 2).resolve(&[1, 32, 5, 6], &[32, 64, 3, 3], None).unwrap(),
@@ -507,21 +502,27 @@ fn padded_nhwc_kernel_refuses_what_it_cannot_compute() {
         // A stride far beyond the output: its few phases with outputs are found at once.
         p((1 << 31) - 4, 0, 1, 1).resolve(&[1, 16, 1, 2], &[16, 64, 2, 2], None).unwrap(),
     ];
-    for &t in gpu::forward::coop_nhwc::TILES {
+    // Every padded-NHWC tile, whether or not this adapter runs it (the shape test needs no tensor cores). The tiles
+    // whose channel tile divides 64 output channels take every shape of `taken`.
+    let tiles: Vec<Strategy> =
+        Strategy::fast_candidates().into_iter().filter(|k| matches!(k, Strategy::CoopNhwc(_))).collect();
+    let plain = p(1, 0, 1, 1).resolve(&[1, 16, 5, 6], &[16, 64, 3, 3], None).unwrap();
+    assert!(tiles.iter().any(|t| t.takes_shape(ctx, &plain)), "no tile takes 64 output channels");
+    for t in &tiles {
         for shape in &refused {
-            assert!(t.check(ctx, shape).is_err(), "{} takes {shape:?}", t.name());
+            assert!(!t.takes_shape(ctx, shape), "{} takes {shape:?}", t.name());
         }
-        for shape in taken.iter().filter(|_| t.bn() <= 64) {
-            t.check(ctx, shape).unwrap_or_else(|e| panic!("{}: {e}", t.name()));
+        for shape in taken.iter().filter(|_| t.takes_shape(ctx, &plain)) {
+            assert!(t.takes_shape(ctx, shape), "{} does not take {shape:?}", t.name());
         }
     }
     // Forced on the groups it refuses, another kernel computes it, exactly.
-    let forced = common::ctx_with_strategy(Strategy::CoopNhwc(gpu::forward::coop_nhwc::TILES[0]));
+    let forced = common::ctx_with_strategy(tiles[0]);
     let params = p(1, 1, 1, 2);
     let problem = Problem { input: vec![1, 32, 9, 6], weight: vec![32, 64, 3, 3], bias: true, params, seed: 5 };
     let (x, w, b) = problem.tensors();
-    let (out, ran) = gpu::conv_transpose2d_host_as(forced, Precision::Fast, &x, &w, b.as_ref(), &params).unwrap();
-    assert_ne!(ran, Strategy::CoopNhwc(gpu::forward::coop_nhwc::TILES[0]));
+    let (out, ran) = common::forward_host_as(forced, Precision::Fast, &x, &w, b.as_ref(), &params).unwrap();
+    assert_ne!(ran, tiles[0]);
     check_within_f16_rounding(&problem.shape(), &x, &w, b.as_ref(), &out).unwrap();
 }
 
@@ -534,12 +535,13 @@ fn small_values_beside_a_huge_one_keep_the_subnormal_bound() {
         input: vec![2, 2, 5, 3],
         weight: vec![2, 2, 1, 2],
         bias: false,
-        params: ConvTranspose2dParams {
+        params: ConvTranspose2dOptions {
             stride: [1, 2],
             padding: [1, 0],
             output_padding: [0, 0],
             dilation: [1, 1],
             groups: 2,
+            ..Default::default()
         },
         seed: 10836812742017280201,
     };

@@ -5,14 +5,14 @@ mod common;
 
 use common::problems::{problems, Problem};
 use convt::gpu::Strategy as GpuStrategy;
-use convt::{cpu, ConvTranspose2dParams, ErrorStats, GpuContext};
+use convt::{cpu, ConvTranspose2dOptions, ErrorStats, GpuContext};
 use proptest::prelude::*;
 
 /// Runs `p` on the GPU and compares with the f64 reference.
 fn check(ctx: &GpuContext, p: &Problem) -> Result<(), TestCaseError> {
     let shape = p.shape();
     let (x, w, b) = p.tensors();
-    let out = convt::gpu::conv_transpose2d_host(ctx, &x, &w, b.as_ref(), &p.params).unwrap();
+    let out = common::forward_host(ctx, &x, &w, b.as_ref(), &p.params).unwrap();
     prop_assert_eq!(out.shape(), &shape.output_dims_as_given()[..]);
     let reference = cpu::conv_transpose2d_f64(&shape, x.data(), w.data(), b.as_ref().map(|b| b.data())).unwrap();
     let s = ErrorStats::compare(out.data(), &reference);
@@ -68,14 +68,15 @@ proptest! {
 /// The configurations the issue names explicitly, each on fresh random data.
 #[test]
 fn named_edge_configurations() {
-    let p = |s: [i64; 2], pad: [i64; 2], op: [i64; 2], d: [i64; 2], g: i64| ConvTranspose2dParams {
+    let p = |s: [i64; 2], pad: [i64; 2], op: [i64; 2], d: [i64; 2], g: i64| ConvTranspose2dOptions {
         stride: s,
         padding: pad,
         output_padding: op,
         dilation: d,
         groups: g,
+        ..Default::default()
     };
-    let cases: Vec<(&str, Vec<usize>, Vec<usize>, ConvTranspose2dParams)> = vec![
+    let cases: Vec<(&str, Vec<usize>, Vec<usize>, ConvTranspose2dOptions)> = vec![
         ("depthwise", vec![2, 6, 5, 4], vec![6, 1, 3, 3], p([2, 1], [1, 0], [1, 0], [1, 1], 6)),
         ("depthwise multiplier", vec![1, 3, 4, 4], vec![3, 5, 2, 3], p([1, 2], [0, 1], [0, 1], [1, 1], 3)),
         ("1x1 kernel", vec![2, 5, 4, 6], vec![5, 7, 1, 1], p([3, 2], [0, 0], [2, 1], [1, 1], 1)),

@@ -5,7 +5,7 @@
 mod common;
 
 use common::problems::Problem;
-use convt::{cpu, ConvTranspose2dParams, GpuContext, Tensor};
+use convt::{cpu, ConvTranspose2dOptions, GpuContext, Tensor};
 
 /// Puts NaN, +Inf and -Inf at a few positions of `t` (deterministically from `seed`).
 fn with_non_finite(mut t: Tensor, seed: u64) -> Tensor {
@@ -37,20 +37,20 @@ fn same_propagation(what: &str, got: &[f32], reference: &[f64]) {
     assert!(s.non_finite == 0 && s.rel_l2 <= common::F32_TOLERANCE, "{what}: finite part {s:?}");
 }
 
-fn problem(params: ConvTranspose2dParams, input: Vec<usize>, weight: Vec<usize>) -> Problem {
+fn problem(params: ConvTranspose2dOptions, input: Vec<usize>, weight: Vec<usize>) -> Problem {
     Problem { input, weight, bias: true, params, seed: common::fresh_seed() }
 }
 
 fn nan_problems() -> Vec<Problem> {
     vec![
         problem(
-            ConvTranspose2dParams::default().stride(2).padding(1).output_padding(1),
+            ConvTranspose2dOptions::default().stride(2).padding(1).output_padding(1),
             vec![2, 16, 6, 5],
             vec![16, 24, 3, 3],
         ),
-        problem(ConvTranspose2dParams::default().padding((1, 2)), vec![1, 12, 7, 6], vec![12, 20, 3, 5]),
+        problem(ConvTranspose2dOptions::default().padding((1, 2)), vec![1, 12, 7, 6], vec![12, 20, 3, 5]),
         problem(
-            ConvTranspose2dParams::default().stride((2, 3)).dilation((2, 1)).padding((1, 2)).groups(4),
+            ConvTranspose2dOptions::default().stride((2, 3)).dilation((2, 1)).padding((1, 2)).groups(4),
             vec![2, 8, 5, 6],
             vec![8, 4, 3, 5],
         ),
@@ -67,7 +67,7 @@ fn nan_and_inf_in_the_input_and_bias_propagate_as_in_the_definition() {
             let x = with_non_finite(x, p.seed);
             let b = b.map(|b| with_non_finite(b, p.seed ^ 1));
             let shape = p.shape();
-            let y = convt::gpu::conv_transpose2d_host(ctx, &x, &w, b.as_ref(), &p.params).unwrap();
+            let y = common::forward_host(ctx, &x, &w, b.as_ref(), &p.params).unwrap();
             let reference =
                 cpu::conv_transpose2d_f64(&shape, x.data(), w.data(), b.as_ref().map(|b| b.data())).unwrap();
             assert!(reference.iter().any(|v| v.is_nan()) && reference.iter().any(|v| v.is_infinite()));
@@ -91,9 +91,7 @@ fn nan_and_inf_in_the_weight_are_never_masked() {
             let shape = p.shape();
             // A forced strategy gives way to the selector's on shapes it does not compute (the Winograd tiles):
             // what is checked is what ran.
-            let (y, ran) =
-                convt::gpu::conv_transpose2d_host_as(ctx, convt::Precision::F32, &x, &w, b.as_ref(), &p.params)
-                    .unwrap();
+            let (y, ran) = common::forward_host_as(ctx, convt::Precision::F32, &x, &w, b.as_ref(), &p.params).unwrap();
             let reference =
                 cpu::conv_transpose2d_f64(&shape, x.data(), w.data(), b.as_ref().map(|b| b.data())).unwrap();
             let what = format!("{} output (forced {})", ran.name(), strategy.name());
@@ -134,7 +132,7 @@ fn nan_and_inf_propagate_through_the_backward_as_in_the_definition() {
         let shape = p.shape();
         let go = Tensor::uniform(shape.output_dims(), -1.0, 1.0, p.seed ^ 3).unwrap();
         let (x, go) = (with_non_finite(x, p.seed), with_non_finite(go, p.seed ^ 4));
-        let g = convt::gpu::conv_transpose2d_backward_host(ctx, &x, &w, b.as_ref(), &go, &p.params).unwrap();
+        let g = common::backward_host(ctx, &x, &w, b.as_ref(), &go, &p.params).unwrap();
         same_propagation("grad_input", g.grad_input.data(), &cpu::grad_input_f64(&shape, go.data(), w.data()).unwrap());
         same_propagation(
             "grad_weight",
@@ -147,10 +145,10 @@ fn nan_and_inf_propagate_through_the_backward_as_in_the_definition() {
 
 /// A normal call must succeed on `ctx` and give the reference's answer.
 fn normal_call_works(ctx: &GpuContext) {
-    let params = ConvTranspose2dParams::default().stride(2).padding(1);
+    let params = ConvTranspose2dOptions::default().stride(2).padding(1);
     let x = Tensor::uniform(vec![2, 4, 6, 5], -1.0, 1.0, common::fresh_seed()).unwrap();
     let w = Tensor::uniform(vec![4, 3, 3, 3], -1.0, 1.0, common::fresh_seed()).unwrap();
-    let y = convt::gpu::conv_transpose2d_host(ctx, &x, &w, None, &params).unwrap();
+    let y = common::forward_host(ctx, &x, &w, None, &params).unwrap();
     let shape = params.resolve(x.shape(), w.shape(), None).unwrap();
     let reference = cpu::conv_transpose2d_f64(&shape, x.data(), w.data(), None).unwrap();
     assert!(convt::ErrorStats::compare(y.data(), &reference).rel_l2 <= common::F32_TOLERANCE);
@@ -161,17 +159,17 @@ fn a_request_larger_than_the_device_holds_fails_cleanly_and_the_context_stays_us
     let ctx = common::ctx_with_budget(64 << 20);
     normal_call_works(&ctx);
     // 2 x 64 x 1024 x 1024 floats of output (512 MiB) from a small input: refused before allocating.
-    let params = ConvTranspose2dParams::default().stride(8);
+    let params = ConvTranspose2dOptions::default().stride(8);
     let x = Tensor::uniform(vec![2, 8, 128, 128], -1.0, 1.0, 1).unwrap();
     let w = Tensor::uniform(vec![8, 64, 8, 8], -1.0, 1.0, 2).unwrap();
-    let e = convt::gpu::conv_transpose2d_host(&ctx, &x, &w, None, &params).unwrap_err();
+    let e = common::forward_host(&ctx, &x, &w, None, &params).unwrap_err();
     assert!(matches!(e, convt::ConvtError::OutOfMemory(_)), "{e}");
     assert!(e.to_string().contains("[2, 64, 1024, 1024]") && e.to_string().contains("budget"), "{e}");
     // Nothing stays reserved; the same context serves the next call, forward and backward.
     assert_eq!(ctx.tensor_bytes(), 0);
     normal_call_works(&ctx);
     let go = Tensor::uniform(vec![2, 64, 1024, 1024], -1.0, 1.0, 3).unwrap();
-    let e = convt::gpu::conv_transpose2d_backward_host(&ctx, &x, &w, None, &go, &params).unwrap_err();
+    let e = common::backward_host(&ctx, &x, &w, None, &go, &params).unwrap_err();
     assert!(matches!(e, convt::ConvtError::OutOfMemory(_)), "{e}");
     normal_call_works(&ctx);
     assert_eq!(ctx.tensor_bytes(), 0);
@@ -219,14 +217,14 @@ fn one_context_serves_many_threads_at_once() {
     let ctx = common::ctx();
     let configs = [
         (
-            ConvTranspose2dParams::default().stride(2).padding(1).output_padding(1),
+            ConvTranspose2dOptions::default().stride(2).padding(1).output_padding(1),
             vec![2, 8, 6, 5],
             vec![8, 4, 3, 3],
             true,
         ),
-        (ConvTranspose2dParams::default().dilation((2, 1)).padding((1, 0)), vec![1, 6, 7, 4], vec![6, 5, 3, 2], false),
-        (ConvTranspose2dParams::default().stride((3, 2)).groups(2), vec![3, 4, 5, 5], vec![4, 3, 2, 3], true),
-        (ConvTranspose2dParams::default(), vec![2, 16, 5, 6], vec![16, 20, 3, 3], true),
+        (ConvTranspose2dOptions::default().dilation((2, 1)).padding((1, 0)), vec![1, 6, 7, 4], vec![6, 5, 3, 2], false),
+        (ConvTranspose2dOptions::default().stride((3, 2)).groups(2), vec![3, 4, 5, 5], vec![4, 3, 2, 3], true),
+        (ConvTranspose2dOptions::default(), vec![2, 16, 5, 6], vec![16, 20, 3, 3], true),
     ];
     std::thread::scope(|scope| {
         for (i, (params, input, weight, bias)) in configs.iter().enumerate() {
@@ -245,11 +243,10 @@ fn one_context_serves_many_threads_at_once() {
                     cpu::conv_transpose2d_f64(&shape, x.data(), w.data(), b.as_ref().map(|b| b.data())).unwrap();
                 let gw_ref = cpu::grad_weight_f64(&shape, x.data(), go.data()).unwrap();
                 for _ in 0..25 {
-                    let y = convt::gpu::conv_transpose2d_host(ctx, &x, &w, b.as_ref(), &p.params).unwrap();
+                    let y = common::forward_host(ctx, &x, &w, b.as_ref(), &p.params).unwrap();
                     let s = convt::ErrorStats::compare(y.data(), &y_ref);
                     assert!(s.rel_l2 <= common::F32_TOLERANCE && s.non_finite == 0, "thread {i}: {s:?}");
-                    let g =
-                        convt::gpu::conv_transpose2d_backward_host(ctx, &x, &w, b.as_ref(), &go, &p.params).unwrap();
+                    let g = common::backward_host(ctx, &x, &w, b.as_ref(), &go, &p.params).unwrap();
                     let s = convt::ErrorStats::compare(g.grad_weight.data(), &gw_ref);
                     assert!(s.rel_l2 <= common::F32_TOLERANCE && s.non_finite == 0, "thread {i} grad_weight: {s:?}");
                 }
@@ -273,7 +270,7 @@ fn a_wgpu_error_raised_outside_convt_becomes_an_error_of_the_next_call_not_an_ab
     });
     let x = Tensor::uniform(vec![1, 2, 3, 3], -1.0, 1.0, 1).unwrap();
     let w = Tensor::uniform(vec![2, 2, 2, 2], -1.0, 1.0, 2).unwrap();
-    let e = convt::gpu::conv_transpose2d_host(&ctx, &x, &w, None, &ConvTranspose2dParams::default()).unwrap_err();
+    let e = common::forward_host(&ctx, &x, &w, None, &ConvTranspose2dOptions::default()).unwrap_err();
     assert!(matches!(e, convt::ConvtError::Gpu(_)), "{e}");
     // Reported once; the context goes on working.
     normal_call_works(&ctx);
@@ -287,7 +284,7 @@ fn a_lost_device_is_an_error_on_every_later_call() {
     let x = Tensor::uniform(vec![1, 2, 3, 3], -1.0, 1.0, 1).unwrap();
     let w = Tensor::uniform(vec![2, 2, 2, 2], -1.0, 1.0, 2).unwrap();
     for _ in 0..2 {
-        let e = convt::gpu::conv_transpose2d_host(&ctx, &x, &w, None, &ConvTranspose2dParams::default()).unwrap_err();
+        let e = common::forward_host(&ctx, &x, &w, None, &ConvTranspose2dOptions::default()).unwrap_err();
         assert!(matches!(e, convt::ConvtError::DeviceLost(_) | convt::ConvtError::Gpu(_)), "{e}");
     }
 }
@@ -296,14 +293,14 @@ fn a_lost_device_is_an_error_on_every_later_call() {
 fn a_gemm_tile_forced_on_a_huge_stride_returns_promptly_and_correctly() {
     // Phases past the output's size have no pixel; with a stride of 2^31 - 4 (the largest the index check lets through here) on a 1x2 input there are only a
     // few outputs, and every GEMM tile must enumerate only the phases that hold them.
-    let params = ConvTranspose2dParams::default().stride(((1 << 31) - 4, 3));
+    let params = ConvTranspose2dOptions::default().stride(((1 << 31) - 4, 3));
     let x = Tensor::uniform(vec![1, 3, 1, 2], -1.0, 1.0, common::fresh_seed()).unwrap();
     let w = Tensor::uniform(vec![3, 2, 2, 2], -1.0, 1.0, common::fresh_seed()).unwrap();
     let shape = params.resolve(x.shape(), w.shape(), None).unwrap();
     let reference = cpu::conv_transpose2d_f64(&shape, x.data(), w.data(), None).unwrap();
     for strategy in convt::gpu::Strategy::candidates() {
         let t = std::time::Instant::now();
-        let y = convt::gpu::conv_transpose2d_host(common::ctx_with_strategy(strategy), &x, &w, None, &params).unwrap();
+        let y = common::forward_host(common::ctx_with_strategy(strategy), &x, &w, None, &params).unwrap();
         assert!(t.elapsed().as_secs() < 10, "{} took {:?}", strategy.name(), t.elapsed());
         let s = convt::ErrorStats::compare(y.data(), &reference);
         assert!(s.non_finite == 0 && s.rel_l2 <= common::F32_TOLERANCE, "{}: {s:?}", strategy.name());

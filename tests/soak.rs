@@ -5,7 +5,7 @@
 mod common;
 
 use common::problems::Problem;
-use convt::{ConvTranspose2dParams, Tensor};
+use convt::{ConvTranspose2dOptions, Tensor};
 
 fn resident_bytes() -> u64 {
     let pages = std::fs::read_to_string("/proc/self/statm")
@@ -23,7 +23,7 @@ fn soak_ten_thousand_calls_on_one_context_do_not_grow_memory() {
     let ctx = &common::ctx_with_budget(u64::MAX);
     let shapes: Vec<Problem> = (0..8)
         .map(|i| {
-            let params = ConvTranspose2dParams::default()
+            let params = ConvTranspose2dOptions::default()
                 .stride((1 + i % 3, 1 + i % 2))
                 .padding((i % 2, (i / 2) % 2))
                 .dilation((1 + i / 4, 1))
@@ -48,9 +48,9 @@ fn soak_ten_thousand_calls_on_one_context_do_not_grow_memory() {
     let call = |i: usize| {
         let (p, (x, w, b, go)) = (&shapes[i % shapes.len()], &operands[i % shapes.len()]);
         if i.is_multiple_of(2) {
-            convt::gpu::conv_transpose2d_host(ctx, x, w, b.as_ref(), &p.params).map(|_| ())
+            common::forward_host(ctx, x, w, b.as_ref(), &p.params).map(|_| ())
         } else {
-            convt::gpu::conv_transpose2d_backward_host(ctx, x, w, b.as_ref(), go, &p.params).map(|_| ())
+            common::backward_host(ctx, x, w, b.as_ref(), go, &p.params).map(|_| ())
         }
     };
     let calls: usize = std::env::var("CONVT_SOAK_CALLS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
@@ -81,7 +81,7 @@ fn soak_ten_thousand_calls_on_one_context_do_not_grow_memory() {
     );
     assert_eq!(ctx.tensor_bytes(), 0, "every tensor's bytes released");
     assert_eq!(end.2, start.2, "no pipeline compiled after the warm-up round");
-    assert!(end.1 .2 <= convt::gpu::memory::MAX_IDLE_BYTES, "idle pool bounded");
+    assert!(end.1 .2 <= convt::GpuContext::MAX_IDLE_BYTES, "idle pool bounded");
     assert!(end.1 .0 <= start.1 .0 + 8, "the pool kept creating buffers: {} -> {}", start.1 .0, end.1 .0);
     assert!(end.0 <= start.0 + (64 << 20), "resident memory grew from {} to {} MiB", start.0 >> 20, end.0 >> 20);
 }

@@ -26,12 +26,12 @@ fn torch_config() -> LayerConfig {
 
 fn options_of(c: &LayerConfig) -> ConvTranspose2dOptions {
     ConvTranspose2dOptions {
-        stride: c.stride.into(),
-        padding: c.padding.into(),
-        output_padding: c.output_padding.into(),
+        stride: c.stride,
+        padding: c.padding,
+        output_padding: c.output_padding,
         groups: c.groups,
         bias: c.bias,
-        dilation: c.dilation.into(),
+        dilation: c.dilation,
         ..Default::default()
     }
 }
@@ -132,7 +132,7 @@ fn one_layer_of_a_model_state_dict_loads_by_prefix() {
     let path = dir.path("model.safetensors");
     save_tensors(&path, &[("decoder.0.weight", &w), ("decoder.0.bias", &b), ("encoder.0.weight", &other)], None)
         .unwrap();
-    let options = ConvTranspose2dOptions { stride: 2.into(), padding: 1.into(), groups: 2, ..Default::default() };
+    let options = ConvTranspose2dOptions::default().stride(2).padding(1).groups(2);
     let layer = ConvTranspose2d::from_state_dict_prefixed(&path, "decoder.0.", options).unwrap();
     assert_eq!(layer.weight(), &w);
     assert_eq!(layer.bias(), Some(&b));
@@ -143,9 +143,9 @@ fn one_layer_of_a_model_state_dict_loads_by_prefix() {
 fn layer_backward_on_gpu_matches_cpu_and_sgd_steps_the_parameters() {
     let ctx = common::ctx();
     let options = ConvTranspose2dOptions {
-        stride: (2, 1).into(),
-        padding: (1, 0).into(),
-        output_padding: (1, 0).into(),
+        stride: [2, 1],
+        padding: [1, 0],
+        output_padding: [1, 0],
         groups: 2,
         ..Default::default()
     };

@@ -5,14 +5,16 @@
 
 mod common;
 
-use convt::gpu::backward::grad_input::{self, GradInputKernel};
-use convt::gpu::backward::grad_weight::GradWeightKernel;
 use convt::gpu::tune::{Pass, TuneCache, TuneEntry, TuneKey};
-use convt::gpu::{select, BackwardKernels, GpuContext, GpuGradients, GpuOptions, GpuTensor, Strategy};
-use convt::{ConvTranspose2dParams, ErrorStats, Precision, Tensor};
+use convt::gpu::GradInputKernel;
+use convt::gpu::GradWeightKernel;
+use convt::gpu::{select, GpuContext, GpuGradients, GpuOptions, GpuTensor, Strategy};
+use convt::{ConvTranspose2dOptions, ErrorStats, Precision, Tensor};
 
-/// A GEMM tile for tests that need one whatever the tile list holds.
-const TILE: convt::gpu::forward::gemm::Tile = convt::gpu::forward::gemm::TILE_64X64_4X8;
+/// An exact GEMM tile for tests that need one whatever the tile list holds.
+fn gemm_tile() -> Strategy {
+    Strategy::candidates().into_iter().find(|s| matches!(s, Strategy::Gemm(_))).unwrap()
+}
 
 fn temp_path(name: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(format!("convt-tune-{}-{name}", std::process::id()))
@@ -32,7 +34,7 @@ fn ctx_with_cache(path: &std::path::Path) -> GpuContext {
 
 #[test]
 fn the_selector_follows_the_tuning_cache() {
-    let params = ConvTranspose2dParams::default().stride(2).padding(1);
+    let params = ConvTranspose2dOptions::default().stride(2).padding(1);
     let shape = params.resolve(&[2, 32, 9, 9], &[32, 64, 3, 3], None).unwrap();
     let path = temp_path("cache.json");
 
@@ -75,7 +77,7 @@ fn the_selector_follows_the_tuning_cache() {
 fn fast_takes_the_tuned_exact_winner_where_it_keeps_to_exact_kernels() {
     // A strided decoder: `fast` takes no tensor cores there, so a shape tuned only for f32 runs the f32 winner
     // at precision `fast` too.
-    let params = ConvTranspose2dParams::default().stride(2).padding(1);
+    let params = ConvTranspose2dOptions::default().stride(2).padding(1);
     let shape = params.resolve(&[2, 32, 9, 9], &[32, 64, 3, 3], None).unwrap();
     let path = temp_path("exact-only.json");
     let plain = ctx_with_cache(&path);
@@ -97,7 +99,7 @@ fn fast_takes_the_tuned_exact_winner_where_it_keeps_to_exact_kernels() {
 fn a_cached_kernel_this_version_lacks_gives_way_to_the_heuristic() {
     // A cache written by an older convt may name a tile since removed (wino_w2_64x64x8_8x8 went in n1-n4): the
     // entry is skipped, the heuristic decides, and the call still runs.
-    let shape = ConvTranspose2dParams::default().resolve(&[1, 64, 9, 11], &[64, 64, 3, 7], None).unwrap();
+    let shape = ConvTranspose2dOptions::default().resolve(&[1, 64, 9, 11], &[64, 64, 3, 7], None).unwrap();
     let path = temp_path("stale.json");
     let plain = ctx_with_cache(&path);
     let heuristic = select::forward(&plain, &shape, false, Precision::F32);
@@ -120,12 +122,12 @@ fn a_cached_kernel_this_version_lacks_gives_way_to_the_heuristic() {
 
 /// The backward of `shape` on `ctx` (fresh random operands) against the float64 reference: grad_input and
 /// grad_weight within the f32 tolerance, every element written (the context poisons outputs).
-fn backward_matches_reference(ctx: &GpuContext, shape: &convt::ConvShape, params: &ConvTranspose2dParams, what: &str) {
+fn backward_matches_reference(ctx: &GpuContext, shape: &convt::ConvShape, params: &ConvTranspose2dOptions, what: &str) {
     let seed = common::fresh_seed();
     let x = Tensor::uniform(shape.input_dims(), -1.0, 1.0, seed).unwrap();
     let w = Tensor::uniform(shape.weight_dims(), -1.0, 1.0, seed ^ 1).unwrap();
     let go = Tensor::uniform(shape.output_dims(), -1.0, 1.0, seed ^ 2).unwrap();
-    let g = convt::gpu::conv_transpose2d_backward_host(ctx, &x, &w, None, &go, params).unwrap();
+    let g = common::backward_host(ctx, &x, &w, None, &go, params).unwrap();
     for (name, got, want) in [
         ("grad_input", &g.grad_input, convt::cpu::grad_input_f64(shape, go.data(), w.data()).unwrap()),
         ("grad_weight", &g.grad_weight, convt::cpu::grad_weight_f64(shape, x.data(), go.data()).unwrap()),
@@ -141,18 +143,18 @@ fn the_backward_takes_grad_inputs_kernel_from_the_tuning_cache() {
     // the sampled correlation or the gather kernel, at stride 1 a GEMM or Winograd kernel on the transposed
     // convolution or the gather kernel. Each cached winner runs and gives the right gradients; the forward's
     // selector, for the shape and for its transposed convolution, is untouched.
-    let strided = ConvTranspose2dParams::default().stride(2).padding(1);
-    let plain = ConvTranspose2dParams::default();
+    let strided = ConvTranspose2dOptions::default().stride(2).padding(1);
+    let plain = ConvTranspose2dOptions::default();
     for (params, input, weight) in [(strided, [2, 32, 9, 7], [32, 64, 3, 3]), (plain, [1, 16, 9, 11], [16, 8, 3, 3])] {
         let shape = params.resolve(&input, &weight, None).unwrap();
         let dir = common::TempDir::new("tune-grad-input");
         let path = dir.path("cache.json");
         let untuned = ctx_with_cache(&path);
         let heuristic = select::grad_input(&untuned, &shape);
-        let candidates = grad_input::candidates(&untuned, &shape);
+        let candidates = GradInputKernel::candidates(&untuned, &shape);
         assert!(candidates.contains(&heuristic) && candidates.contains(&GradInputKernel::Gather), "{candidates:?}");
         let other = *candidates.iter().find(|k| **k != heuristic && **k != GradInputKernel::Gather).unwrap();
-        match grad_input::as_transposed_convolution(&shape) {
+        match GradInputKernel::transposed_problem(&shape) {
             Some(_) => assert!(matches!(other, GradInputKernel::Transposed(_)), "{other:?}"),
             None => assert!(matches!(other, GradInputKernel::Sampled(_)), "{other:?}"),
         }
@@ -168,7 +170,7 @@ fn the_backward_takes_grad_inputs_kernel_from_the_tuning_cache() {
                 select::forward(&tuned, &shape, false, Precision::F32),
                 select::forward(&untuned, &shape, false, Precision::F32)
             );
-            if let Some(t) = grad_input::as_transposed_convolution(&shape) {
+            if let Some(t) = GradInputKernel::transposed_problem(&shape) {
                 assert_eq!(
                     select::forward(&tuned, &t, false, Precision::F32),
                     select::forward(&untuned, &t, false, Precision::F32)
@@ -180,10 +182,14 @@ fn the_backward_takes_grad_inputs_kernel_from_the_tuning_cache() {
         let ctx = ctx_with_cache(&path);
         let ran = run_backward_with(&ctx, &shape, &params, Some(other)).unwrap();
         assert_eq!(ran, other);
-        let f16 = convt::gpu::forward::gemm::F16_TILES[0];
-        let misplaced = match grad_input::as_transposed_convolution(&shape) {
-            Some(_) => GradInputKernel::Sampled(f16),
-            None => GradInputKernel::Transposed(Strategy::Gemm(TILE)),
+        // An f16 GEMM tile on the sampled correlation; an exact one on a transposed convolution the shape lacks.
+        let f16 = Strategy::fast_candidates().into_iter().find_map(|s| match s {
+            Strategy::Gemm(t) => Some(GradInputKernel::Sampled(t)),
+            _ => None,
+        });
+        let misplaced = match GradInputKernel::transposed_problem(&shape) {
+            Some(_) => f16.unwrap(),
+            None => GradInputKernel::Transposed(gemm_tile()),
         };
         assert!(!misplaced.computes(&ctx, &shape), "{misplaced:?}");
         let e = run_backward_with(&ctx, &shape, &params, Some(misplaced)).unwrap_err();
@@ -195,7 +201,7 @@ fn the_backward_takes_grad_inputs_kernel_from_the_tuning_cache() {
 fn a_grad_input_cache_entry_that_does_not_apply_gives_way() {
     // An entry naming a kernel this version lacks, or one that cannot compute the shape (a Winograd tile at stride
     // 2, a fast tile), is ignored: grad_input's usual choice runs.
-    let params = ConvTranspose2dParams::default().stride(2).padding(1);
+    let params = ConvTranspose2dOptions::default().stride(2).padding(1);
     let shape = params.resolve(&[1, 16, 5, 6], &[16, 32, 3, 3], None).unwrap();
     let dir = common::TempDir::new("tune-grad-input-stale");
     let path = dir.path("cache.json");
@@ -218,15 +224,15 @@ fn a_grad_input_cache_entry_that_does_not_apply_gives_way() {
 fn run_backward_with(
     ctx: &GpuContext,
     shape: &convt::ConvShape,
-    params: &ConvTranspose2dParams,
+    params: &ConvTranspose2dOptions,
     kernel: Option<GradInputKernel>,
 ) -> convt::Result<GradInputKernel> {
     let x = GpuTensor::upload(ctx, &Tensor::uniform(shape.input_dims(), -1.0, 1.0, 1)?)?;
     let w = GpuTensor::upload(ctx, &Tensor::uniform(shape.weight_dims(), -1.0, 1.0, 2)?)?;
     let go = GpuTensor::upload(ctx, &Tensor::uniform(shape.output_dims(), -1.0, 1.0, 3)?)?;
     let grads = GpuGradients::empty(ctx, &x, &w, None, params)?;
-    let kernels = BackwardKernels { grad_input: kernel, grad_weight: None };
-    convt::gpu::conv_transpose2d_backward_with(ctx, kernels, &x, &w, None, &go, params, &grads, None).map(|(k, _)| k)
+    let run = convt::gpu::Run { grad_input: kernel, ..Default::default() };
+    convt::gpu::conv_transpose2d_backward_into(ctx, &x, &w, None, &go, params, &grads, run).map(|(k, _)| k)
 }
 
 #[test]
@@ -259,7 +265,7 @@ fn the_published_tuning_cache_covers_every_suite_case() {
             }
         }
         // grad_input at stride 1 asks the forward's selector about its transposed convolution.
-        if let Some(t) = grad_input::as_transposed_convolution(&shape) {
+        if let Some(t) = GradInputKernel::transposed_problem(&shape) {
             keys.insert(TuneKey::with_adapter(adapter.clone(), Pass::Forward, &t, false, Precision::F32).to_string());
         }
     }
@@ -272,7 +278,7 @@ fn the_published_tuning_cache_covers_every_suite_case() {
 fn nearby_shapes_share_a_tuned_result() {
     // The key rounds the batch and the input's height and width up to a power of two: a batch of 7 and a 13 x 14
     // input use what was tuned for a batch of 8 and 16 x 16; a batch of 9 or another channel count does not.
-    let params = ConvTranspose2dParams::default().stride(2).padding(1);
+    let params = ConvTranspose2dOptions::default().stride(2).padding(1);
     let tuned_for = params.resolve(&[8, 32, 16, 16], &[32, 64, 3, 3], None).unwrap();
     let path = temp_path("buckets.json");
     let plain = ctx_with_cache(&path);
@@ -305,7 +311,7 @@ fn the_backward_takes_grad_weights_kernel_from_the_tuning_cache() {
     // `convt tune --backward` keeps grad_weight's kernel under the case's grad_weight key: a per-tap GEMM tile, or
     // the rows kernel where it takes the shape. Each cached winner runs and gives the right gradients; one that
     // does not compute the shape (the rows kernel at stride 1) gives way to the usual choice.
-    let strided = ConvTranspose2dParams::default().stride(2).padding(1);
+    let strided = ConvTranspose2dOptions::default().stride(2).padding(1);
     let shape = strided.resolve(&[2, 8, 9, 7], &[8, 16, 3, 3], None).unwrap();
     let dir = common::TempDir::new("tune-grad-weight");
     let path = dir.path("cache.json");
@@ -323,7 +329,7 @@ fn the_backward_takes_grad_weights_kernel_from_the_tuning_cache() {
         assert_eq!(select::grad_weight(&tuned, &shape, [1, 1]), winner);
         backward_matches_reference(&tuned, &shape, &strided, &winner.name());
     }
-    let plain = ConvTranspose2dParams::default();
+    let plain = ConvTranspose2dOptions::default();
     let stride_1 = plain.resolve(&[2, 8, 9, 7], &[8, 16, 3, 3], None).unwrap();
     let mut cache = TuneCache::default();
     let key = TuneKey::new(untuned.adapter_info(), Pass::GradWeight, &stride_1, false, Precision::F32);
@@ -339,7 +345,7 @@ fn an_entry_is_used_only_for_the_precision_and_dtype_it_was_tuned_for() {
     // An exact call must never run an f16 kernel, whatever the cache says under its key: an entry recording
     // another precision, an entry that records none (an older cache), one for another dtype, and one that claims
     // f32 but names an f16 kernel are all ignored, and the call stays exact.
-    let shape = ConvTranspose2dParams::default().resolve(&[1, 16, 7, 6], &[16, 16, 3, 3], None).unwrap();
+    let shape = ConvTranspose2dOptions::default().resolve(&[1, 16, 7, 6], &[16, 16, 3, 3], None).unwrap();
     let path = temp_path("precision.json");
     let plain = ctx_with_cache(&path);
     let heuristic = select::forward(&plain, &shape, false, Precision::F32);
@@ -363,8 +369,8 @@ fn an_entry_is_used_only_for_the_precision_and_dtype_it_was_tuned_for() {
         let seed = common::fresh_seed();
         let x = Tensor::uniform(shape.input_dims(), -1.0, 1.0, seed).unwrap();
         let w = Tensor::uniform(shape.weight_dims(), -1.0, 1.0, seed ^ 1).unwrap();
-        let params = ConvTranspose2dParams::default();
-        let (y, ran) = convt::gpu::conv_transpose2d_host_as(&tuned, Precision::F32, &x, &w, None, &params).unwrap();
+        let params = ConvTranspose2dOptions::default();
+        let (y, ran) = common::forward_host_as(&tuned, Precision::F32, &x, &w, None, &params).unwrap();
         assert_eq!(ran.precision(), Precision::F32, "entry {i} ran {}", ran.name());
         let reference = convt::cpu::conv_transpose2d_f64(&shape, x.data(), w.data(), None).unwrap();
         let e = ErrorStats::compare(y.data(), &reference);

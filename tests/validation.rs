@@ -12,16 +12,15 @@ use std::path::{Path, PathBuf};
 
 use convt::io::{save_tensors, TensorFile};
 use convt::{
-    ConvTranspose2d, ConvTranspose2dOptions, ConvTranspose2dParams, ConvtError, ErrorStats, GpuContext, GpuOptions,
-    GpuTensor, Tensor,
+    ConvTranspose2d, ConvTranspose2dOptions, ConvtError, ErrorStats, GpuContext, GpuOptions, GpuTensor, Tensor,
 };
 
 // ---------------------------------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------------------------------
 
-fn p() -> ConvTranspose2dParams {
-    ConvTranspose2dParams::default()
+fn p() -> ConvTranspose2dOptions {
+    ConvTranspose2dOptions::default()
 }
 
 /// A tensor of `shape` with reproducible values in [-1, 1).
@@ -30,7 +29,12 @@ fn rand(shape: &[usize], seed: u64) -> Tensor {
 }
 
 /// The error `resolve` gives for these sizes; panics if it accepts them.
-fn resolve_err(params: ConvTranspose2dParams, input: &[usize], weight: &[usize], bias: Option<&[usize]>) -> ConvtError {
+fn resolve_err(
+    params: ConvTranspose2dOptions,
+    input: &[usize],
+    weight: &[usize],
+    bias: Option<&[usize]>,
+) -> ConvtError {
     match params.resolve(input, weight, bias) {
         Ok(shape) => {
             panic!("{params:?} with input {input:?}, weight {weight:?}, bias {bias:?} was accepted: {shape:?}")
@@ -40,7 +44,7 @@ fn resolve_err(params: ConvTranspose2dParams, input: &[usize], weight: &[usize],
 }
 
 /// The error the CPU reference gives on tensors of these sizes; panics if it succeeds.
-fn cpu_err(params: ConvTranspose2dParams, input: &[usize], weight: &[usize], bias: Option<&[usize]>) -> ConvtError {
+fn cpu_err(params: ConvTranspose2dOptions, input: &[usize], weight: &[usize], bias: Option<&[usize]>) -> ConvtError {
     let (x, w, b) = tensors(input, weight, bias);
     match convt::cpu::conv_transpose2d(&x, &w, b.as_ref(), &params) {
         Ok(out) => panic!("CPU accepted {params:?}: output {:?}", out.shape()),
@@ -51,13 +55,13 @@ fn cpu_err(params: ConvTranspose2dParams, input: &[usize], weight: &[usize], bia
 /// The error the GPU path gives on tensors of these sizes; panics if it succeeds.
 fn gpu_err(
     ctx: &GpuContext,
-    params: ConvTranspose2dParams,
+    params: ConvTranspose2dOptions,
     input: &[usize],
     weight: &[usize],
     bias: Option<&[usize]>,
 ) -> ConvtError {
     let (x, w, b) = tensors(input, weight, bias);
-    match convt::gpu::conv_transpose2d_host(ctx, &x, &w, b.as_ref(), &params) {
+    match common::forward_host(ctx, &x, &w, b.as_ref(), &params) {
         Ok(out) => panic!("GPU accepted {params:?}: output {:?}", out.shape()),
         Err(e) => e,
     }
@@ -198,7 +202,7 @@ fn output_padding_below_dilation_is_accepted_when_dilation_exceeds_stride() {
 
     let (x, w, b) = tensors(&input, &weight, Some(&[3]));
     let cpu = convt::cpu::conv_transpose2d(&x, &w, b.as_ref(), &params).unwrap();
-    let gpu = convt::gpu::conv_transpose2d_host(common::ctx(), &x, &w, b.as_ref(), &params).unwrap();
+    let gpu = common::forward_host(common::ctx(), &x, &w, b.as_ref(), &params).unwrap();
     assert_eq!(cpu.shape(), &[2, 3, ho, wo]);
     assert_eq!(gpu.shape(), cpu.shape());
     let reference: Vec<f64> = cpu.data().iter().map(|&v| v as f64).collect();
@@ -308,7 +312,7 @@ fn empty_batch_is_accepted_on_cpu_and_gpu() {
     assert!(cpu.data().is_empty());
 
     let ctx = GpuContext::new().unwrap_or_else(|e| panic!("the GPU tests need an adapter: {e}"));
-    let gpu = convt::gpu::conv_transpose2d_host(&ctx, &x, &w, b.as_ref(), &params).unwrap();
+    let gpu = common::forward_host(&ctx, &x, &w, b.as_ref(), &params).unwrap();
     assert_eq!(gpu.shape(), &expected[..]);
     assert!(gpu.data().is_empty());
 }
@@ -333,8 +337,8 @@ fn unbatched_input_gives_unbatched_output_equal_to_batched() {
     assert_eq!(cpu_3d.data(), cpu_4d.data());
 
     let ctx = common::ctx();
-    let gpu_3d = convt::gpu::conv_transpose2d_host(ctx, &unbatched, &weight, Some(&bias), &params).unwrap();
-    let gpu_4d = convt::gpu::conv_transpose2d_host(ctx, &batched, &weight, Some(&bias), &params).unwrap();
+    let gpu_3d = common::forward_host(ctx, &unbatched, &weight, Some(&bias), &params).unwrap();
+    let gpu_4d = common::forward_host(ctx, &batched, &weight, Some(&bias), &params).unwrap();
     assert_eq!(gpu_3d.shape(), &[6, ho, wo]);
     assert_eq!(gpu_4d.shape(), &[1, 6, ho, wo]);
     assert_eq!(gpu_3d.data(), gpu_4d.data());
@@ -471,7 +475,7 @@ fn layer_with_a_zero_or_negative_kernel_is_rejected() {
 
 #[test]
 fn gpu_path_reports_the_same_errors_as_the_cpu_reference() {
-    type Case = (ConvTranspose2dParams, Vec<usize>, Vec<usize>, Option<Vec<usize>>);
+    type Case = (ConvTranspose2dOptions, Vec<usize>, Vec<usize>, Option<Vec<usize>>);
     let cases: Vec<Case> = vec![
         (p().padding([0, -1]), INPUT.to_vec(), WEIGHT.to_vec(), None),
         (p().groups(0), INPUT.to_vec(), WEIGHT.to_vec(), None),
@@ -522,20 +526,20 @@ fn plane_larger_than_the_binding_limit_is_too_large_for_binding() {
     assert_message(&e, &["100 bytes", "at most 64 bytes", "[1, 1, 5, 5]"]);
 
     let w = rand(&[1, 1, 1, 1], 2);
-    let e = convt::gpu::conv_transpose2d_host(&ctx, &x, &w, None, &p()).unwrap_err();
+    let e = common::forward_host(&ctx, &x, &w, None, &p()).unwrap_err();
     assert!(matches!(e, ConvtError::TooLargeForBinding { bytes: 100, limit: 64, .. }), "{e:?}");
 
     // Small input planes (16 bytes) and weight (32 bytes), but a 5 x 5 output plane with stride 3.
     let x = rand(&[2, 2, 2, 2], 3);
     let w = rand(&[2, 1, 2, 2], 4);
-    let e = convt::gpu::conv_transpose2d_host(&ctx, &x, &w, None, &p().stride(3)).unwrap_err();
+    let e = common::forward_host(&ctx, &x, &w, None, &p().stride(3)).unwrap_err();
     assert!(
         matches!(&e, ConvtError::TooLargeForBinding { bytes: 100, limit: 64, what } if what.contains("[2, 1, 5, 5]")),
         "{e:?}"
     );
 
     // Just at the limit (stride 2: 4 x 4 output planes, 64 bytes) it runs, split plane by plane.
-    let out = convt::gpu::conv_transpose2d_host(&ctx, &x, &w, None, &p().stride(2)).unwrap();
+    let out = common::forward_host(&ctx, &x, &w, None, &p().stride(2)).unwrap();
     assert_eq!(out.shape(), &[2, 1, 4, 4]);
     let cpu = convt::cpu::conv_transpose2d(&x, &w, None, &p().stride(2)).unwrap();
     let reference: Vec<f64> = cpu.data().iter().map(|&v| v as f64).collect();
@@ -550,7 +554,7 @@ fn weight_larger_than_the_binding_limit_is_too_large_for_binding() {
     // bytes and output planes 64: only the weight, which must sit in one binding, is too large.
     let x = rand(&[1, 4, 2, 2], 1);
     let w = rand(WEIGHT, 2);
-    let e = convt::gpu::conv_transpose2d_host(&ctx, &x, &w, None, &p()).unwrap_err();
+    let e = common::forward_host(&ctx, &x, &w, None, &p()).unwrap_err();
     assert!(
         matches!(&e, ConvtError::TooLargeForBinding { bytes: 288, limit: 64, what } if what.contains("weight")),
         "{e:?}"
@@ -561,7 +565,7 @@ fn weight_larger_than_the_binding_limit_is_too_large_for_binding() {
     let w = rand(&[1, 20, 1, 1], 3);
     let b = rand(&[20], 4);
     let x = rand(&[1, 1, 2, 2], 5);
-    let e = convt::gpu::conv_transpose2d_host(&ctx, &x, &w, Some(&b), &p()).unwrap_err();
+    let e = common::forward_host(&ctx, &x, &w, Some(&b), &p()).unwrap_err();
     assert!(
         matches!(&e, ConvtError::TooLargeForBinding { bytes: 80, limit: 64, what } if what.contains("size [20]")),
         "{e:?}"

@@ -6,15 +6,14 @@
 mod common;
 
 use common::problems::Problem;
-use convt::gpu::forward::winograd::WINO_TILES;
 use convt::gpu::Strategy as GpuStrategy;
-use convt::{cpu, ConvTranspose2dParams, ConvtError, ErrorStats, GpuContext};
+use convt::{cpu, ConvTranspose2dOptions, ConvtError, ErrorStats, GpuContext};
 use proptest::prelude::*;
 
 fn check(ctx: &GpuContext, strategy: GpuStrategy, p: &Problem) -> Result<(), TestCaseError> {
     let shape = p.shape();
     let (x, w, b) = p.tensors();
-    let ran = convt::gpu::conv_transpose2d_host_as(ctx, convt::Precision::F32, &x, &w, b.as_ref(), &p.params);
+    let ran = common::forward_host_as(ctx, convt::Precision::F32, &x, &w, b.as_ref(), &p.params);
     let (out, used) = ran.map_err(|e| TestCaseError::fail(format!("{e} for {p:?}")))?;
     prop_assert_eq!(used, strategy, "the forced tile did not run for {:?}", p);
     let reference = cpu::conv_transpose2d_f64(&shape, x.data(), w.data(), b.as_ref().map(|b| b.data())).unwrap();
@@ -31,34 +30,39 @@ fn check(ctx: &GpuContext, strategy: GpuStrategy, p: &Problem) -> Result<(), Tes
 }
 
 /// Stride-1 undilated problems, kernels 1x1 to 7x7, channels across several K steps and channel blocks.
+/// Every Winograd tile of this build.
+fn wino_tiles() -> Vec<GpuStrategy> {
+    GpuStrategy::candidates().into_iter().filter(|s| matches!(s, GpuStrategy::Winograd(_))).collect()
+}
+
 fn problems() -> impl Strategy<Value = Problem> {
     (
         (1usize..=2, 1usize..=3, 1usize..=13, 1usize..=40), // batch, groups, in per group, out per group
         (1usize..=19, 1usize..=19, 1usize..=7, 1usize..=7), // H, W, kH, kW
-        ([0i64..=6, 0i64..=6], any::<bool>(), any::<u64>(), 0usize..WINO_TILES.len()),
+        ([0i64..=6, 0i64..=6], any::<bool>(), any::<u64>(), 0usize..wino_tiles().len()),
     )
         .prop_filter_map("output must be non-empty", |((n, g, cig, cog), (h, w, kh, kw), (p, bias, seed, tile))| {
-            let params = ConvTranspose2dParams::default().groups(g as i64).padding((p[0], p[1]));
+            let params = ConvTranspose2dOptions::default().groups(g as i64).padding((p[0], p[1]));
             let pr = Problem { input: vec![n, g * cig, h, w], weight: vec![g * cig, cog, kh, kw], bias, params, seed };
             let cout = cog * g;
             params.resolve(&pr.input, &pr.weight, bias.then_some(&[cout][..])).ok().map(|_| (pr, tile))
         })
         .prop_filter_map("the tile must take the kernel", |(pr, tile)| {
-            let t = WINO_TILES[tile];
+            let t = wino_tiles()[tile];
             takes(&t, &pr).then_some(Problem { seed: pr.seed ^ (tile as u64) << 60, ..pr })
         })
 }
 
 /// Whether the tile computes the problem on the test adapter (its kernel size, and the workgroup that
 /// transform size needs within the adapter's limits).
-fn takes(tile: &convt::gpu::forward::winograd::WinoTile, p: &Problem) -> bool {
-    tile.check(&p.shape(), &common::ctx().device().limits()).is_ok()
+fn takes(tile: &GpuStrategy, p: &Problem) -> bool {
+    tile.takes_shape(common::ctx(), &p.shape())
 }
 
 /// The tile the problem's seed picked among those that take its kernel.
 fn tile_for(p: &Problem) -> GpuStrategy {
-    let fits: Vec<_> = WINO_TILES.iter().filter(|t| takes(t, p)).collect();
-    GpuStrategy::Winograd(*fits[(p.seed >> 60) as usize % fits.len()])
+    let fits: Vec<_> = wino_tiles().into_iter().filter(|t| takes(t, p)).collect();
+    fits[(p.seed >> 60) as usize % fits.len()]
 }
 
 proptest! {
@@ -78,10 +82,8 @@ proptest! {
         let weight: usize = p.weight.iter().product();
         let strategy = tile_for(&p);
         // The transformed weight (AH x AW / (kH*kW) times the weight) must stay in one binding.
-        let GpuStrategy::Winograd(tile) = strategy else { unreachable!() };
-        let (ah, aw) = tile.alphas(&shape).unwrap();
-        let transformed = (ah * aw) as usize * shape.in_channels * shape.out_per_group().div_ceil(4) * 4;
-        let limit = 4 * weight.max(plane).max(shape.out_channels).max(transformed);
+        let transformed = strategy.prepared_weight_bytes(&shape).unwrap() as usize;
+        let limit = (4 * weight.max(plane).max(shape.out_channels)).max(transformed);
         check(&common::ctx_with_binding_limit(limit as u64, Some(strategy)), strategy, &p)?;
     }
 }
@@ -92,33 +94,33 @@ fn every_tile_matches_the_reference_on_suite_like_shapes() {
     // steps (one partial), channel blocks (one short) and tile blocks, H != W, a partial last tile on both axes;
     // a 10x3 and a 3x6 kernel.
     let cases = [
-        (vec![2, 64, 13, 22], vec![64, 72, 3, 5], ConvTranspose2dParams::default()),
-        (vec![1, 64, 17, 9], vec![64, 72, 3, 7], ConvTranspose2dParams::default().padding((1, 3))),
+        (vec![2, 64, 13, 22], vec![64, 72, 3, 5], ConvTranspose2dOptions::default()),
+        (vec![1, 64, 17, 9], vec![64, 72, 3, 7], ConvTranspose2dOptions::default().padding((1, 3))),
         // 45 channels x 3 kernel rows: K = 135, a partial last K step for the tiles with the rows in K.
-        (vec![2, 45, 11, 14], vec![45, 72, 3, 3], ConvTranspose2dParams::default()),
+        (vec![2, 45, 11, 14], vec![45, 72, 3, 3], ConvTranspose2dOptions::default()),
         // 10 kernel rows: the most the tiles with the rows in K take (the 2-D tile's F(2, 10) would need 11 points).
-        (vec![1, 16, 12, 9], vec![16, 40, 10, 3], ConvTranspose2dParams::default().padding((2, 1))),
+        (vec![1, 16, 12, 9], vec![16, 40, 10, 3], ConvTranspose2dOptions::default().padding((2, 1))),
         // A 3x6 kernel: F(4, 6), 9 points, on every tile with MW = 4 that fits (the 48 x 64 one: 31.5 KiB, within
         // the software driver's 32).
-        (vec![1, 64, 11, 13], vec![64, 72, 3, 6], ConvTranspose2dParams::default()),
+        (vec![1, 64, 11, 13], vec![64, 72, 3, 6], ConvTranspose2dOptions::default()),
         // A 2x3 kernel: small enough transforms for every tile to fit the software driver's workgroup memory.
-        (vec![2, 40, 9, 13], vec![40, 36, 2, 3], ConvTranspose2dParams::default().padding((1, 0))),
+        (vec![2, 40, 9, 13], vec![40, 36, 2, 3], ConvTranspose2dOptions::default().padding((1, 0))),
     ];
     let problems: Vec<Problem> = cases
         .into_iter()
         .map(|(input, weight, params)| Problem { input, weight, bias: true, params, seed: common::fresh_seed() })
         .collect();
     let mut ran = std::collections::HashSet::new();
-    for tile in WINO_TILES {
-        let strategy = GpuStrategy::Winograd(*tile);
+    let tiles = wino_tiles();
+    for &strategy in &tiles {
         // Every case the tile takes in the full tier; one of them, drawn afresh, in the fast tier.
-        let taken: Vec<&Problem> = problems.iter().filter(|p| takes(tile, p)).collect();
+        let taken: Vec<&Problem> = problems.iter().filter(|p| takes(&strategy, p)).collect();
         for p in common::sample(&taken, 1) {
             check(common::ctx_with_strategy(strategy), strategy, p).unwrap_or_else(|e| panic!("{e}"));
-            ran.insert(*tile);
+            ran.insert(strategy);
         }
     }
-    assert_eq!(ran.len(), WINO_TILES.len(), "every tile must run on this adapter on some case");
+    assert_eq!(ran.len(), tiles.len(), "every tile must run on this adapter on some case");
 }
 
 #[test]
@@ -126,9 +128,9 @@ fn strided_dilated_and_oversized_kernels_are_refused_with_the_reason() {
     let ctx = common::ctx();
     let x = convt::Tensor::uniform(vec![1, 4, 6, 6], -1.0, 1.0, common::fresh_seed()).unwrap();
     let cases = [
-        (vec![4, 4, 3, 3], ConvTranspose2dParams::default().stride(2), "stride 1 without dilation only"),
-        (vec![4, 4, 3, 3], ConvTranspose2dParams::default().dilation((1, 2)), "stride 1 without dilation only"),
-        (vec![4, 4, 3, 8], ConvTranspose2dParams::default(), "needs more than 10 points"),
+        (vec![4, 4, 3, 3], ConvTranspose2dOptions::default().stride(2), "stride 1 without dilation only"),
+        (vec![4, 4, 3, 3], ConvTranspose2dOptions::default().dilation((1, 2)), "stride 1 without dilation only"),
+        (vec![4, 4, 3, 8], ConvTranspose2dOptions::default(), "needs more than 10 points"),
     ];
     for (weight, params, message) in cases {
         let w = convt::Tensor::uniform(weight, -1.0, 1.0, common::fresh_seed()).unwrap();
@@ -136,15 +138,22 @@ fn strided_dilated_and_oversized_kernels_are_refused_with_the_reason() {
         let xg = convt::gpu::GpuTensor::upload(ctx, &x).unwrap();
         let wg = convt::gpu::GpuTensor::upload(ctx, &w).unwrap();
         let out = convt::gpu::GpuTensor::empty(ctx, &shape.output_dims_as_given()).unwrap();
-        let tile = WINO_TILES.iter().find(|t| t.mw == 4).unwrap();
-        let e =
-            convt::gpu::conv_transpose2d_with(ctx, GpuStrategy::Winograd(*tile), &xg, &wg, None, &params, &out, None)
-                .unwrap_err();
+        // An F(4, K_W) tile.
+        let tile = wino_tiles().into_iter().find(|s| s.name().starts_with("wino_w4")).unwrap();
+        let e = convt::gpu::conv_transpose2d_into(
+            ctx,
+            &xg,
+            &wg,
+            None,
+            &params,
+            &out,
+            convt::gpu::Run { kernel: Some(tile), ..Default::default() },
+        )
+        .unwrap_err();
         assert!(matches!(&e, ConvtError::InvalidArgument(m) if m.contains(message)), "{e:?}");
         // Forced through the options, the tile gives way to the selector's choice on such shapes.
-        let forced = common::ctx_with_strategy(GpuStrategy::Winograd(*tile));
-        let (y, used) =
-            convt::gpu::conv_transpose2d_host_as(forced, convt::Precision::F32, &x, &w, None, &params).unwrap();
+        let forced = common::ctx_with_strategy(tile);
+        let (y, used) = common::forward_host_as(forced, convt::Precision::F32, &x, &w, None, &params).unwrap();
         assert!(!matches!(used, GpuStrategy::Winograd(_)), "{}", used.name());
         let reference = cpu::conv_transpose2d_f64(&shape, x.data(), w.data(), None).unwrap();
         assert!(ErrorStats::compare(y.data(), &reference).rel_l2 <= common::F32_TOLERANCE);

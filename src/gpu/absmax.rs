@@ -2,12 +2,10 @@
 //! the kernels derive its power-of-two scale (the GEMM kernel's input here, its weight's while packing it:
 //! shaders/forward/gemm_weights.wgsl; the padded-NHWC kernel's weight here, its input's in its copy).
 
-use wgpu::util::DeviceExt;
-
 use crate::error::Result;
 use crate::gpu::context::GpuContext;
 use crate::gpu::kernel::dispatch_buffers;
-use crate::gpu::memory::GpuTensor;
+use crate::gpu::memory::{self, GpuTensor};
 
 pub const SHADER_NAME: &str = "common/absmax.wgsl";
 /// `shaders/common/absmax.wgsl` with the scale functions it uses (`finite_magnitude_bits`).
@@ -46,11 +44,8 @@ pub(crate) fn encode_slots(
         for &(slot, bits) in known {
             initial[slot] = bits;
         }
-        let maxima = ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-            label: Some("convt operand maxima"),
-            contents: bytemuck::cast_slice(&initial),
-            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
-        });
+        let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC;
+        let maxima = memory::buffer_with(&ctx.device, "convt operand maxima", bytemuck::cast_slice(&initial), usage);
         for &(slot, t) in tensors {
             for c in t.chunks() {
                 let count = c.planes * t.plane_elems();

@@ -5,10 +5,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use wgpu::util::DeviceExt;
 
 use crate::error::{ConvtError, Result};
-use crate::gpu::memory::BufferPool;
+use crate::gpu::memory::{self, BufferPool, Uniforms};
 
 /// How shader modules are created. convt's kernels bound every index themselves (clamped loads, enumerated
 /// taps, the slice plan) and are checked against the float64 reference with poisoned outputs in both modes, so
@@ -55,11 +54,31 @@ pub struct GpuOptions {
 }
 
 impl GpuOptions {
+    /// Parses `vulkan`, `metal`, `dx12`, `gl` (comma separated) into wgpu backends.
+    pub fn parse_backends(text: &str) -> Result<wgpu::Backends> {
+        let mut backends = wgpu::Backends::empty();
+        for part in text.split(',').map(|p| p.trim().to_ascii_lowercase()) {
+            backends |= match part.as_str() {
+                "vulkan" | "vk" => wgpu::Backends::VULKAN,
+                "metal" | "mtl" => wgpu::Backends::METAL,
+                "dx12" | "d3d12" => wgpu::Backends::DX12,
+                "gl" | "gles" | "opengl" => wgpu::Backends::GL,
+                "all" => wgpu::Backends::all(),
+                _ => {
+                    return Err(ConvtError::InvalidArgument(format!(
+                        "unknown GPU backend `{part}` (expected vulkan, metal, dx12, gl or all)"
+                    )))
+                }
+            };
+        }
+        Ok(backends)
+    }
+
     pub fn from_env() -> Result<Self> {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
         let mut opts = Self::default();
         if let Some(b) = var("CONVT_BACKEND") {
-            opts.backends = Some(parse_backends(&b)?);
+            opts.backends = Some(Self::parse_backends(&b)?);
         }
         opts.adapter = var("CONVT_ADAPTER");
         if let Some(v) = var("CONVT_MAX_BINDING_BYTES") {
@@ -95,26 +114,6 @@ impl GpuOptions {
         }
         Ok(opts)
     }
-}
-
-/// Parses `vulkan`, `metal`, `dx12`, `gl` (comma separated) into wgpu backends.
-pub fn parse_backends(text: &str) -> Result<wgpu::Backends> {
-    let mut backends = wgpu::Backends::empty();
-    for part in text.split(',').map(|p| p.trim().to_ascii_lowercase()) {
-        backends |= match part.as_str() {
-            "vulkan" | "vk" => wgpu::Backends::VULKAN,
-            "metal" | "mtl" => wgpu::Backends::METAL,
-            "dx12" | "d3d12" => wgpu::Backends::DX12,
-            "gl" | "gles" | "opengl" => wgpu::Backends::GL,
-            "all" => wgpu::Backends::all(),
-            _ => {
-                return Err(ConvtError::InvalidArgument(format!(
-                    "unknown GPU backend `{part}` (expected vulkan, metal, dx12, gl or all)"
-                )))
-            }
-        };
-    }
-    Ok(backends)
 }
 
 /// What `convt info` shows of one adapter.
@@ -217,6 +216,7 @@ pub struct GpuContext {
     /// State the kernels keep on the GPU from one call to the next, one i32 each: see [`GpuContext::kept_i32`].
     kept: Mutex<HashMap<String, wgpu::Buffer>>,
     pub(crate) pool: BufferPool,
+    pub(crate) uniforms: Uniforms,
     /// Bound where a kernel declares a binding it does not read (a bias the call has not): never written and
     /// never pooled, so any number of calls may bind it at once.
     pub(crate) unused_binding: wgpu::Buffer,
@@ -305,12 +305,7 @@ impl GpuContext {
             wgpu::DeviceType::Cpu => crate::tensor::available_host_memory().map(|b| b / 4 * 3),
             _ => None,
         });
-        let unused_binding = device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("convt unused binding"),
-            size: 16,
-            usage: crate::gpu::memory::STORAGE,
-            mapped_at_creation: false,
-        });
+        let unused_binding = memory::plain_buffer(&device, "convt unused binding", 16, memory::STORAGE);
         Ok(Self {
             unused_binding,
             device,
@@ -325,6 +320,7 @@ impl GpuContext {
             pipelines: Mutex::new(HashMap::new()),
             kept: Mutex::new(HashMap::new()),
             pool: BufferPool::default(),
+            uniforms: Uniforms::default(),
             tuned,
         })
     }
@@ -440,11 +436,8 @@ impl GpuContext {
         lock(&self.kept)
             .entry(key)
             .or_insert_with(|| {
-                self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                    label: Some("convt kept value"),
-                    contents: bytemuck::bytes_of(&initial),
-                    usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
-                })
+                let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC;
+                memory::buffer_with(&self.device, "convt kept value", bytemuck::bytes_of(&initial), usage)
             })
             .clone()
     }
@@ -481,6 +474,10 @@ impl GpuContext {
     pub fn tuned(&self) -> &crate::gpu::tune::TuneCache {
         &self.tuned
     }
+
+    /// The most bytes of idle buffers the context keeps for reuse (the bound on [`GpuContext::buffer_stats`]'s
+    /// last value).
+    pub const MAX_IDLE_BYTES: u64 = crate::gpu::memory::MAX_IDLE_BYTES;
 
     /// (buffers created so far, idle buffers kept for reuse, their bytes).
     pub fn buffer_stats(&self) -> (u64, usize, u64) {

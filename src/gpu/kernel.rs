@@ -1,8 +1,6 @@
 //! What every kernel shares: the override constants of a shape, the 32-bit index check, the binding of
 //! input, weight, bias and output, and the folding of large dispatches into a 2-D grid.
 
-use wgpu::util::DeviceExt;
-
 use crate::error::{ConvtError, Result};
 use crate::gpu::context::GpuContext;
 use crate::gpu::memory::GpuTensor;
@@ -149,11 +147,7 @@ pub(crate) fn bind_buffers(
     uniform: &[u8],
     buffers: &[&wgpu::Buffer],
 ) {
-    let uniform = ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-        label: Some("convt dispatch"),
-        contents: uniform,
-        usage: wgpu::BufferUsages::UNIFORM,
-    });
+    let uniform = ctx.uniforms.get(&ctx.device, uniform);
     let entries: Vec<wgpu::BindGroupEntry<'_>> =
         std::iter::once(wgpu::BindGroupEntry { binding: 0, resource: uniform.as_entire_binding() })
             .chain(

@@ -182,6 +182,50 @@ impl InFlight {
     }
 }
 
+/// A small buffer holding `contents` (operand maxima, indirect dispatch counts, values kept between calls).
+pub(crate) fn buffer_with(
+    device: &wgpu::Device,
+    label: &str,
+    contents: &[u8],
+    usage: wgpu::BufferUsages,
+) -> wgpu::Buffer {
+    wgpu::util::DeviceExt::create_buffer_init(
+        device,
+        &wgpu::util::BufferInitDescriptor { label: Some(label), contents, usage },
+    )
+}
+
+/// A buffer of `size` bytes that the GPU fills (query results, read-back staging, placeholders).
+pub(crate) fn plain_buffer(device: &wgpu::Device, label: &str, size: u64, usage: wgpu::BufferUsages) -> wgpu::Buffer {
+    device.create_buffer(&wgpu::BufferDescriptor { label: Some(label), size, usage, mapped_at_creation: false })
+}
+
+/// Most uniform blocks kept: far more than the distinct dispatches of the shapes a process runs (each block is a
+/// few hundred bytes at most).
+const MAX_UNIFORMS: usize = 4096;
+
+/// The uniform blocks of dispatches, by their bytes: made once and bound by every later dispatch with the same
+/// values (a layer's repeated calls), instead of a new buffer per dispatch. A uniform buffer is never written
+/// after it is made, so calls and threads can share it.
+#[derive(Default)]
+pub(crate) struct Uniforms(Mutex<HashMap<Vec<u8>, wgpu::Buffer>>);
+
+impl Uniforms {
+    /// The uniform buffer holding `bytes`.
+    pub fn get(&self, device: &wgpu::Device, bytes: &[u8]) -> wgpu::Buffer {
+        let mut map = lock(&self.0);
+        if let Some(b) = map.get(bytes) {
+            return b.clone();
+        }
+        if map.len() >= MAX_UNIFORMS {
+            map.clear();
+        }
+        let buffer = buffer_with(device, "convt dispatch", bytes, wgpu::BufferUsages::UNIFORM);
+        map.insert(bytes.to_vec(), buffer.clone());
+        buffer
+    }
+}
+
 pub(crate) const STORAGE: wgpu::BufferUsages =
     wgpu::BufferUsages::STORAGE.union(wgpu::BufferUsages::COPY_DST).union(wgpu::BufferUsages::COPY_SRC);
 

@@ -1,37 +1,37 @@
-//! The GPU backend: context ([`context`]), buffers ([`buffers`]), the slice plan for large tensors, and one
-//! module per algorithm. [`conv_transpose2d`] is the single entry point of the forward; [`select`] the single
-//! place that picks its algorithm for a shape. The backward pass ([`backward`]) runs one kernel per gradient
-//! ([`grad_input`], [`grad_weight`], [`grad_bias`]); [`elementwise`] holds what a training loop adds.
+//! The GPU backend. The functional calls ([`conv_transpose2d`], [`conv_transpose2d_backward`] and their `_into`
+//! forms) resolve the problem, ask [`select`] for each pass's kernel (forced option, tuning cache, heuristic) and
+//! encode it. The kernels: `forward/` (one module per algorithm, [`Strategy`] names them), `backward/` (one per
+//! gradient); what they share: `kernel` (bindings, dispatch), `slices` (splitting tensors larger than one binding),
+//! `plan` (weights prepared once for a layer), `memory` (the one place that creates GPU buffers). [`context`] holds
+//! the device, pipelines and options, [`tune`] the tuning cache, [`elementwise`] what a training loop adds.
 
 pub(crate) mod absmax;
-pub mod backward;
-pub mod context;
+pub(crate) mod backward;
+pub(crate) mod context;
 pub mod elementwise;
-pub mod forward;
+pub(crate) mod forward;
 pub(crate) mod kernel;
-pub mod memory;
+pub(crate) mod memory;
 pub(crate) mod plan;
 pub mod select;
 pub(crate) mod slices;
-pub mod timing;
+pub(crate) mod timing;
 pub mod tune;
 
 use backward::{grad_bias, grad_input, grad_weight};
+use forward::gemm::GemmKernel;
 use forward::{coop, coop_nhwc, direct, gather, gemm, rows, winograd};
 
-pub use backward::{
-    conv_transpose2d_backward, conv_transpose2d_backward_host, conv_transpose2d_backward_into,
-    conv_transpose2d_backward_with, BackwardKernels, GpuGradients,
-};
-pub use context::{GpuContext, GpuOptions, ShaderChecks};
-pub use forward::gemm::GemmKernel;
+pub use backward::grad_input::GradInputKernel;
+pub use backward::grad_weight::GradWeightKernel;
+pub use backward::{conv_transpose2d_backward, conv_transpose2d_backward_into, GpuGradients};
+pub use context::{list_adapters, AdapterSummary, GpuContext, GpuOptions, ShaderChecks};
 pub use memory::GpuTensor;
 pub use timing::GpuTimer;
 
 use crate::error::{ConvtError, Result};
-use crate::params::{ConvShape, ConvTranspose2dParams};
+use crate::params::{ConvShape, ConvTranspose2dOptions};
 use crate::precision::Precision;
-use crate::tensor::Tensor;
 
 /// The algorithms convt can run a transposed convolution with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -165,12 +165,25 @@ impl Strategy {
     }
 
     /// The shape part of [`Strategy::computes`]: false only for a Winograd or padded-NHWC tile that cannot take
-    /// `shape` here (for the padded-NHWC kernel: groups, channel counts, sizes).
-    pub(crate) fn takes_shape(&self, ctx: &GpuContext, shape: &ConvShape) -> bool {
+    /// `shape` here (for the padded-NHWC kernel: groups, channel counts, sizes), whether or not this adapter runs
+    /// it.
+    pub fn takes_shape(&self, ctx: &GpuContext, shape: &ConvShape) -> bool {
         match self {
             Strategy::Winograd(t) => t.check_on(ctx, shape).is_ok(),
             Strategy::CoopNhwc(t) => t.check(ctx, shape).is_ok(),
             _ => true,
+        }
+    }
+
+    /// Bytes of the weight as this strategy prepares it for `shape` (it must fit one storage binding), or `None`
+    /// for a kernel that reads the weight as it is or a shape it does not take.
+    pub fn prepared_weight_bytes(&self, shape: &ConvShape) -> Option<u64> {
+        let weight = shape.weight_dims().iter().fold(4u64, |acc, &v| acc.saturating_mul(v as u64));
+        match self {
+            Strategy::Direct | Strategy::Rows(_) => None,
+            Strategy::Gemm(_) | Strategy::Coop(_) => Some(weight),
+            Strategy::CoopNhwc(_) => Some(coop_nhwc::packed_weight_bytes(shape)),
+            Strategy::Winograd(t) => t.transformed_bytes(shape).ok(),
         }
     }
 
@@ -296,76 +309,52 @@ pub fn shader_sources() -> Vec<(&'static str, String, String)> {
     v
 }
 
-/// `conv_transpose2d` on GPU-resident tensors; the output stays on the GPU.
+/// How one call runs where the caller decides: a kernel forced instead of the selector's (the forward's
+/// `kernel`; the backward's `grad_input` and `grad_weight`), and a [`GpuTimer`] slot that times the call's
+/// compute pass. The default leaves every choice to [`select`].
+#[derive(Clone, Copy, Default)]
+pub struct Run<'a> {
+    pub kernel: Option<Strategy>,
+    pub grad_input: Option<GradInputKernel>,
+    pub grad_weight: Option<GradWeightKernel>,
+    pub timer: Option<(&'a GpuTimer, u32)>,
+}
+
+/// `F.conv_transpose2d(input, weight, bias, **options)` on GPU-resident tensors at `options.precision`; the
+/// output stays on the GPU.
 pub fn conv_transpose2d(
     ctx: &GpuContext,
     input: &GpuTensor,
     weight: &GpuTensor,
     bias: Option<&GpuTensor>,
-    params: &ConvTranspose2dParams,
+    options: &ConvTranspose2dOptions,
 ) -> Result<GpuTensor> {
-    let shape = params.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?;
+    let shape = options.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?;
     let output = GpuTensor::empty(ctx, &shape.output_dims_as_given())?;
-    conv_transpose2d_into(ctx, input, weight, bias, params, &output, None)?;
+    conv_transpose2d_into(ctx, input, weight, bias, options, &output, Run::default())?;
     Ok(output)
 }
 
-/// `conv_transpose2d` into an existing output tensor (of the output's exact shape), optionally timed into a
-/// [`GpuTimer`] slot. Submits the work; it completes in queue order.
+/// [`conv_transpose2d`] into an existing output tensor (of the output's exact shape), run as `run` says. Submits
+/// the work (it completes in queue order) and returns the kernel that ran (see [`Strategy::arithmetic`] for what
+/// it computed with). A forced kernel that cannot run on this adapter is an error.
 pub fn conv_transpose2d_into(
     ctx: &GpuContext,
     input: &GpuTensor,
     weight: &GpuTensor,
     bias: Option<&GpuTensor>,
-    params: &ConvTranspose2dParams,
+    options: &ConvTranspose2dOptions,
     output: &GpuTensor,
-    timer: Option<(&GpuTimer, u32)>,
-) -> Result<()> {
-    conv_transpose2d_into_as(ctx, Precision::F32, input, weight, bias, params, output, timer).map(|_| ())
-}
-
-/// [`conv_transpose2d_into`] at a given [`Precision`]; returns the strategy that ran (see
-/// [`Strategy::arithmetic`] for what it computed with).
-#[allow(clippy::too_many_arguments)]
-pub fn conv_transpose2d_into_as(
-    ctx: &GpuContext,
-    precision: Precision,
-    input: &GpuTensor,
-    weight: &GpuTensor,
-    bias: Option<&GpuTensor>,
-    params: &ConvTranspose2dParams,
-    output: &GpuTensor,
-    timer: Option<(&GpuTimer, u32)>,
+    run: Run<'_>,
 ) -> Result<Strategy> {
-    let shape = params.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?;
-    let strategy = select::forward(ctx, &shape, bias.is_some(), precision);
-    conv_transpose2d_with(ctx, strategy, input, weight, bias, params, output, timer)?;
+    let shape = options.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?;
+    let strategy = match run.kernel {
+        Some(kernel) => kernel,
+        None => select::forward(ctx, &shape, bias.is_some(), options.precision),
+    };
+    let weight = kernel::Weight { tensor: weight, prepared: None };
+    forward_prepared(ctx, strategy, &shape, input, weight, bias, output, run.timer)?;
     Ok(strategy)
-}
-
-/// [`conv_transpose2d_into`] with a given algorithm instead of the selector's (for the tuner and tests).
-#[allow(clippy::too_many_arguments)]
-pub fn conv_transpose2d_with(
-    ctx: &GpuContext,
-    strategy: Strategy,
-    input: &GpuTensor,
-    weight: &GpuTensor,
-    bias: Option<&GpuTensor>,
-    params: &ConvTranspose2dParams,
-    output: &GpuTensor,
-    timer: Option<(&GpuTimer, u32)>,
-) -> Result<()> {
-    let shape = params.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?;
-    forward_prepared(
-        ctx,
-        strategy,
-        &shape,
-        input,
-        kernel::Weight { tensor: weight, prepared: None },
-        bias,
-        output,
-        timer,
-    )
 }
 
 /// The forward of `shape` (resolved from these tensors) with `strategy`, reading the weight as prepared for it
@@ -407,33 +396,4 @@ pub(crate) fn forward_prepared(
         strategy.encode(ctx, shape, input, w, prepared, bias, output, &mut pass, &mut in_flight)?;
     }
     in_flight.submit(ctx, encoder)
-}
-
-/// `conv_transpose2d` on host tensors: upload, run, read back.
-pub fn conv_transpose2d_host(
-    ctx: &GpuContext,
-    input: &Tensor,
-    weight: &Tensor,
-    bias: Option<&Tensor>,
-    params: &ConvTranspose2dParams,
-) -> Result<Tensor> {
-    conv_transpose2d_host_as(ctx, Precision::F32, input, weight, bias, params).map(|(t, _)| t)
-}
-
-/// [`conv_transpose2d_host`] at a given [`Precision`]; also returns the strategy that ran.
-pub fn conv_transpose2d_host_as(
-    ctx: &GpuContext,
-    precision: Precision,
-    input: &Tensor,
-    weight: &Tensor,
-    bias: Option<&Tensor>,
-    params: &ConvTranspose2dParams,
-) -> Result<(Tensor, Strategy)> {
-    let shape = params.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?;
-    let x = GpuTensor::upload(ctx, input)?;
-    let w = GpuTensor::upload(ctx, weight)?;
-    let b = bias.map(|b| GpuTensor::upload(ctx, b)).transpose()?;
-    let output = GpuTensor::empty(ctx, &shape.output_dims_as_given())?;
-    let strategy = conv_transpose2d_into_as(ctx, precision, &x, &w, b.as_ref(), params, &output, None)?;
-    Ok((output.download(ctx)?, strategy))
 }

@@ -3,7 +3,7 @@
 
 use crate::error::{ConvtError, Result};
 use crate::gpu::context::GpuContext;
-use crate::gpu::memory::map_for_reading;
+use crate::gpu::memory::{map_for_reading, plain_buffer};
 
 pub struct GpuTimer {
     queries: wgpu::QuerySet,
@@ -26,12 +26,8 @@ impl GpuTimer {
                 ty: wgpu::QueryType::Timestamp,
                 count: 2 * capacity,
             });
-            let resolve = ctx.device().create_buffer(&wgpu::BufferDescriptor {
-                label: Some("convt timer resolve"),
-                size: 16 * capacity as u64,
-                usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
-                mapped_at_creation: false,
-            });
+            let usage = wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC;
+            let resolve = plain_buffer(ctx.device(), "convt timer resolve", 16 * capacity as u64, usage);
             Ok(Self { queries, resolve, capacity })
         })
     }
@@ -53,12 +49,8 @@ impl GpuTimer {
     pub fn read_ms(&self, ctx: &GpuContext, slots: u32) -> Result<Vec<f64>> {
         let bytes = 16 * slots as u64;
         let staging = ctx.scoped(|| {
-            let staging = ctx.device().create_buffer(&wgpu::BufferDescriptor {
-                label: Some("convt timer read"),
-                size: bytes.max(16),
-                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-                mapped_at_creation: false,
-            });
+            let usage = wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST;
+            let staging = plain_buffer(ctx.device(), "convt timer read", bytes.max(16), usage);
             let mut encoder = ctx.device().create_command_encoder(&Default::default());
             encoder.resolve_query_set(&self.queries, 0..2 * slots, &self.resolve, 0);
             encoder.copy_buffer_to_buffer(&self.resolve, 0, &staging, 0, bytes);

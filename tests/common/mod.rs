@@ -130,3 +130,48 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// The forward on host tensors at the options' precision: upload, run, read back.
+pub fn forward_host(
+    ctx: &GpuContext,
+    input: &convt::Tensor,
+    weight: &convt::Tensor,
+    bias: Option<&convt::Tensor>,
+    options: &convt::ConvTranspose2dOptions,
+) -> convt::Result<convt::Tensor> {
+    forward_host_as(ctx, options.precision, input, weight, bias, options).map(|(y, _)| y)
+}
+
+/// [`forward_host`] at `precision`; also the kernel that ran.
+pub fn forward_host_as(
+    ctx: &GpuContext,
+    precision: convt::Precision,
+    input: &convt::Tensor,
+    weight: &convt::Tensor,
+    bias: Option<&convt::Tensor>,
+    options: &convt::ConvTranspose2dOptions,
+) -> convt::Result<(convt::Tensor, convt::gpu::Strategy)> {
+    let options = options.precision(precision);
+    let shape = options.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?;
+    let (x, w) = (convt::GpuTensor::upload(ctx, input)?, convt::GpuTensor::upload(ctx, weight)?);
+    let b = bias.map(|b| convt::GpuTensor::upload(ctx, b)).transpose()?;
+    let y = convt::GpuTensor::empty(ctx, &shape.output_dims_as_given())?;
+    let ran = convt::gpu::conv_transpose2d_into(ctx, &x, &w, b.as_ref(), &options, &y, Default::default())?;
+    Ok((y.download(ctx)?, ran))
+}
+
+/// The backward on host tensors: validate, upload, run, read back.
+pub fn backward_host(
+    ctx: &GpuContext,
+    input: &convt::Tensor,
+    weight: &convt::Tensor,
+    bias: Option<&convt::Tensor>,
+    grad_output: &convt::Tensor,
+    options: &convt::ConvTranspose2dOptions,
+) -> convt::Result<convt::Gradients> {
+    options.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?.check_grad_output(grad_output.shape())?;
+    let (x, w) = (convt::GpuTensor::upload(ctx, input)?, convt::GpuTensor::upload(ctx, weight)?);
+    let b = bias.map(|b| convt::GpuTensor::upload(ctx, b)).transpose()?;
+    let go = convt::GpuTensor::upload(ctx, grad_output)?;
+    convt::gpu::conv_transpose2d_backward(ctx, &x, &w, b.as_ref(), &go, options)?.download(ctx)
+}

@@ -1,6 +1,6 @@
 //! Random valid problems covering every option, for the property tests of the forward and the backward.
 
-use convt::{ConvShape, ConvTranspose2dParams, Tensor};
+use convt::{ConvShape, ConvTranspose2dOptions, Tensor};
 use proptest::prelude::*;
 
 /// A valid problem: (input dims, weight dims, bias, params).
@@ -9,7 +9,7 @@ pub struct Problem {
     pub input: Vec<usize>,
     pub weight: Vec<usize>,
     pub bias: bool,
-    pub params: ConvTranspose2dParams,
+    pub params: ConvTranspose2dOptions,
     pub seed: u64,
 }
 
@@ -40,8 +40,14 @@ pub fn problems() -> impl Strategy<Value = Problem> {
             |((n, g, cig, cog), (h, w, kh, kw), (s, d), (p, op, bias, seed))| {
                 // output_padding < max(stride, dilation), as PyTorch requires.
                 let op = [op[0] % s[0].max(d[0]), op[1] % s[1].max(d[1])];
-                let params =
-                    ConvTranspose2dParams { stride: s, padding: p, output_padding: op, dilation: d, groups: g as i64 };
+                let params = ConvTranspose2dOptions {
+                    stride: s,
+                    padding: p,
+                    output_padding: op,
+                    dilation: d,
+                    groups: g as i64,
+                    ..Default::default()
+                };
                 let pr =
                     Problem { input: vec![n, g * cig, h, w], weight: vec![g * cig, cog, kh, kw], bias, params, seed };
                 let cout = cog * g;

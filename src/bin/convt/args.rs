@@ -5,7 +5,7 @@ use std::path::Path;
 use clap::Args;
 use convt::io::{OutputFile, TensorFile};
 use convt::suite::{self, Case};
-use convt::{ConvTranspose2dParams, Tensor};
+use convt::{ConvTranspose2dOptions, Tensor};
 
 /// Parses `N` (both axes) or `H,W` into a pair; negative values pass through so the library can reject them
 /// with PyTorch's message.
@@ -48,14 +48,15 @@ pub struct ConvArgs {
 
 impl ConvArgs {
     /// The options, PyTorch's defaults where a flag is not given.
-    pub fn params(&self) -> ConvTranspose2dParams {
-        let d = ConvTranspose2dParams::default();
-        ConvTranspose2dParams {
+    pub fn params(&self) -> ConvTranspose2dOptions {
+        let d = ConvTranspose2dOptions::default();
+        ConvTranspose2dOptions {
             stride: self.stride.unwrap_or(d.stride),
             padding: self.padding.unwrap_or(d.padding),
             output_padding: self.output_padding.unwrap_or(d.output_padding),
             dilation: self.dilation.unwrap_or(d.dilation),
             groups: self.groups.unwrap_or(d.groups),
+            ..d
         }
     }
 

@@ -38,7 +38,7 @@ pub fn run(a: BackwardArgs) -> Result<Outcome> {
         Backend::Cpu => convt::cpu::conv_transpose2d_backward(input, weight, bias, grad_output, &params)?,
         Backend::Gpu => {
             let ctx = GpuContext::new()?;
-            convt::gpu::conv_transpose2d_backward_host(&ctx, input, weight, bias, grad_output, &params)?
+            crate::host::backward(&ctx, input, weight, bias, grad_output, &params)?
         }
     };
     let mut written: Vec<(&str, &Tensor)> =

@@ -8,7 +8,8 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 use clap::Args;
 use convt::gpu::{
-    conv_transpose2d_backward_with, conv_transpose2d_with, select, BackwardKernels, GpuGradients, GpuTimer, Strategy,
+    conv_transpose2d_backward_into, conv_transpose2d_into, select, GpuGradients, GpuTimer, GradInputKernel,
+    GradWeightKernel, Run, Strategy,
 };
 use convt::io::OutputFile;
 use convt::suite::Case;
@@ -124,6 +125,13 @@ pub struct Prepared<'c> {
     outputs: Outputs,
     /// The forward as a layer with these weights (`--layer`): timed instead of the functional call.
     layer: Option<GpuConvTranspose2d<'c>>,
+}
+
+/// The backward's kernels where a caller gives them (`None`: the selector's).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BackwardKernels {
+    pub grad_input: Option<GradInputKernel>,
+    pub grad_weight: Option<GradWeightKernel>,
 }
 
 /// What `convt tune` times on a prepared case: a forward strategy, or the backward with some of its kernels given.
@@ -303,12 +311,15 @@ impl<'c> Prepared<'c> {
         let (weight, bias, params) = (&self.weight, self.bias.as_ref(), &self.case.params);
         let backward = |grads: &GpuGradients, kernels: BackwardKernels| -> Result<()> {
             let Some(go) = &set.grad_output else { bail!("backward input sets carry a grad_output") };
-            conv_transpose2d_backward_with(ctx, kernels, &set.input, weight, bias, go, params, grads, slot)?;
+            let run =
+                Run { grad_input: kernels.grad_input, grad_weight: kernels.grad_weight, timer: slot, kernel: None };
+            conv_transpose2d_backward_into(ctx, &set.input, weight, bias, go, params, grads, run)?;
             Ok(())
         };
         match (&self.outputs, candidate) {
             (Outputs::Forward(output), Some(Candidate::Forward(strategy))) => {
-                conv_transpose2d_with(ctx, strategy, &set.input, weight, bias, params, output, slot)?
+                let run = Run { kernel: Some(strategy), timer: slot, ..Run::default() };
+                conv_transpose2d_into(ctx, &set.input, weight, bias, params, output, run).map(drop)?
             }
             (Outputs::Forward(output), None) => match &self.layer {
                 Some(layer) => layer.forward_into(&set.input, output, slot).map(drop)?,

@@ -45,8 +45,7 @@ pub fn run(a: ForwardArgs) -> Result<Outcome> {
         Backend::Cpu => convt::cpu::conv_transpose2d(input, weight, bias, &params)?,
         Backend::Gpu => {
             let ctx = GpuContext::new()?;
-            let (output, strategy) =
-                convt::gpu::conv_transpose2d_host_as(&ctx, a.precision, input, weight, bias, &params)?;
+            let (output, strategy) = crate::host::forward(&ctx, a.precision, input, weight, bias, &params)?;
             eprintln!("ran {} ({}) on {}", strategy.name(), strategy.arithmetic(), ctx.adapter_info().name);
             output
         }

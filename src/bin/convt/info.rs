@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 use clap::Args;
-use convt::gpu::context::{list_adapters, AdapterSummary};
+use convt::gpu::{list_adapters, AdapterSummary};
 use convt::{GpuContext, GpuOptions};
 use serde_json::json;
 

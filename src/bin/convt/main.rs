@@ -6,6 +6,7 @@ mod backward;
 mod bench;
 mod ceilings;
 mod forward;
+mod host;
 mod info;
 mod tune;
 mod verify;

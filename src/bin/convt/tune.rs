@@ -5,14 +5,12 @@
 
 use anyhow::Result;
 use clap::Args;
-use convt::gpu::backward::grad_input;
-use convt::gpu::backward::grad_weight::GradWeightKernel;
 use convt::gpu::tune::{self, Pass as TunePass, TuneCache, TuneEntry, TuneKey};
-use convt::gpu::{BackwardKernels, Strategy};
+use convt::gpu::{GradInputKernel, GradWeightKernel, Strategy};
 use convt::suite::Case;
 use convt::{GpuContext, GpuOptions, Precision};
 
-use crate::bench::{median, Candidate, Pass, Prepared};
+use crate::bench::{median, BackwardKernels, Candidate, Pass, Prepared};
 use crate::Outcome;
 
 #[derive(Args, Debug)]
@@ -83,7 +81,7 @@ pub fn run(a: TuneArgs) -> Result<Outcome> {
         if a.backward {
             // grad_input's kernels first (grad_weight's chosen as usual), then grad_weight's with grad_input's
             // winner: each timed in the whole backward pass.
-            let grad_input: Vec<Candidate> = grad_input::candidates(&ctx, shape)
+            let grad_input: Vec<Candidate> = GradInputKernel::candidates(&ctx, shape)
                 .into_iter()
                 .map(|k| Candidate::Backward(BackwardKernels { grad_input: Some(k), grad_weight: None }))
                 .collect();

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Result};
 use clap::{Args, ValueEnum};
-use convt::gpu::backward::grad_input::GradInputKernel;
+use convt::gpu::GradInputKernel;
 use convt::suite::Case;
 use convt::{cpu, ConvShape, ErrorStats, GpuContext, GpuOptions, Precision, Tensor};
 use rand::{Rng, SeedableRng};
@@ -260,8 +260,7 @@ fn verify_case(ctx: &GpuContext, case: &Case, seed: u64, a: &VerifyArgs) -> Resu
     let weight = Tensor::uniform(shape.weight_dims(), -1.0, 1.0, seed ^ 1)?;
     let bias = case.bias.then(|| Tensor::uniform(vec![shape.out_channels], -1.0, 1.0, seed ^ 2)).transpose()?;
     let t = Instant::now();
-    let (out, strategy) =
-        convt::gpu::conv_transpose2d_host_as(ctx, a.precision, &input, &weight, bias.as_ref(), &case.params)?;
+    let (out, strategy) = crate::host::forward(ctx, a.precision, &input, &weight, bias.as_ref(), &case.params)?;
     let gpu_s = t.elapsed().as_secs_f64();
     let all_finite = out.data().iter().all(|v| v.is_finite());
     let full = full_check(&shape, a);
@@ -316,8 +315,7 @@ fn verify_backward(ctx: &GpuContext, case: &Case, seed: u64, a: &VerifyArgs) -> 
     let bias = case.bias.then(|| Tensor::uniform(vec![shape.out_channels], -1.0, 1.0, seed ^ 2)).transpose()?;
     let grad_output = Tensor::uniform(shape.output_dims(), -1.0, 1.0, seed ^ 4)?;
     let t = Instant::now();
-    let g =
-        convt::gpu::conv_transpose2d_backward_host(ctx, &input, &weight, bias.as_ref(), &grad_output, &case.params)?;
+    let g = crate::host::backward(ctx, &input, &weight, bias.as_ref(), &grad_output, &case.params)?;
     let gpu_s = t.elapsed().as_secs_f64();
     // What computed grad_input, and how (grad_weight and grad_bias are exact f32 sums).
     let grad_input = convt::gpu::select::grad_input(ctx, &shape);

@@ -17,7 +17,7 @@ use crate::gpu::kernel::{channel_blocks, check_index_range, dispatch_buffers, gr
 use crate::gpu::memory::{GpuTensor, InFlight};
 use crate::gpu::slices::{plan_between, Side};
 use crate::gpu::Strategy;
-use crate::params::{ConvShape, ConvTranspose2dParams};
+use crate::params::{ConvShape, ConvTranspose2dOptions};
 use crate::precision::Precision;
 
 pub const SHADER_NAME: &str = "backward/grad_input.wgsl";
@@ -68,12 +68,13 @@ pub fn as_transposed_convolution(shape: &ConvShape) -> Option<ConvShape> {
     if !fits {
         return None;
     }
-    let params = ConvTranspose2dParams {
+    let params = ConvTranspose2dOptions {
         stride: [1, 1],
         padding: [0, 1].map(|a| (shape.dilation[a] * (shape.kernel[a] - 1) - shape.padding[a]) as i64),
         output_padding: [0, 0],
         dilation: shape.dilation.map(|d| d as i64),
         groups: shape.groups as i64,
+        ..Default::default()
     };
     let input = shape.output_dims();
     let weight = [shape.out_channels, shape.in_per_group(), shape.kernel[0], shape.kernel[1]];
@@ -170,20 +171,27 @@ impl GradInputKernel {
             GradInputKernel::Gather => true,
         }
     }
-}
 
-/// The kernels that compute grad_input for `shape` on `ctx`'s device, as `convt tune --backward` times them:
-/// where the shape has an equivalent transposed convolution (stride 1, see [`as_transposed_convolution`]) the
-/// forward's exact GEMM and Winograd strategies on it, elsewhere every exact GEMM tile on the sampled
-/// correlation; and the gather kernel.
-pub fn candidates(ctx: &GpuContext, shape: &ConvShape) -> Vec<GradInputKernel> {
-    let kernels: Vec<GradInputKernel> = match as_transposed_convolution(shape) {
-        Some(_) => Strategy::candidates().into_iter().map(GradInputKernel::Transposed).collect(),
-        None => gemm::TILES.iter().map(|t| GradInputKernel::Sampled(*t)).collect(),
-    };
-    let mut kernels: Vec<GradInputKernel> = kernels.into_iter().filter(|k| k.computes(ctx, shape)).collect();
-    kernels.push(GradInputKernel::Gather);
-    kernels
+    /// The kernels that compute grad_input for `shape` on `ctx`'s device, as `convt tune --backward` times them:
+    /// where the shape has an equivalent transposed convolution (stride 1, see [`as_transposed_convolution`]) the
+    /// forward's exact GEMM and Winograd strategies on it, elsewhere every exact GEMM tile on the sampled
+    /// correlation; and the gather kernel.
+    pub fn candidates(ctx: &GpuContext, shape: &ConvShape) -> Vec<GradInputKernel> {
+        let kernels: Vec<GradInputKernel> = match as_transposed_convolution(shape) {
+            Some(_) => Strategy::candidates().into_iter().map(GradInputKernel::Transposed).collect(),
+            None => gemm::TILES.iter().map(|t| GradInputKernel::Sampled(*t)).collect(),
+        };
+        let mut kernels: Vec<GradInputKernel> = kernels.into_iter().filter(|k| k.computes(ctx, shape)).collect();
+        kernels.push(GradInputKernel::Gather);
+        kernels
+    }
+
+    /// The transposed convolution that computes grad_input for `shape` where there is one (stride 1, no
+    /// output_padding, padding within the kernel's reach): the problem the [`GradInputKernel::Transposed`]
+    /// kernels compute.
+    pub fn transposed_problem(shape: &ConvShape) -> Option<ConvShape> {
+        as_transposed_convolution(shape)
+    }
 }
 
 /// Encodes grad_input = the gradient of the input given `grad_output`, into `grad_input` (the input's size),

@@ -357,7 +357,7 @@ mod tests {
     #[test]
     fn rows_kernel_takes_strided_small_groups_within_the_limits() {
         let shape = |stride: i64, cin: usize, cout: usize, groups: i64, in_hw: [usize; 2], kernel: [usize; 2]| {
-            let params = crate::ConvTranspose2dParams::default().stride(stride).groups(groups);
+            let params = crate::ConvTranspose2dOptions::default().stride(stride).groups(groups);
             let weight = [cin, cout / groups as usize, kernel[0], kernel[1]];
             params.resolve(&[2, cin, in_hw[0], in_hw[1]], &weight, None).unwrap()
         };

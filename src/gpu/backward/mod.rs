@@ -4,9 +4,9 @@
 //! than one storage binding work the same way. The weight and bias gradients are reductions in a fixed order
 //! (no float atomics): the same inputs give the same bits on every run.
 
-pub mod grad_bias;
-pub mod grad_input;
-pub mod grad_weight;
+pub(crate) mod grad_bias;
+pub(crate) mod grad_input;
+pub(crate) mod grad_weight;
 
 use crate::error::{ConvtError, Result};
 use crate::gpu::backward::grad_input::GradInputKernel;
@@ -14,10 +14,9 @@ use crate::gpu::backward::grad_weight::GradWeightKernel;
 use crate::gpu::context::GpuContext;
 use crate::gpu::memory::{GpuTensor, InFlight};
 use crate::gpu::select;
-use crate::gpu::timing::GpuTimer;
+use crate::gpu::Run;
 use crate::gradients::Gradients;
-use crate::params::ConvTranspose2dParams;
-use crate::tensor::Tensor;
+use crate::params::ConvTranspose2dOptions;
 
 /// The three gradients, resident on the GPU.
 pub struct GpuGradients {
@@ -33,7 +32,7 @@ impl GpuGradients {
         input: &GpuTensor,
         weight: &GpuTensor,
         bias: Option<&GpuTensor>,
-        params: &ConvTranspose2dParams,
+        params: &ConvTranspose2dOptions,
     ) -> Result<Self> {
         let shape = params.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?;
         Ok(Self {
@@ -53,23 +52,25 @@ impl GpuGradients {
     }
 }
 
-/// The gradients of `conv_transpose2d(input, weight, bias)` given `grad_output`, on GPU-resident tensors.
-/// `bias` only says whether there is one (its values do not enter the gradients).
+/// The gradients of `conv_transpose2d(input, weight, bias, **options)` given `grad_output`, on GPU-resident
+/// tensors, in exact f32. `bias` only says whether there is one (its values do not enter the gradients).
 pub fn conv_transpose2d_backward(
     ctx: &GpuContext,
     input: &GpuTensor,
     weight: &GpuTensor,
     bias: Option<&GpuTensor>,
     grad_output: &GpuTensor,
-    params: &ConvTranspose2dParams,
+    options: &ConvTranspose2dOptions,
 ) -> Result<GpuGradients> {
-    let grads = GpuGradients::empty(ctx, input, weight, bias, params)?;
-    conv_transpose2d_backward_into(ctx, input, weight, bias, grad_output, params, &grads, None)?;
+    let grads = GpuGradients::empty(ctx, input, weight, bias, options)?;
+    conv_transpose2d_backward_into(ctx, input, weight, bias, grad_output, options, &grads, Run::default())?;
     Ok(grads)
 }
 
-/// [`conv_transpose2d_backward`] into existing gradient tensors, optionally timed into a [`GpuTimer`] slot.
-/// Submits the work; it completes in queue order.
+/// [`conv_transpose2d_backward`] into existing gradient tensors, run as `run` says (its `grad_input` and
+/// `grad_weight` kernels, where given, instead of the selector's; `convt tune --backward` times each candidate
+/// this way). Submits the work (it completes in queue order) and returns the kernels that ran; a kernel that does
+/// not compute this shape on this device is an error.
 #[allow(clippy::too_many_arguments)]
 pub fn conv_transpose2d_backward_into(
     ctx: &GpuContext,
@@ -77,57 +78,22 @@ pub fn conv_transpose2d_backward_into(
     weight: &GpuTensor,
     bias: Option<&GpuTensor>,
     grad_output: &GpuTensor,
-    params: &ConvTranspose2dParams,
+    params: &ConvTranspose2dOptions,
     grads: &GpuGradients,
-    timer: Option<(&GpuTimer, u32)>,
-) -> Result<()> {
-    conv_transpose2d_backward_with(
-        ctx,
-        BackwardKernels::default(),
-        input,
-        weight,
-        bias,
-        grad_output,
-        params,
-        grads,
-        timer,
-    )
-    .map(|_| ())
-}
-
-/// The kernels a backward call runs where the caller picks them (`convt tune --backward` times each candidate this
-/// way); `None` leaves the choice to [`crate::gpu::select`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct BackwardKernels {
-    pub grad_input: Option<GradInputKernel>,
-    pub grad_weight: Option<GradWeightKernel>,
-}
-
-/// [`conv_transpose2d_backward_into`] with the kernels `kernels` names (the selector's elsewhere). Returns the
-/// kernels that ran; a kernel that does not compute this shape on this device is an error.
-#[allow(clippy::too_many_arguments)]
-pub fn conv_transpose2d_backward_with(
-    ctx: &GpuContext,
-    kernels: BackwardKernels,
-    input: &GpuTensor,
-    weight: &GpuTensor,
-    bias: Option<&GpuTensor>,
-    grad_output: &GpuTensor,
-    params: &ConvTranspose2dParams,
-    grads: &GpuGradients,
-    timer: Option<(&GpuTimer, u32)>,
+    run: Run<'_>,
 ) -> Result<(GradInputKernel, GradWeightKernel)> {
+    let timer = run.timer;
     let shape = params.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?;
     shape.check_grad_output(grad_output.shape())?;
     let cannot =
         |name: String| Err(ConvtError::InvalidArgument(format!("{name} does not compute this shape on this adapter")));
-    let kernel = match kernels.grad_input {
+    let kernel = match run.grad_input {
         None => select::grad_input(ctx, &shape),
         Some(k) if k.computes(ctx, &shape) => k,
         Some(k) => return cannot(format!("grad_input kernel {}", k.name())),
     };
     let chunks = [input.chunks().len(), grad_output.chunks().len()];
-    let gw_kernel = match kernels.grad_weight {
+    let gw_kernel = match run.grad_weight {
         None => select::grad_weight(ctx, &shape, chunks),
         Some(k) if k.computes(ctx, &shape, chunks) => k,
         Some(k) => return cannot(format!("grad_weight kernel {}", k.name())),
@@ -179,22 +145,4 @@ pub fn conv_transpose2d_backward_with(
     }
     in_flight.submit(ctx, encoder)?;
     Ok((kernel, gw_kernel))
-}
-
-/// The backward pass on host tensors: upload, run, read back.
-pub fn conv_transpose2d_backward_host(
-    ctx: &GpuContext,
-    input: &Tensor,
-    weight: &Tensor,
-    bias: Option<&Tensor>,
-    grad_output: &Tensor,
-    params: &ConvTranspose2dParams,
-) -> Result<Gradients> {
-    // Validate before any upload, so bad input fails the same way as on the CPU.
-    params.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?.check_grad_output(grad_output.shape())?;
-    let x = GpuTensor::upload(ctx, input)?;
-    let w = GpuTensor::upload(ctx, weight)?;
-    let b = bias.map(|b| GpuTensor::upload(ctx, b)).transpose()?;
-    let go = GpuTensor::upload(ctx, grad_output)?;
-    conv_transpose2d_backward(ctx, &x, &w, b.as_ref(), &go, params)?.download(ctx)
 }

@@ -27,10 +27,6 @@ const fn coop(bm: u32, bn: u32, bk: u32, wm: u32, wn: u32) -> CoopTile {
     CoopTile { bm, bn, bk, wm, wn, a_pixel_major: false, epilogue_run: FULL_RUN }
 }
 
-const fn coop_t(bm: u32, bn: u32, bk: u32, wm: u32, wn: u32) -> CoopTile {
-    CoopTile { bm, bn, bk, wm, wn, a_pixel_major: true, epilogue_run: FULL_RUN }
-}
-
 /// A tile whose epilogue moves 16-pixel runs (half the scratch: room for K steps of 32 at two workgroups per
 /// multiprocessor).
 const fn coop_e16(bm: u32, bn: u32, bk: u32, wm: u32, wn: u32) -> CoopTile {
@@ -42,29 +38,10 @@ pub const COOP_128X128X32_E16: CoopTile = coop_e16(128, 128, 32, 64, 64);
 /// The heuristic's tile below 128 output channels per group.
 pub const COOP_128X64X16: CoopTile = coop(128, 64, 16, 64, 32);
 
-/// Every cooperative-matrix tile the selector may choose.
-pub const COOP_TILES: &[CoopTile] = &[
-    coop(128, 64, 32, 64, 32),
-    coop(128, 64, 16, 64, 32),
-    coop(64, 64, 32, 32, 32),
-    coop(128, 128, 32, 64, 64),
-    coop(128, 128, 16, 64, 64),
-    coop(256, 64, 16, 64, 32),
-    // More subgroups per tile: fewer staged values per invocation (see docs/PERFORMANCE.md).
-    coop(128, 64, 16, 32, 32),
-    coop(128, 128, 16, 64, 32),
-    coop(128, 128, 16, 32, 32),
-    coop(256, 64, 16, 32, 32),
-    coop(128, 64, 16, 32, 16),
-    coop(64, 64, 16, 32, 32),
-    coop_t(128, 64, 16, 32, 32),
-    coop_t(128, 128, 16, 32, 32),
-    coop_t(64, 64, 16, 32, 32),
-    coop_t(128, 64, 16, 32, 16),
-    coop_e16(128, 128, 32, 64, 64),
-    coop_e16(128, 128, 16, 64, 64),
-    // 128x128x32 with 32x32 subgroups and 128x64x32 with 32x16 no longer fit 48 KiB with padded rows.
-];
+/// Every cooperative-matrix tile the selector may choose: the heuristic's two. Sixteen other shapes (K steps of 16
+/// and 32, 64 to 256 pixels, 16 to 64 channels per subgroup, the A step staged pixel-major) never won on the
+/// suite (docs/PERFORMANCE.md) and were removed.
+pub const COOP_TILES: &[CoopTile] = &[COOP_128X128X32_E16, COOP_128X64X16];
 
 /// Halves between neighbouring staged rows beyond the rows' own length. A 16 x 16 operand load reads 16 rows of
 /// 32 bytes; rows a multiple of 128 bytes apart fall in the same memory banks, so the load is serialised 8-way.
@@ -311,7 +288,7 @@ mod tests {
 
     #[test]
     fn the_default_tiles_are_candidates() {
-        let params = crate::ConvTranspose2dParams::default();
+        let params = crate::ConvTranspose2dOptions::default();
         for cout in [64, 128] {
             let shape = params.resolve(&[1, 64, 8, 8], &[64, cout, 3, 3], None).unwrap();
             assert!(COOP_TILES.contains(&crate::gpu::select::coop_tile(&shape)), "{shape:?}");

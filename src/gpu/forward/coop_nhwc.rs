@@ -13,9 +13,8 @@ use crate::gpu::forward::gemm::{SCALED_MODULE, SCALED_PROLOGUE};
 use crate::gpu::kernel::{
     axis_phase, bind_buffers, check_index_range, dispatch_buffers, grid, AxisPhase, GridParams, Operands, Weight,
 };
-use crate::gpu::memory::{GpuTensor, InFlight, PooledBuffer, STORAGE};
+use crate::gpu::memory::{buffer_with, GpuTensor, InFlight, PooledBuffer, STORAGE};
 use crate::params::ConvShape;
-use wgpu::util::DeviceExt;
 
 pub const SHADER_NAME: &str = "forward/coop_nhwc.wgsl";
 pub const SHADER: &str = include_str!("../../../shaders/forward/coop_nhwc.wgsl");
@@ -118,8 +117,9 @@ fn stage_channels(shape: &ConvShape) -> usize {
     s
 }
 
-/// Every tile the selector may choose: 64 x 64 per subgroup (64+ output channels), 64 x 32 (32+); direct, and the
-/// three two-row shapes of 64 x 64 and 64 x 32 subgroups also with staged rows (`staged`).
+/// Every tile the selector may choose: those of its heuristic ([`crate::gpu::select`]) and 128 x 64 of two 64 x 64
+/// subgroups, which the tuner chose for 64 output channels on 3x3 kernels; 128 x 64 of four 64 x 64 subgroups,
+/// 64 x 128 and the staged 128 x 64 of 64 x 32 subgroups never won and were removed.
 /// Larger subgroup blocks (96 x 64, 128 x 32) measured slower or no faster, smaller ones (32 x 64, 32 x 32, 64 x
 /// 16) slower (docs/PERFORMANCE.md). Tiles of 8 subgroups of 64 x 32 (128 x 128, 256 x 64) ran one workgroup per
 /// multiprocessor and slower than 128 x 64; 128 x 64 with staged rows (fewer registers, but more workgroup memory)
@@ -128,15 +128,11 @@ fn stage_channels(shape: &ConvShape) -> usize {
 /// chooses per shape.
 pub const TILES: &[NhwcTile] = &[
     tile(64, 64, 2, 1),
-    tile(64, 64, 4, 1),
-    tile(64, 64, 1, 2),
-    tile(64, 64, 2, 2),
     tile(64, 32, 2, 1),
     tile(64, 32, 4, 1),
     tile(64, 32, 2, 2),
     staged(64, 64, 2, 1),
     staged(64, 64, 2, 2),
-    staged(64, 32, 2, 1),
 ];
 
 /// The taps of a kernel row (per stride phase) from which a 128 x 64 tile stages its input rows by default
@@ -544,15 +540,23 @@ impl Geometry {
         (pixels * pixel_stride(shape, tile) as u128 * 2).next_multiple_of(8)
     }
 
-    /// Halves of the packed weight: every tap of the kernel, once (each belongs to one phase), in padded rows.
-    fn weight_values(&self, shape: &ConvShape) -> usize {
-        shape.kernel[0] * shape.kernel[1] * shape.in_channels * weight_row(shape)
-    }
-
-    /// Bytes of the packed f16 weight.
+    /// Bytes of the packed f16 weight ([`packed_weight_bytes`]).
     fn weight_bytes(&self, shape: &ConvShape) -> u64 {
-        (self.weight_values(shape) as u64 * 2).next_multiple_of(4)
+        packed_weight_bytes(shape)
     }
+}
+
+/// Halves of the packed f16 weight: every tap of the kernel, once (each belongs to one phase), in padded rows
+/// (saturating, for sizes no binding holds).
+fn packed_weight_halves(shape: &ConvShape) -> u64 {
+    [shape.kernel[0], shape.kernel[1], shape.in_channels, weight_row(shape)]
+        .into_iter()
+        .fold(1u64, |acc, v| acc.saturating_mul(v as u64))
+}
+
+/// Bytes of the packed f16 weight, whole words.
+pub(crate) fn packed_weight_bytes(shape: &ConvShape) -> u64 {
+    packed_weight_halves(shape).saturating_mul(2).next_multiple_of(4)
 }
 
 /// The input offset of a phase's first packed tap (taps flipped): the smallest, off - (taps - 1) * istep.
@@ -799,11 +803,8 @@ fn encode_preparation(
             dispatch_buffers(ctx, pass, &first, bytemuck::bytes_of(u), &[&c.buffer, &xp, &maxima, &guess], *igrid);
         }
         let counts: Vec<u32> = chunks.iter().flat_map(|(_, (x, y), _)| [*x, *y, 1]).collect();
-        let counts = ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-            label: Some("convt scale fix-up workgroups"),
-            contents: bytemuck::cast_slice(&counts),
-            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::INDIRECT | wgpu::BufferUsages::COPY_SRC,
-        });
+        let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::INDIRECT | wgpu::BufferUsages::COPY_SRC;
+        let counts = buffer_with(&ctx.device, "convt scale fix-up workgroups", bytemuck::cast_slice(&counts), usage);
         let module = ctx.module_with(SCALE_CHECK_SHADER_NAME, scale_check_shader)?;
         let check = ctx.pipeline(format!("scale_check {:?}", ctx.options().shader_checks), &module, &[])?;
         let u = CheckParams { chunks: chunks.len() as u32, _pad: [0; 3] };
@@ -885,7 +886,7 @@ mod tests {
     use super::*;
     use crate::gpu::context::GpuOptions;
     use crate::gpu::memory::read_back;
-    use crate::ConvTranspose2dParams;
+    use crate::ConvTranspose2dOptions;
     use rand::{Rng, SeedableRng};
 
     /// The operands as the preparation shaders lay them out for `tile` (coop_nhwc_input.wgsl, coop_nhwc_weights.wgsl),
@@ -918,7 +919,7 @@ mod tests {
                 }
             }
         }
-        let mut wpk = vec![f64::NAN; g.weight_values(shape)];
+        let mut wpk = vec![f64::NAN; packed_weight_halves(shape) as usize];
         for p in g.phases.iter().filter(|p| p.has_taps()) {
             for i in 0..p.taps[0] * p.taps[1] * cin * cout {
                 let (oc, ic, t) = (i % cout, (i / cout) % cin, i / (cout * cin));
@@ -1072,7 +1073,8 @@ mod tests {
             cases
         {
             let (in_hw, kernel) = (in_hw.map(|v| v as usize), kernel.map(|v| v as usize));
-            let params = ConvTranspose2dParams { stride, padding, output_padding, dilation, groups: 1 };
+            let params =
+                ConvTranspose2dOptions { stride, padding, output_padding, dilation, groups: 1, ..Default::default() };
             let batch = 2;
             let shape =
                 params.resolve(&[batch, cin, in_hw[0], in_hw[1]], &[cin, cout, kernel[0], kernel[1]], None).unwrap();
@@ -1193,7 +1195,7 @@ mod tests {
         // 1 the rows round up to the output's row length mod 8 and the samples to its plane mod 4 (aligned
         // stores: 514 x 518 outputs need no more, rows of 1024 outputs go from 1027 to 1032 columns).
         let shape = |in_hw: [usize; 2], kernel: [usize; 2], padding: [i64; 2]| {
-            let params = ConvTranspose2dParams { padding, ..Default::default() };
+            let params = ConvTranspose2dOptions { padding, ..Default::default() };
             params.resolve(&[2, 64, in_hw[0], in_hw[1]], &[64, 64, kernel[0], kernel[1]], None).unwrap()
         };
         for (s, padded, tail_rows) in [
@@ -1240,7 +1242,7 @@ mod tests {
             // Every workgroup variable a multiple of 16 bytes (see `source`), adding up to what the tile declares.
             assert_eq!(coop::workgroup_bytes_aligned(&source, &t.name()), t.workgroup_bytes(), "{t:?}");
         }
-        let params = ConvTranspose2dParams::default();
+        let params = ConvTranspose2dOptions::default();
         for (cout, kernel_w, picks) in
             [(16, 3, 0), (32, 3, 1), (64, 3, 2), (64, 7, 3), (128, 3, 2), (192, 5, 3), (256, 3, 2)]
         {
@@ -1283,13 +1285,15 @@ mod tests {
             [[3, 56], [2, 5], [1, 1], [0, 0], [0, 0], [1, 1]],
             [[4, 22], [1, 5], [1, 1], [0, 0], [0, 0], [1, 1]],
         ];
-        // A staged tile that takes the 32 output channels below; the cases' dilations 8 and 16 fill its staged rows
-        // to their capacity at this halo.
-        let staged_tile = TILES.iter().find(|t| t.staged && t.bn() == 32).unwrap();
+        // A staged tile that takes the 32 output channels below (the staging is the same at every width; no staged
+        // 32-wide tile is a candidate); the cases' dilations 8 and 16 fill its staged rows to their capacity at this
+        // halo.
+        let staged_tile = &staged(64, 32, 2, 1);
         assert_eq!(STAGE_HALO, 16);
         for (case, &[in_hw, kernel, stride, padding, output_padding, dilation]) in cases.iter().enumerate() {
             let (in_hw, kernel) = (in_hw.map(|v| v as usize), kernel.map(|v| v as usize));
-            let params = ConvTranspose2dParams { stride, padding, output_padding, dilation, groups: 1 };
+            let params =
+                ConvTranspose2dOptions { stride, padding, output_padding, dilation, groups: 1, ..Default::default() };
             let (cin, cout, batch) = (if case == 13 { 96 } else { 16 }, 32, 2);
             let shape = params
                 .resolve(&[batch, cin, in_hw[0], in_hw[1]], &[cin, cout, kernel[0], kernel[1]], Some(&[cout]))

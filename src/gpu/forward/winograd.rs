@@ -185,13 +185,12 @@ const fn wino_wb(mw: u32, band: u32, tb: u32, cb: u32, channels: u32) -> WinoTil
 /// The tiles along W without bands: F(MW, K_W) with the kernel rows in K, K steps of 8 (the heuristic's before
 /// the bands, and its choice where an adapter's workgroup memory is too small for them). Each measured faster
 /// than the GEMM on the kernels it was made for (docs/PERFORMANCE.md):
-/// - 64 tiles x 64 channels (512 invocations with 8 points, 32 KiB): 3x3 kernels with F(6, 3), 3x5 ones with
-///   F(4, 5) (also faster there than the 2-D tile F(2x4, 3x5));
+/// - 64 tiles x 64 channels (512 invocations with 8 points, 32 KiB): 3x5 kernels with F(4, 5) (also faster there
+///   than the 2-D tile F(2x4, 3x5));
 /// - 48 tiles x 64 channels for the 10-point F(4, 7) (480 invocations, 35 KiB) on 3x7 kernels (faster than
 ///   F(2, 7) on 64 x 64); 32 x 64 (30 KiB, within 32 KiB) where that does not fit;
 /// - for groups of 32 output channels, 128 tiles x 32 channels (F(4, 3)) and 64 x 32 (F(4, 7), 10 points,
 ///   30 KiB).
-pub const WINO_W6: WinoTile = wino_w(6, 64, 64, 8);
 pub const WINO_W4: WinoTile = wino_w(4, 64, 64, 8);
 pub const WINO_W4_48: WinoTile = wino_w(4, 48, 64, 8);
 pub const WINO_W4_32: WinoTile = wino_w(4, 32, 64, 8);
@@ -200,19 +199,17 @@ pub const WINO_W4_NARROW_64: WinoTile = wino_w(4, 64, 32, 8);
 
 /// The same tiles in bands, K steps of 4 input channels with all their kernel rows: tiles of several output rows
 /// share their transformed input rows, which measured faster than the tiles without bands (docs/PERFORMANCE.md).
-/// The first two and the last need 36-40 KiB of workgroup memory at their kernels (3x3, 3x5, 3x7): where the
+/// The first and the last need 36-40 KiB of workgroup memory at their kernels (3x3, 3x5, 3x7): where the
 /// adapter has less, the selector takes the tile without bands.
-pub const WINO_W6_BANDS: WinoTile = wino_wb(6, 2, 64, 64, 4);
 pub const WINO_W4_BANDS: WinoTile = wino_wb(4, 2, 64, 64, 4);
 pub const WINO_W4_NARROW_BANDS: WinoTile = wino_wb(4, 4, 128, 32, 4);
 pub const WINO_W4_NARROW_64_BANDS: WinoTile = wino_wb(4, 8, 64, 32, 4);
 
 /// Every Winograd tile the selector may choose (each tested on the software driver on every kernel size it
-/// applies to): ten along W, eight of them in the heuristic ([`crate::gpu::select`]) and F(6, K_W) with and without bands for the
-/// tuner, and one 2-D tile, F(2x2, K_HxK_W), whose transforms take both axes.
+/// applies to): the heuristic's eight along W ([`crate::gpu::select`]), and one 2-D tile, F(2x2, K_HxK_W), whose
+/// transforms take both axes. F(6, K_W) tiles, with and without bands, never won on the suite
+/// (docs/PERFORMANCE.md) and were removed.
 pub const WINO_TILES: &[WinoTile] = &[
-    WINO_W6_BANDS,
-    WINO_W6,
     WINO_W4_BANDS,
     WINO_W4,
     WINO_W4_48,
@@ -381,13 +378,19 @@ impl WinoTile {
         Ok(p)
     }
 
+    /// Bytes of the transformed weight: AH x AW x Cin x Cog (rounded up to whole vec4s) f32 values.
+    pub(crate) fn transformed_bytes(&self, shape: &ConvShape) -> std::result::Result<u64, String> {
+        let (ah, aw) = self.alphas(shape)?;
+        Ok((ah * aw) as u64 * shape.in_channels as u64 * cog4(shape) as u64 * 4)
+    }
+
     /// [`WinoTile::check`] on `ctx`'s adapter, and the transformed weight (AH x AW x Cin x Cog values,
     /// AH x AW / (kH*kW) times the weight) within one binding. What the selector asks on every call: sizes only.
     pub fn check_on(&self, ctx: &GpuContext, shape: &ConvShape) -> std::result::Result<(), String> {
         self.check(shape, &ctx.device.limits())?;
-        let (ah, aw) = self.alphas(shape)?;
-        let values = (ah * aw) as u64 * shape.in_channels as u64 * cog4(shape) as u64;
-        if values * 4 > ctx.binding_limit() || values >= 1 << 31 {
+        let bytes = self.transformed_bytes(shape)?;
+        let values = bytes / 4;
+        if bytes > ctx.binding_limit() || values >= 1 << 31 {
             return Err(format!("{}: the transformed weight ({values} values) exceeds one binding", self.name()));
         }
         Ok(())
@@ -997,7 +1000,7 @@ mod tests {
         };
         let (software, h100) = (adapter(32768), adapter(49152));
         let shape = |k: [usize; 2]| {
-            crate::ConvTranspose2dParams::default().resolve(&[1, 8, 9, 7], &[8, 8, k[0], k[1]], None).unwrap()
+            crate::ConvTranspose2dOptions::default().resolve(&[1, 8, 9, 7], &[8, 8, k[0], k[1]], None).unwrap()
         };
         for tile in WINO_TILES {
             assert!(tile.is_consistent(), "{tile:?}");
@@ -1023,7 +1026,7 @@ mod tests {
     #[test]
     fn strided_or_dilated_shapes_are_refused_by_name() {
         let shape =
-            crate::ConvTranspose2dParams::default().stride(2).resolve(&[1, 8, 9, 7], &[8, 8, 3, 3], None).unwrap();
+            crate::ConvTranspose2dOptions::default().stride(2).resolve(&[1, 8, 9, 7], &[8, 8, 3, 3], None).unwrap();
         let e = WINO_TILES[0].check(&shape, &wgpu::Limits::default()).unwrap_err();
         assert!(e.contains("stride 1 without dilation only (stride [2, 2]"), "{e}");
     }

@@ -1,0 +1,39 @@
+//! The forward and backward on host tensors, for the commands that read them from files: validate, upload, run,
+//! read back.
+
+use convt::gpu::{self, Run, Strategy};
+use convt::{ConvTranspose2dOptions, GpuContext, GpuTensor, Gradients, Precision, Tensor};
+
+/// The forward at `precision` and the kernel that ran.
+pub fn forward(
+    ctx: &GpuContext,
+    precision: Precision,
+    input: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    options: &ConvTranspose2dOptions,
+) -> convt::Result<(Tensor, Strategy)> {
+    let options = options.precision(precision);
+    let shape = options.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?;
+    let (x, w) = (GpuTensor::upload(ctx, input)?, GpuTensor::upload(ctx, weight)?);
+    let b = bias.map(|b| GpuTensor::upload(ctx, b)).transpose()?;
+    let y = GpuTensor::empty(ctx, &shape.output_dims_as_given())?;
+    let ran = gpu::conv_transpose2d_into(ctx, &x, &w, b.as_ref(), &options, &y, Run::default())?;
+    Ok((y.download(ctx)?, ran))
+}
+
+/// The gradients of the forward given `grad_output`.
+pub fn backward(
+    ctx: &GpuContext,
+    input: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    grad_output: &Tensor,
+    options: &ConvTranspose2dOptions,
+) -> convt::Result<Gradients> {
+    options.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?.check_grad_output(grad_output.shape())?;
+    let (x, w) = (GpuTensor::upload(ctx, input)?, GpuTensor::upload(ctx, weight)?);
+    let b = bias.map(|b| GpuTensor::upload(ctx, b)).transpose()?;
+    let go = GpuTensor::upload(ctx, grad_output)?;
+    gpu::conv_transpose2d_backward(ctx, &x, &w, b.as_ref(), &go, options)?.download(ctx)
+}
