@@ -1,4 +1,4 @@
-// axpby.wgsl: y = a*x + b*y over whole buffers, one invocation per element: the elementwise step of an
+// elementwise.wgsl: y = a*x + b*y over whole buffers, one invocation per element: the elementwise step of an
 // optimizer update (w = w - lr*g: a = -lr, b = 1) and of a loss gradient (g = 2/n*(pred - target) after
 // copying pred into g: a = -2/n, b = 2/n). Neither is convolution; they let a training loop stay on the GPU.
 

@@ -31,13 +31,14 @@ fn validate(name: &str, source: &str) -> (naga::Module, naga::valid::ModuleInfo)
 /// panic on code that validates (it did on cooperative-matrix stores), so this runs on every variant.
 fn translate_to_spirv(name: &str, source: &str) {
     let (module, info) = validate(name, source);
-    // Every override without a default gets a small valid value (3 for sizes, true for flags).
+    // Every override without a default gets a small valid value (4 for sizes: a whole vec4 where a size counts the
+    // floats of a vec4 array, as the rows kernel's SLAB does; true for flags).
     let constants: naga::back::PipelineConstants = module
         .overrides
         .iter()
         .filter(|(_, o)| o.init.is_none())
         .filter_map(|(_, o)| o.name.clone())
-        .map(|n| (n, 3.0))
+        .map(|n| (n, 4.0))
         .collect();
     let (module, info) = naga::back::pipeline_constants::process_overrides(&module, &info, None, &constants)
         .unwrap_or_else(|e| panic!("{name}: {e:?}"));
@@ -89,6 +90,16 @@ fn every_shader_file_is_registered() {
     for path in cli_files {
         let name = path.strip_prefix(&cli_root).unwrap().to_string_lossy().into_owned();
         assert!(CLI_SHADERS.iter().any(|(file, _)| *file == name), "{name} is not in CLI_SHADERS");
+    }
+}
+
+#[test]
+fn every_generated_shader_fills_every_marker_line() {
+    // The generators fill their templates' `//#NAME` lines through one helper (`fill_markers` in src/gpu/kernel.rs);
+    // a marker line left over would be a part the variant lacks.
+    for (name, source) in &every_shader() {
+        let left: Vec<&str> = source.lines().filter(|l| l.trim_start().starts_with("//#")).collect();
+        assert!(left.is_empty(), "{name}: marker lines left: {left:?}");
     }
 }
 

@@ -12,10 +12,8 @@
 // errs by about one rounding of the sum itself, not by the rounding of the largest partial sums: a gradient
 // whose terms nearly cancel (a sum far smaller than the sum of its terms' magnitudes) stays exact to f32.
 // (A grad_output split over several bindings adds one rounding per chunk.)
-
-override C_OUT: u32;
-override OUT_H: u32;
-override OUT_W: u32;
+//
+// The host puts the shape's override constants (shaders/common/shape.wgsl) in front of this file.
 
 const WG: u32 = 256u;
 

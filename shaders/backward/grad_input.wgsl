@@ -12,26 +12,13 @@
 // subgroup reads neighbouring grad_output pixels and shares the same weights. Each invocation keeps IC_BLOCK
 // accumulators in one vec4 and reuses every grad_output value for all of them.
 //
-// Large tensors arrive in slices (src/gpu/plan.rs with grad_output as the tensor read and grad_input as the
+// Large tensors arrive in slices (src/gpu/slices.rs with grad_output as the tensor read and grad_input as the
 // one written): one dispatch covers samples [0, n_count) of the bound chunks, grad_output channels
 // [go_begin, go_end) and grad_input channel blocks [block_begin, block_begin + block_count). When a sample's
 // grad_output channels are split over several dispatches, the later ones add to what the first wrote.
+//
+// The host puts the shape's override constants (shaders/common/shape.wgsl) in front of this file.
 
-override C_IN: u32;
-override C_OUT: u32;
-override GROUPS: u32;
-override IN_H: u32;
-override IN_W: u32;
-override OUT_H: u32;
-override OUT_W: u32;
-override K_H: u32;
-override K_W: u32;
-override S_H: u32;
-override S_W: u32;
-override P_H: u32;
-override P_W: u32;
-override D_H: u32;
-override D_W: u32;
 override WORKGROUP_SIZE: u32 = 256u;
 
 const IC_BLOCK: u32 = 4u;

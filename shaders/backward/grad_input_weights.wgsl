@@ -1,7 +1,7 @@
-// flip_weights.wgsl: the weight of the convolution that computes grad_input at stride 1, from the layer's
+// grad_input_weights.wgsl: the weight of the convolution that computes grad_input at stride 1, from the layer's
 // weight [Cin, Cout/groups, kH, kW]: w2[co, ic, kh, kw] = w[g*Cig + ic, co - g*Cog, kH-1-kh, kW-1-kw] for co in
 // group g, a weight [Cout, Cin/groups, kH, kW]. With it, grad_input is a transposed convolution of grad_output
-// (stride 1, padding dilation*(k-1) - padding), which the GEMM kernel runs (src/gpu/grad_input.rs).
+// (stride 1, padding dilation*(k-1) - padding), which the GEMM kernel runs (src/gpu/backward/grad_input.rs).
 // One invocation per element of w2, writing coalesced.
 
 override COUT: u32;

@@ -1,6 +1,6 @@
-// reduce_splits.wgsl: out[i] = sum over s of partial[s * ELEMS + i], s in order (plus out[i] itself when
-// accumulating): the second half of a split-K reduction (shaders/grad_weight.wgsl writes the partial sums).
-// One invocation per element; the fixed order of the sum makes the result the same bit for bit on every run.
+// grad_weight_reduce.wgsl: out[i] = sum over s of partial[s * ELEMS + i], s in order (plus out[i] itself when
+// accumulating): the second half of a split-K reduction (shaders/backward/grad_weight.wgsl writes the partial
+// sums). One invocation per element; the fixed order of the sum makes the result the same bit for bit on every run.
 
 override WORKGROUP_SIZE: u32 = 256u;
 

@@ -3,20 +3,20 @@
 // row kh for a block of input rows once and accumulates every kernel column's products from them.
 //
 // What it computes: partial[slot][ic][oc][tap] = sum over the block's input rows ih, the columns iw and, for tap
-// (kh, kw), the output pixel oh = ih*S_H - P_H + kh*D_H, ow = iw*S_W - P_W + kw*D_W where it lies inside the output,
-// of x[n, ic, ih, iw] * grad_output[n, g*Cog + oc, oh, ow]; one slot per sample and block of RB input rows.
-// shaders/reduce_splits.wgsl then adds the slots in a fixed order (deterministic, no atomics), as it does for
-// shaders/grad_weight.wgsl.
+// (kh, kw), the output pixel oh = ih*S_H - P_H + kh*D_H, ow = iw*S_W - P_W + kw*D_W where it lies inside the
+// output, of x[n, ic, ih, iw] * grad_output[n, g*Cog + oc, oh, ow]; one slot per sample and block of RB input rows.
+// shaders/backward/grad_weight_reduce.wgsl then adds the slots in a fixed order (deterministic, no atomics), as it
+// does for shaders/backward/grad_weight.wgsl.
 //
-// Why this form. shaders/grad_weight.wgsl runs one GEMM per tap, and at a stride above 1 each tap reads its own
-// strided subset of grad_output: at stride 2 x 3 and dilation 2 x 1, a 3 x 5 kernel's 15 taps all read the same
-// half of the rows, every 32-byte sector of them, and groups of 8 x 16 channels take 16-invocation tiles; there
-// grad_weight took most of the backward's time (docs/PERFORMANCE.md). Here a kernel row's taps share one pass over
-// their grad_output rows: the lanes of one output channel read neighbouring columns (kernel columns D_W apart)
+// Why this form. shaders/backward/grad_weight.wgsl runs one GEMM per tap, and at a stride above 1 each tap reads
+// its own strided subset of grad_output: at stride 2 x 3 and dilation 2 x 1, a 3 x 5 kernel's 15 taps all read the
+// same half of the rows, every 32-byte sector of them, and groups of 8 x 16 channels take 16-invocation tiles;
+// there grad_weight took most of the backward's time (docs/PERFORMANCE.md). Here a kernel row's taps share one pass
+// over their grad_output rows: the lanes of one output channel read neighbouring columns (kernel columns D_W apart)
 // through L1.
 // That measured faster there; on groups of 32 x 64 channels the per-tap GEMM's 64-wide register tiles stayed
 // faster, so the host gives this kernel only the shapes the GEMM would run with its 16-wide tile
-// (src/gpu/grad_weight.rs, `RowsKernel::for_shape`).
+// (src/gpu/backward/grad_weight.rs, `RowsKernel::for_shape`).
 //
 // Mapping: a workgroup takes (sample n, block of RB input rows, kernel row kh, group g, block of OCB output
 // channels), kh fastest so that the workgroups reading overlapping grad_output rows (other kernel rows, same input
@@ -27,25 +27,15 @@
 // multiply-adds them with the staged x values (one load at a time, in a loop that tested each column, measured
 // much slower).
 //
-// The host prepends CIG4 (vec4s of input channels per group, zero-padded), OCB, RB, XW and THREADS = OCB * K_W
-// (src/gpu/grad_weight.rs, `RowsKernel`), appends shaders/tap_range.wgsl, and binds whole tensors (one binding
-// each: the host uses this kernel only where they fit).
+// The host prepends CIG4 (vec4s of input channels per group, zero-padded: the length of each invocation's
+// accumulator array, so a constant) and the shape's constants (shaders/common/shape.wgsl), sets the layout's
+// override constants below (src/gpu/backward/grad_weight.rs, `RowsKernel`), appends shaders/backward/tap_range.wgsl,
+// and binds whole tensors (one binding each: the host uses this kernel only where they fit).
 
-override C_IN: u32;
-override C_OUT: u32;
-override GROUPS: u32;
-override IN_H: u32;
-override IN_W: u32;
-override OUT_H: u32;
-override OUT_W: u32;
-override K_H: u32;
-override K_W: u32;
-override S_H: u32;
-override S_W: u32;
-override P_H: u32;
-override P_W: u32;
-override D_H: u32;
-override D_W: u32;
+override OCB: u32;     // output channels per workgroup
+override RB: u32;      // input rows per partial-sum slot
+override XW: u32;      // x columns staged at once
+override THREADS: u32; // OCB * K_W invocations per workgroup
 
 struct Params {
     n_count: u32,

@@ -1,6 +1,6 @@
 // tap_range.wgsl: which input indices a tap reaches the output from, shared by the grad_weight kernels
-// (shaders/grad_weight.wgsl, shaders/grad_weight_rows.wgsl), put in the same module as them (no entry point of its
-// own).
+// (shaders/backward/grad_weight.wgsl, shaders/backward/grad_weight_rows.wgsl), put in the same module as them (no
+// entry point of its own).
 
 // Input indices [lo, hi) along one axis whose output index i*s - pad + k*d lies in [0, out_size), for tap k (s and
 // out_size at least 1, as the host's validation guarantees).

@@ -1,9 +1,9 @@
 // absmax.wgsl: the largest finite magnitude of a tensor, for the power-of-two scaling of f16 operands
-// (precision `fast`, see shaders/gemm.wgsl).
+// (precision `fast`, see shaders/forward/gemm.wgsl).
 //
-// The result is kept as f32 bits (`finite_magnitude_bits`, shaders/scale.wgsl, which the host appends: non-finite
-// values left out), so an atomicMax on u32 finds the maximum, and the result does not depend on the order the
-// invocations run in. Each invocation walks the chunk with a grid stride
+// The result is kept as f32 bits (`finite_magnitude_bits`, shaders/common/scale.wgsl, which the host appends:
+// non-finite values left out), so an atomicMax on u32 finds the maximum, and the result does not depend on the
+// order the invocations run in. Each invocation walks the chunk with a grid stride
 // (coalesced), LOADS values a stride apart per pass so that several loads are in flight at once (one per pass
 // read well below the copy bandwidth: docs/PERFORMANCE.md), the workgroup combines its
 // invocations in workgroup memory, and one atomic per workgroup updates slot `slot` of `maxima` (which the host

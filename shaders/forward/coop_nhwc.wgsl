@@ -5,28 +5,28 @@
 // Why this form. A stride phase (output rows R_H + S_H*i, columns R_W + S_W*j) is a stride-1 correlation of the
 // input with the phase's taps (src/gpu/kernel.rs, `axis_phase`), flipped so that packed tap (a, b) reads input
 // row i + first_h + a*D_H and column j + first_w + b*D_W. At stride 1 there is one phase and every tap. With the
-// input zero-padded (`before` rows and columns before it) and stored as f16 in NHWC order (shaders/nhwc_f16.wgsl),
-// and the phase's output pixels counted over the padded images' pixels too (m = (n * H_P + i) * W_P + j), the
-// input pixel under output pixel m and tap (a, b) is m + BASE + a*D_H*W_P + b*D_W for every m, BASE = (first_h +
-// before_h) * W_P + first_w + before_w: the whole phase is a 1-D convolution of the flat pixel index. A padded row
-// needs room only for the phase's outputs and the input positions they read: the reads of its last outputs that
-// run past its end land in the next row's left margin (zeros), those of a sample's last rows in the next sample's
-// top margin, and those of the last sample in zero rows the copy writes after it (src/gpu/coop_nhwc.rs,
-// `Geometry`: the 130 x 260 outputs of a 3 x 5 kernel take 130 x 260 padded pixels, not 132 x 264). So
-// the A operand of a K step (16 consecutive pixels x 16 channels of one tap) is a row-major 16 x 16 matrix at
-// stride PIXEL_STRIDE in the padded input, and the B operand (16 channels x 16 output channels of one tap) a
-// row-major matrix at stride W_ROW in the phase's part of the packed weight (shaders/pack_weights_f16.wgsl): both
-// load with `coopLoadT` (the direct tiles' A and every tile's B directly from storage), and the neighbouring
-// subgroups and taps that read the same lines find them in L1/L2. Where fragments load from storage, the strides
-// are the row's values plus 8 halves (16 bytes): rows a multiple of 128 bytes apart (64 or 128 channels) fall in
-// the same L1 banks, and a load's 16 rows are then served one bank pass each; shifted by 16 bytes per row, 8 rows
-// share a pass. With these strides the tensor-core ceiling with loads from storage at this kernel's addresses
-// measured much higher (docs/PERFORMANCE.md). The staged tiles read the padded input only in
-// their stage's copy and pad their staged rows instead: their PIXEL_STRIDE is C_IN. Pixels with i >= PH_H or j >=
-// PH_W (rows and columns the layout needs beyond the phase's outputs: few or none at stride 1, more where rows are
-// rounded for aligned stores, on strided phases and on small images) are computed from padding and never stored.
-// At stride 1 this form measured much faster than the staged GEMM kernel's cooperative-matrix variant
-// (docs/PERFORMANCE.md). A phase
+// input zero-padded (`before` rows and columns before it) and stored as f16 in NHWC order
+// (shaders/forward/coop_nhwc_input.wgsl), and the phase's output pixels counted over the padded images' pixels too
+// (m = (n * H_P + i) * W_P + j), the input pixel under output pixel m and tap (a, b) is m + BASE + a*D_H*W_P +
+// b*D_W for every m, BASE = (first_h + before_h) * W_P + first_w + before_w: the whole phase is a 1-D convolution
+// of the flat pixel index. A padded row needs room only for the phase's outputs and the input positions they read:
+// the reads of its last outputs that run past its end land in the next row's left margin (zeros), those of a
+// sample's last rows in the next sample's top margin, and those of the last sample in zero rows the copy writes
+// after it (src/gpu/forward/coop_nhwc.rs, `Geometry`: the 130 x 260 outputs of a 3 x 5 kernel take 130 x 260 padded
+// pixels, not 132 x 264). So the A operand of a K step (16 consecutive pixels x 16 channels of one tap) is a
+// row-major 16 x 16 matrix at stride PIXEL_STRIDE in the padded input, and the B operand (16 channels x 16 output
+// channels of one tap) a row-major matrix at stride W_ROW in the phase's part of the packed weight
+// (shaders/forward/coop_nhwc_weights.wgsl): both load with `coopLoadT` (the direct tiles' A and every tile's B
+// directly from storage), and the neighbouring subgroups and taps that read the same lines find them in L1/L2.
+// Where fragments load from storage, the strides are the row's values plus 8 halves (16 bytes): rows a multiple of
+// 128 bytes apart (64 or 128 channels) fall in the same L1 banks, and a load's 16 rows are then served one bank
+// pass each; shifted by 16 bytes per row, 8 rows share a pass. With these strides the tensor-core ceiling with
+// loads from storage at this kernel's addresses measured much higher (docs/PERFORMANCE.md). The staged tiles read
+// the padded input only in their stage's copy and pad their staged rows instead: their PIXEL_STRIDE is C_IN. Pixels
+// with i >= PH_H or j >= PH_W (rows and columns the layout needs beyond the phase's outputs: few or none at stride
+// 1, more where rows are rounded for aligned stores, on strided phases and on small images) are computed from
+// padding and never stored. At stride 1 this form measured much faster than the staged GEMM kernel's
+// cooperative-matrix variant (docs/PERFORMANCE.md). A phase
 // without taps (kernel smaller than the stride) runs no K step and stores the bias.
 //
 // Tiling. A workgroup of SG_M x SG_N subgroups computes BM = SG_M * WM pixels x BN = SG_N * WN output
@@ -49,7 +49,7 @@
 // KiB of it, so every KiB a workgroup declares can cost a workgroup per multiprocessor. With 128 x 128 tiles (four
 // subgroups sharing the staged rows) this form measured faster than the direct one; with 64 output channels it
 // lost until the staged tiles' input lost its pixel pad, and now wins on kernel rows of many taps
-// (src/gpu/coop_nhwc.rs, `STAGED_MIN_ROW_TAPS`).
+// (src/gpu/forward/coop_nhwc.rs, `STAGED_MIN_ROW_TAPS`).
 
 override C_IN: u32;
 override C_OUT: u32;

@@ -1,11 +1,11 @@
-// nhwc_f16.wgsl: the input of the padded-NHWC cooperative-matrix kernel (shaders/coop_nhwc.wgsl, precision
-// `fast`): the f32 NCHW input, scaled by a power of two, as f16 in NHWC order, each image in H_P rows of W_P pixels
-// of C_IN channels with the input starting at row PAD_T and column PAD_L: zeros around it, and input rows or
-// columns outside COPY_H_BEGIN..COPY_H_END, COPY_W_BEGIN..COPY_W_END (which no output reads: padding crops them)
-// left out. The last chunk's dispatch also writes the zero rows after the last sample that its last outputs read
-// (`rows`: the kernel's reads run past a row's end into the next row's margin). Pixels are PIXEL_STRIDE halves
-// apart (C_IN, or C_IN + 8 for the kernel's direct tiles: see shaders/coop_nhwc.wgsl); the halves past C_IN are
-// written as zeros (never read: writing them makes every 32-byte sector of the padded pixels whole, so that no
+// coop_nhwc_input.wgsl: the input of the padded-NHWC cooperative-matrix kernel (shaders/forward/coop_nhwc.wgsl,
+// precision `fast`): the f32 NCHW input, scaled by a power of two, as f16 in NHWC order, each image in H_P rows of
+// W_P pixels of C_IN channels with the input starting at row PAD_T and column PAD_L: zeros around it, and input
+// rows or columns outside COPY_H_BEGIN..COPY_H_END, COPY_W_BEGIN..COPY_W_END (which no output reads: padding crops
+// them) left out. The last chunk's dispatch also writes the zero rows after the last sample that its last outputs
+// read (`rows`: the kernel's reads run past a row's end into the next row's margin). Pixels are PIXEL_STRIDE halves
+// apart (C_IN, or C_IN + 8 for the kernel's direct tiles: see shaders/forward/coop_nhwc.wgsl); the halves past C_IN
+// are written as zeros (never read: writing them makes every 32-byte sector of the padded pixels whole, so that no
 // partial sector is written back). A
 // workgroup moves blocks of BLOCK_P padded pixels x BLOCK_C channels of one padded row through workgroup memory:
 // read along the input's rows (coalesced), written along the channels, 4 halves per invocation (8-byte stores; the
@@ -13,7 +13,7 @@
 // atomic for all of them. Measured (docs/PERFORMANCE.md): several blocks per workgroup ran faster than one;
 // blocks with more channels than pixels (longer runs of each pixel written) ran faster and ones with more pixels
 // (longer runs of each input row read) much slower; 16 x 64 blocks copy a 64-channel input faster than 32 x 32
-// ones, and go 4 per workgroup up to 512 MiB of padded input, 2 above (src/gpu/coop_nhwc.rs, `PrepBlock`).
+// ones, and go 4 per workgroup up to 512 MiB of padded input, 2 above (src/gpu/forward/coop_nhwc.rs, `PrepBlock`).
 // C_IN is a multiple of 16 (the kernel's `check`).
 // One dispatch per input chunk (its samples: the uniform's sample range).
 //
@@ -22,17 +22,14 @@
 // docs/PERFORMANCE.md):
 // - the first pass (FIXUP false) scales by 2^guess[0], the exponent the last call of this shape (any batch size)
 //   on this context found, and takes the largest finite magnitude of the values it copies into op_max[0] (as f32
-//   bits, one atomic per workgroup, as shaders/absmax.wgsl does; input rows or columns outside the copied ones,
-//   which no output reads, do not count);
-// - shaders/scale_check.wgsl then compares the guess with the exponent op_max[0] asks for (shaders/scale.wgsl);
-//   where they differ, it keeps the new exponent as the next guess and this shader runs again (FIXUP true,
-//   dispatched indirectly), scaling by that exponent. The result is the same either way.
+//   bits, one atomic per workgroup, as shaders/common/absmax.wgsl does; input rows or columns outside the copied
+//   ones, which no output reads, do not count);
+// - shaders/forward/coop_nhwc_scale_check.wgsl then compares the guess with the exponent op_max[0] asks for
+//   (shaders/common/scale.wgsl); where they differ, it keeps the new exponent as the next guess and this shader
+//   runs again (FIXUP true, dispatched indirectly), scaling by that exponent. The result is the same either way.
+//
+// The host puts `enable f16;` and the shape's override constants (shaders/common/shape.wgsl) in front of this file.
 
-enable f16;
-
-override C_IN: u32;
-override IN_H: u32;
-override IN_W: u32;
 // The input rows and columns copied, from the first some output reads to the last (padding may crop the others).
 override COPY_H_BEGIN: u32;
 override COPY_H_END: u32;

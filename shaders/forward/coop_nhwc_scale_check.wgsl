@@ -1,7 +1,8 @@
-// scale_check.wgsl: settles the padded f16 input's scale between the two passes of shaders/nhwc_f16.wgsl (precision
-// `fast`, the padded-NHWC cooperative-matrix kernel). The first pass scaled by 2^guess[0] and left the input's
-// largest finite magnitude in op_max[0]. One invocation compares the guess with the exponent that magnitude asks
-// for (shaders/scale.wgsl: the largest magnitude scaled into [2^14, 2^15), capped at 127 as the kernel caps it):
+// coop_nhwc_scale_check.wgsl: settles the padded f16 input's scale between the two passes of
+// shaders/forward/coop_nhwc_input.wgsl (precision `fast`, the padded-NHWC cooperative-matrix kernel). The first
+// pass scaled by 2^guess[0] and left the input's largest finite magnitude in op_max[0]. One invocation compares the
+// guess with the exponent that magnitude asks for (shaders/common/scale.wgsl: the largest magnitude scaled into
+// [2^14, 2^15), capped at 127 as the kernel caps it):
 // - equal: the first pass's copy stands, and the fix-up's workgroup counts are zeroed, so it dispatches nothing;
 // - different: the exponent becomes the guess of the next call, and the counts (the first pass's grid per input
 //   chunk) stay, so the fix-up pass rewrites the input at the exponent the kernel will read from op_max[0].

@@ -1,18 +1,14 @@
-// pack_weights_f16.wgsl: one stride phase's weight for the padded-NHWC cooperative-matrix kernel
-// (shaders/coop_nhwc.wgsl, precision `fast`): from [C_IN, C_OUT, K_H, K_W] f32 (one group) the phase's T_H x T_W
-// taps as [tap][ic][oc] f16 at W_OFF, scaled by its power of two (shaders/scale.wgsl), the taps flipped: packed
-// tap t = a * T_W + b holds kernel element (LAST_H - a*KSTEP_H, LAST_W - b*KSTEP_W), the one that pairs an output
-// pixel of the phase with the input pixel a*D_H rows and b*D_W columns after that of packed tap (0, 0). At stride
-// 1 the phase has every tap (T = K, LAST = K - 1, KSTEP = 1). Rows of C_OUT values are W_ROW halves apart (C_OUT
-// + 8: see shaders/coop_nhwc.wgsl); the halves past C_OUT are never written or read. One invocation per packed
-// value.
+// coop_nhwc_weights.wgsl: one stride phase's weight for the padded-NHWC cooperative-matrix kernel
+// (shaders/forward/coop_nhwc.wgsl, precision `fast`): from [C_IN, C_OUT, K_H, K_W] f32 (one group) the phase's T_H
+// x T_W taps as [tap][ic][oc] f16 at W_OFF, scaled by its power of two (shaders/common/scale.wgsl), the taps
+// flipped: packed tap t = a * T_W + b holds kernel element (LAST_H - a*KSTEP_H, LAST_W - b*KSTEP_W), the one that
+// pairs an output pixel of the phase with the input pixel a*D_H rows and b*D_W columns after that of packed tap
+// (0, 0). At stride 1 the phase has every tap (T = K, LAST = K - 1, KSTEP = 1). Rows of C_OUT values are W_ROW
+// halves apart (C_OUT + 8: see shaders/forward/coop_nhwc.wgsl); the halves past C_OUT are never written or read.
+// One invocation per packed value.
+//
+// The host puts `enable f16;` and the shape's override constants (shaders/common/shape.wgsl) in front of this file.
 
-enable f16;
-
-override C_IN: u32;
-override C_OUT: u32;
-override K_H: u32;
-override K_W: u32;
 override T_H: u32;     // the phase's taps
 override T_W: u32;
 override LAST_H: u32;  // the phase's last tap, packed first

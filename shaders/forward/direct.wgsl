@@ -4,15 +4,15 @@
 // What it computes: out[n, co, oh, ow] = bias[co] + sum over the input channels ic of co's group and the
 // taps (kh, kw) with  oh = ih*S_H - P_H + kh*D_H  (likewise for ow)  of  x[n, ic, ih, iw] * w[ic, co % Cog, kh, kw].
 //
-// Taps are enumerated, never tested (axis_taps in shaders/gather.wgsl, which the host puts in front of this file
-// with the shape constants, the Slice uniform and the bindings): the loop bounds are exact and no division
-// happens inside the loops.
+// Taps are enumerated, never tested (axis_taps in shaders/forward/gather.wgsl, which the host puts in front of this
+// file with the Slice uniform and the bindings, behind the shape constants of shaders/common/shape.wgsl): the loop
+// bounds are exact and no division happens inside the loops.
 //
 // Mapping: invocations are numbered with ow fastest, then oh, then the channel block, then the sample, so a
 // subgroup reads neighbouring input pixels and shares the same weights. Each invocation keeps OC_BLOCK
 // accumulators in one vec4 and reuses every input value for all of them.
 //
-// Large tensors arrive in slices, as for every gather kernel (shaders/gather.wgsl).
+// Large tensors arrive in slices, as for every gather kernel (shaders/forward/gather.wgsl).
 
 override WORKGROUP_SIZE: u32 = 256u;
 

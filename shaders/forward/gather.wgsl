@@ -1,38 +1,23 @@
-// gather.wgsl: what the gather kernels share (shaders/direct.wgsl, shaders/rows.wgsl; the host puts this file in
-// front of each): the shape as override constants, the Slice uniform of one dispatch and the bindings, and the
-// enumeration of the taps that reach an output coordinate.
+// gather.wgsl: what the gather kernels share (shaders/forward/direct.wgsl, shaders/forward/rows.wgsl; the host puts
+// this file in front of each, behind the shape's constants, shaders/common/shape.wgsl): the tap enumeration's
+// override constants, the Slice uniform of one dispatch and the bindings, and the enumeration of the taps that reach
+// an output coordinate.
 //
 // Taps: for q = o + pad, the valid k satisfy k*d = q (mod s). With g = gcd(s, d) that needs g | (q mod s), and then
 // k runs through an arithmetic progression of step s/g starting at ((q mod s)/g * inv) mod (s/g), inv being the
 // inverse of d/g modulo s/g (host computed). Along it i = (q - k*d)/s falls by d/g per step, so the loop bounds
 // are exact, every operation is on non-negative u32 values, and no division happens inside the kernels' loops.
 //
-// Large tensors arrive in slices (src/gpu/plan.rs): one dispatch covers samples [0, n_count) of the bound chunks,
+// Large tensors arrive in slices (src/gpu/slices.rs): one dispatch covers samples [0, n_count) of the bound chunks,
 // input channels [ic_begin, ic_end) and output channel blocks [block_begin, block_begin + block_count). When a
 // sample's input channels are split over several dispatches, the later ones add to the output (accumulate = 1)
 // instead of starting from the bias.
 
-override C_IN: u32;
-override C_OUT: u32;
-override GROUPS: u32;
-override IN_H: u32;
-override IN_W: u32;
-override OUT_H: u32;
-override OUT_W: u32;
-override K_H: u32;
-override K_W: u32;
-override S_H: u32;
-override S_W: u32;
-override P_H: u32;
-override P_W: u32;
-override D_H: u32;
-override D_W: u32;
 // gcd(S, D), the inverse of D/gcd modulo S/gcd (0 when S/gcd is 1); computed on the host.
 override G_H: u32;
 override G_W: u32;
 override INV_H: u32;
 override INV_W: u32;
-override HAS_BIAS: bool;
 
 struct Slice {
     n_count: u32,

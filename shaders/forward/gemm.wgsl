@@ -3,10 +3,10 @@
 // Phases: output pixels with the same (oh mod S_H, ow mod S_W) see the same kernel taps, so each of the
 // S_H*S_W phases is a dense stride-1 correlation with its own sub-kernel: for oh = rh + a*S_H,
 //   ih = a + off_h - jh*istep_h  for the phase's taps kh = kh0 + jh*kstep_h  (jh < cnt_h)
-// and likewise for the width (host-computed per phase, see src/gpu/gemm.rs). No tap is wasted and nothing is
-// divided or tested for divisibility in the loops.
+// and likewise for the width (host-computed per phase, see src/gpu/forward/gemm.rs). No tap is wasted and nothing
+// is divided or tested for divisibility in the loops.
 //
-// The same kernel computes grad_input at any stride (src/gpu/grad_input.rs): a strided convolution of
+// The same kernel computes grad_input at any stride (src/gpu/backward/grad_input.rs): a strided convolution of
 // grad_output, i.e. a stride-1 correlation sampled every S input pixels. That is one phase whose output pixel a
 // reads ih = a*IN_STEP_H + off_h - jh*istep_h (IN_STEP = the convolution's stride; 1 for every phase above).
 //
@@ -22,9 +22,9 @@
 // math, so their latency hides behind it. Bias (or, for a later slice of a split input, the partial sum already
 // written) is added in the epilogue.
 //
-// Variants. The host prepends the tile constants and generates the code at the marker lines MODULE,
-// PROLOGUE, ACC_DECL, MATH and EPILOGUE, one module per variant (src/gpu/gemm.rs, src/gpu/coop.rs; every
-// variant is validated by naga in tests/shaders.rs):
+// Variants. The host prepends the tile constants and the shape's override constants (shaders/common/shape.wgsl),
+// and generates the code at the marker lines MODULE, PROLOGUE, ACC_DECL, MATH and EPILOGUE, one module per variant
+// (src/gpu/forward/gemm.rs, src/gpu/forward/coop.rs; every variant is validated by naga in tests/shaders.rs):
 // - registers, f32 operands (exact): each invocation keeps a TM x TN register tile (TM pixels x TN channels)
 //   as named vec4 accumulators and reads the staged tiles as vec4s, BK rank-1 updates per step, written out
 //   straight-line with the next channel's reads ahead of the current channel's multiply-adds.
@@ -39,27 +39,15 @@
 //   staged tiles; the epilogue moves each accumulator through workgroup memory so that the stores run along
 //   the pixels (coalesced). THREADS = 32 * (BM/WM)*(BN/WN).
 // In every variant THREADS must be a multiple of BM and of BN, and BK*BM and BK*BN multiples of THREADS (the
-// register variants also need BM/TM a multiple of 8 and BN/TN of 4: `is_consistent` in src/gpu/gemm.rs).
-// The weight arrives packed as [tap][ic][oc] (shaders/pack_weights.wgsl).
+// register variants also need BM/TM a multiple of 8 and BN/TN of 4: `is_consistent` in src/gpu/forward/gemm.rs).
+// The weight arrives packed as [tap][ic][oc] (shaders/forward/gemm_weights.wgsl).
 //
 // Operand types. f16 operands are scaled by powers of two (exact) chosen from each tensor's largest finite
-// magnitude (the input's by shaders/absmax.wgsl, the weight's while shaders/pack_weights.wgsl packs it; see
-// scale_exponent in shaders/scale.wgsl) so that no finite value overflows f16 or loses
+// magnitude (the input's by shaders/common/absmax.wgsl, the weight's while shaders/forward/gemm_weights.wgsl packs
+// it; see scale_exponent in shaders/common/scale.wgsl) so that no finite value overflows f16 or loses
 // its precision to f16's small range; the f32 sums are scaled back before the bias is added. Non-finite
 // values pass through as themselves.
 
-override C_IN: u32;
-override C_OUT: u32;
-override GROUPS: u32;
-override IN_H: u32;
-override IN_W: u32;
-override OUT_H: u32;
-override OUT_W: u32;
-override K_H: u32;
-override K_W: u32;
-override S_H: u32;
-override S_W: u32;
-override HAS_BIAS: bool;
 // Input rows (columns) between neighbouring output pixels of a phase: 1, or grad_input's stride (see above).
 override IN_STEP_H: i32 = 1;
 override IN_STEP_W: i32 = 1;
@@ -186,7 +174,7 @@ fn load_step(c: LoadCtx, p: Step) -> Staged {
         }
         r.a[i] = v;
     }
-    // w is packed as [tap][ic][oc] (shaders/pack_weights.wgsl): consecutive invocations, consecutive oc.
+    // w is packed as [tap][ic][oc] (shaders/forward/gemm_weights.wgsl): consecutive invocations, consecutive oc.
     let tap = (ph.kh0 + p.jh * u.kstep_h) * K_W + ph.kw0 + p.jw * u.kstep_w;
     let ic_b = p.ic0 + c.bk0;
     let oc = c.oc_tile + c.bn;

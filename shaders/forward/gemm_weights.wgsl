@@ -1,4 +1,4 @@
-// pack_weights.wgsl: reorders a weight [Cin, Cout/groups, kH, kW] into [kH*kW, Cin, Cout/groups] for the GEMM
+// gemm_weights.wgsl: reorders a weight [Cin, Cout/groups, kH, kW] into [kH*kW, Cin, Cout/groups] for the GEMM
 // kernel, so that a K step's B tile (fixed tap and input channel, consecutive output channels) is read with
 // consecutive invocations at consecutive addresses. That is the transpose of the matrix [ROWS = Cin * Cout/groups]
 // x [TAPS] into [TAPS] x [ROWS]: each workgroup moves a block of BLOCK rows x BLOCK taps through workgroup memory,
@@ -7,10 +7,11 @@
 // well below the copy bandwidth; docs/PERFORMANCE.md.)
 //
 // With TAKE_MAX (precision `fast`) the same pass takes the weight's largest finite magnitude into maxima[1] as
-// shaders/absmax.wgsl would (`finite_magnitude_bits` of shaders/scale.wgsl, which the host appends; one atomicMax
-// per workgroup), so that the weight is read once rather than twice.
+// shaders/common/absmax.wgsl would (`finite_magnitude_bits` of shaders/common/scale.wgsl, which the host appends;
+// one atomicMax per workgroup), so that the weight is read once rather than twice.
+//
+// The host puts the shape's override constants (shaders/common/shape.wgsl) in front of this file.
 
-override C_IN: u32;
 override COG: u32;
 override TAPS: u32;
 override TAKE_MAX: bool;

@@ -1,16 +1,14 @@
-// winograd_weights.wgsl: the filter transform of the Winograd kernel (shaders/winograd.wgsl), run before it.
+// winograd_weights.wgsl: the filter transform run before the Winograd kernel (shaders/forward/winograd.wgsl).
 //
-// U[point][ic][oc] (rows of COG4 values, the last ones zero) = sum over (j, k) of GH[ph][j] * GW[pw][k] * w[ic][oc][K_H-1-j][K_W-1-k], point = ph*AW + pw:
-// the kernel flipped (at stride 1 a transposed convolution is a correlation with the flipped kernel) and
-// transformed along both axes. One invocation per value of U; consecutive invocations write consecutive output
-// channels. The host puts AH, AW and the filter transforms GH (AH x K_H) and GW (AW x K_W) in front of this file
-// (src/gpu/winograd.rs).
+// U[point][ic][oc] (rows of COG4 values, the last ones zero) = sum over (j, k) of GH[ph][j] * GW[pw][k] *
+// w[ic][oc][K_H-1-j][K_W-1-k], point = ph*AW + pw: the kernel flipped (at stride 1 a transposed convolution is a
+// correlation with the flipped kernel) and transformed along both axes. One invocation per value of U; consecutive
+// invocations write consecutive output channels. The host puts AH, AW and the filter transforms GH (AH x K_H) and
+// GW (AW x K_W) in front of this file (src/gpu/forward/winograd.rs), and behind them the shape's override constants
+// (shaders/common/shape.wgsl).
 
-override C_IN: u32;
 override COG: u32;
 override COG4: u32; // COG rounded up to a multiple of 4: U's row length (the padding is zero)
-override K_H: u32;
-override K_W: u32;
 override WORKGROUP_SIZE: u32;
 
 @group(0) @binding(0) var<storage, read> w: array<f32>;

@@ -268,12 +268,11 @@ pub fn shader_sources() -> Vec<(&'static str, String, String)> {
             .iter()
             .map(|&t| (grad_weight::SHADER_NAME, format!("grad_weight_{t}"), grad_weight::source(t))),
     );
-    // The rows kernel of grad_weight at a layout of groups of 8 x 16 channels with 5-wide kernel rows, and at the
-    // largest `RowsKernel::for_shape` makes (256 invocations, 16 KiB of staged x): its constants are prepended per
-    // shape.
-    v.extend([(2, 16, 5, 256), (4, 16, 16, 256)].map(|(cig4, ocb, kernel_w, xw)| {
-        let k = grad_weight::RowsKernel { cig4, ocb, kernel_w, rb: 4, xw };
-        (grad_weight::ROWS_SHADER_NAME, format!("grad_weight_rows {k:?}"), k.source())
+    // The rows kernel of grad_weight at every CIG4 `RowsKernel::for_shape` makes (groups of up to 16 input
+    // channels): the constant its source depends on (the rest of its layout are override constants).
+    v.extend((1..=4).map(|cig4| {
+        let k = grad_weight::RowsKernel { cig4, ocb: 16, kernel_w: 5, rb: 4, xw: 256 };
+        (grad_weight::ROWS_SHADER_NAME, format!("grad_weight_rows cig4 {cig4}"), k.source())
     }));
     v.push((
         grad_weight::TAP_RANGE_SHADER_NAME,
@@ -281,12 +280,11 @@ pub fn shader_sources() -> Vec<(&'static str, String, String)> {
         grad_weight::source(grad_weight::TILES[0]),
     ));
     v.extend(rows::VARIANTS.iter().map(|r| (rows::SHADER_NAME, r.name(), r.source())));
-    // What the gather kernels share has no entry point of its own: it is validated inside a kernel that uses it.
-    v.push((
-        gather::SHADER_NAME,
-        format!("{} + {}", gather::SHADER_NAME, direct::SHADER_NAME),
-        direct::SHADER.to_string(),
-    ));
+    // What the gather kernels share, and the shape's constants, have no entry point of their own: they are
+    // validated inside a kernel that uses them.
+    for file in [kernel::SHAPE_SHADER_NAME, gather::SHADER_NAME] {
+        v.push((file, format!("{file} + {}", direct::SHADER_NAME), direct::SHADER.to_string()));
+    }
     v.push((gemm::PACK_SHADER_NAME, gemm::PACK_SHADER_NAME.to_string(), gemm::PACK_SHADER.to_string()));
     v.push((absmax::SHADER_NAME, absmax::SHADER_NAME.to_string(), absmax::SHADER.to_string()));
     v.extend(gemm::TILES.iter().chain(gemm::F16_TILES).map(|t| (gemm::SHADER_NAME, t.name(), t.source())));

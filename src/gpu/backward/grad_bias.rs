@@ -3,12 +3,13 @@
 
 use crate::error::Result;
 use crate::gpu::context::GpuContext;
-use crate::gpu::kernel::{dispatch_buffers, grid};
+use crate::gpu::kernel::{dispatch_buffers, grid, with_shape_prelude};
 use crate::gpu::memory::GpuTensor;
 use crate::params::ConvShape;
 
 pub const SHADER_NAME: &str = "backward/grad_bias.wgsl";
-pub const SHADER: &str = include_str!("../../../shaders/backward/grad_bias.wgsl");
+/// `shaders/backward/grad_bias.wgsl` behind the shape's constants (it reads C_OUT, OUT_H and OUT_W).
+pub const SHADER: &str = with_shape_prelude!("backward/grad_bias.wgsl");
 
 /// The uniform block `Chunk` of the shader, field for field.
 #[repr(C)]

@@ -12,8 +12,11 @@
 
 use crate::error::{ConvtError, Result};
 use crate::gpu::context::GpuContext;
+use crate::gpu::forward::gather::SliceUniform;
 use crate::gpu::forward::gemm::{self, GemmKernel, Geometry};
-use crate::gpu::kernel::{channel_blocks, check_index_range, dispatch_buffers, grid, shape_constants, Weight};
+use crate::gpu::kernel::{
+    channel_blocks, check_index_range, dispatch_buffers, grid, shape_constants, with_shape_prelude, Weight,
+};
 use crate::gpu::memory::{GpuTensor, InFlight};
 use crate::gpu::slices::{plan_between, Side};
 use crate::gpu::Strategy;
@@ -21,41 +24,13 @@ use crate::params::{ConvShape, ConvTranspose2dOptions};
 use crate::precision::Precision;
 
 pub const SHADER_NAME: &str = "backward/grad_input.wgsl";
-pub const SHADER: &str = include_str!("../../../shaders/backward/grad_input.wgsl");
+/// `shaders/backward/grad_input.wgsl` behind the shape's constants.
+pub const SHADER: &str = with_shape_prelude!("backward/grad_input.wgsl");
 pub const FLIP_SHADER_NAME: &str = "backward/grad_input_weights.wgsl";
 pub const FLIP_SHADER: &str = include_str!("../../../shaders/backward/grad_input_weights.wgsl");
 const WORKGROUP_SIZE: u32 = 256;
 /// Input channels per invocation (`IC_BLOCK` in the shader).
 const IC_BLOCK: usize = 4;
-
-/// The uniform block `Slice` of the shader, field for field.
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct SliceUniform {
-    n_count: u32,
-    go_offset: u32,
-    gi_offset: u32,
-    gi_first_channel: u32,
-    go_begin: u32,
-    go_end: u32,
-    block_begin: u32,
-    block_count: u32,
-    gi_begin: u32,
-    gi_end: u32,
-    accumulate: u32,
-    dispatch_width: u32,
-}
-
-/// The override constants of the shape: its sizes, padding and dilation.
-pub(crate) fn constants(shape: &ConvShape) -> Result<Vec<(&'static str, f64)>> {
-    check_index_range(shape)?;
-    let mut c: Vec<(&str, f64)> = shape_constants(shape, false).into_iter().filter(|(k, _)| *k != "HAS_BIAS").collect();
-    c.extend(
-        [("P_H", shape.padding[0]), ("P_W", shape.padding[1]), ("D_H", shape.dilation[0]), ("D_W", shape.dilation[1])]
-            .map(|(k, v)| (k, v as f64)),
-    );
-    Ok(c)
-}
 
 /// The transposed convolution that computes grad_input from grad_output, where there is one: stride 1, no
 /// output_padding and padding <= dilation*(kernel-1) on both axes (then its output has the input's size).
@@ -278,7 +253,8 @@ fn encode_gather(
     );
     let weight = weight.single_buffer("weight", ctx)?;
     let module = ctx.module(SHADER_NAME, SHADER)?;
-    let mut consts = constants(shape)?;
+    check_index_range(shape)?;
+    let mut consts = shape_constants(shape, false);
     consts.push(("WORKGROUP_SIZE", WORKGROUP_SIZE as f64));
     let key = format!("grad_input {:?} {:?}", ctx.options().shader_checks, consts);
     let pipeline = ctx.pipeline(key, &module, &consts)?;
@@ -288,20 +264,8 @@ fn encode_gather(
             // In this plan "in" is grad_output (read) and "out" is grad_input (written).
             let (b0, b1) = channel_blocks(shape.in_per_group(), IC_BLOCK, &s.oc);
             let grid = grid(ctx, (s.samples.len() * (b1 - b0) * pixels).div_ceil(WORKGROUP_SIZE as usize));
-            let u = SliceUniform {
-                n_count: s.samples.len() as u32,
-                go_offset: s.in_offset as u32,
-                gi_offset: s.out_offset as u32,
-                gi_first_channel: s.out_first_channel as u32,
-                go_begin: s.ic.start as u32,
-                go_end: s.ic.end as u32,
-                block_begin: b0 as u32,
-                block_count: (b1 - b0) as u32,
-                gi_begin: s.oc.start as u32,
-                gi_end: s.oc.end as u32,
-                accumulate: s.accumulate as u32,
-                dispatch_width: grid.0,
-            };
+            // The shader's `Slice` is the gather kernels' (go_* and gi_* for in_* and out_*).
+            let u = SliceUniform::new(s, (b0, b1), grid.0);
             let go = &grad_output.chunks()[s.in_chunk].buffer;
             let gi = &grad_input.chunks()[s.out_chunk].buffer;
             dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &[go, weight, gi], grid);

@@ -7,18 +7,22 @@
 use crate::error::{ConvtError, Result};
 use crate::gpu::context::GpuContext;
 use crate::gpu::forward::gemm;
-use crate::gpu::kernel::{dispatch_buffers, grid};
+use crate::gpu::kernel::{
+    check_index_range, dispatch_buffers, fill_markers, grid, shape_constants, with_shape_prelude,
+};
 use crate::gpu::memory::{GpuTensor, InFlight, STORAGE};
 use crate::gpu::slices::plan;
 use crate::params::ConvShape;
 
 pub const SHADER_NAME: &str = "backward/grad_weight.wgsl";
-pub const SHADER: &str = include_str!("../../../shaders/backward/grad_weight.wgsl");
+/// `shaders/backward/grad_weight.wgsl` behind the shape's constants: the template of every tile size.
+pub const SHADER: &str = with_shape_prelude!("backward/grad_weight.wgsl");
 /// Which input indices a tap reaches the output from: put in both kernels' modules.
 pub const TAP_RANGE_SHADER_NAME: &str = "backward/tap_range.wgsl";
 const TAP_RANGE: &str = include_str!("../../../shaders/backward/tap_range.wgsl");
 pub const ROWS_SHADER_NAME: &str = "backward/grad_weight_rows.wgsl";
-pub const ROWS_SHADER: &str = include_str!("../../../shaders/backward/grad_weight_rows.wgsl");
+/// `shaders/backward/grad_weight_rows.wgsl` behind the shape's constants.
+pub const ROWS_SHADER: &str = with_shape_prelude!("backward/grad_weight_rows.wgsl");
 pub const REDUCE_SHADER_NAME: &str = "backward/grad_weight_reduce.wgsl";
 pub const REDUCE_SHADER: &str = include_str!("../../../shaders/backward/grad_weight_reduce.wgsl");
 /// The tile sizes (channels per workgroup tile on each side, `TILE` in the shader), and pixels per K step (`BK`).
@@ -149,14 +153,14 @@ pub fn source(tile: usize) -> String {
             epilogue += &format!("    store4(sc, {i}u, sc.oc_lo + ({j}u * WG_N + tx) * 4u, acc_{i}_{j});\n");
         }
     }
-    let body = SHADER.replace("//#ACC_DECL\n", &decl).replace("//#MATH\n", &math).replace("//#EPILOGUE\n", &epilogue);
+    let body = fill_markers(SHADER, &[("ACC_DECL", &decl), ("MATH", &math), ("EPILOGUE", &epilogue)]);
     format!("const TILE: u32 = {tile}u;\nconst TN: u32 = {tn}u;\n{body}\n{TAP_RANGE}")
 }
 
-/// The layout of `shaders/backward/grad_weight_rows.wgsl` for a shape: vec4s of input channels per group (`cig4`), output
-/// channels per workgroup (`ocb`; the workgroup has `ocb` x `kernel_w` invocations), input rows per partial-sum
-/// slot (`rb`) and x columns staged at once (`xw`). Everything the generated source depends on, so that it names
-/// the module.
+/// The layout of `shaders/backward/grad_weight_rows.wgsl` for a shape: vec4s of input channels per group (`cig4`),
+/// output channels per workgroup (`ocb`; the workgroup has `ocb` x `kernel_w` invocations), input rows per
+/// partial-sum slot (`rb`) and x columns staged at once (`xw`). The source depends on `cig4` alone (the length of
+/// each invocation's accumulator array, a constant in front of it); the rest are override constants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RowsKernel {
     pub cig4: usize,
@@ -216,16 +220,20 @@ impl RowsKernel {
         self.slots(shape) * shape.groups * shape.out_per_group().div_ceil(self.ocb) * shape.kernel[0]
     }
 
-    /// The shader: `shaders/backward/grad_weight_rows.wgsl` with this layout's constants in front.
+    /// The shader: `shaders/backward/grad_weight_rows.wgsl` with this layout's CIG4 in front.
     pub fn source(&self) -> String {
-        format!(
-            "const CIG4: u32 = {}u;\nconst OCB: u32 = {}u;\nconst RB: u32 = {}u;\nconst XW: u32 = {}u;\nconst THREADS: u32 = {}u;\n{ROWS_SHADER}\n{TAP_RANGE}",
-            self.cig4,
-            self.ocb,
-            self.rb,
-            self.xw,
-            self.ocb * self.kernel_w
-        )
+        format!("const CIG4: u32 = {}u;\n{ROWS_SHADER}\n{TAP_RANGE}", self.cig4)
+    }
+
+    /// The shader module's name: what its source depends on.
+    fn module_name(&self) -> String {
+        format!("grad_weight_rows cig4 {}", self.cig4)
+    }
+
+    /// The layout's override constants of the shader.
+    fn constants(&self) -> [(&'static str, f64); 4] {
+        [("OCB", self.ocb), ("RB", self.rb), ("XW", self.xw), ("THREADS", self.ocb * self.kernel_w)]
+            .map(|(k, v)| (k, v as f64))
     }
 }
 
@@ -273,7 +281,8 @@ pub(crate) fn encode(
     in_flight: &mut InFlight,
 ) -> Result<()> {
     let gw = grad_weight.single_buffer("grad_weight", ctx)?;
-    let consts = crate::gpu::backward::grad_input::constants(shape)?;
+    check_index_range(shape)?;
+    let consts = shape_constants(shape, false);
     let checks = ctx.options().shader_checks;
     let elems = grad_weight.numel();
     let partial_cap = partial_cap(ctx, elems);
@@ -287,8 +296,9 @@ pub(crate) fn encode(
                 ConvtError::InvalidArgument(format!("{} does not compute this shape here", kernel.name()))
             })?;
             return ctx.scoped(|| {
-                let name = format!("grad_weight_rows {rows:?}");
+                let name = rows.module_name();
                 let module = ctx.module_with(&name, || rows.source())?;
+                let consts: Vec<_> = consts.iter().copied().chain(rows.constants()).collect();
                 let pipeline = ctx.pipeline(format!("{name} {checks:?} {consts:?}"), &module, &consts)?;
                 let slots = rows.slots(shape);
                 let partial = partial_sums(ctx, in_flight, slots * elems);

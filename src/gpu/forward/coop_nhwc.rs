@@ -11,7 +11,8 @@ use crate::gpu::context::GpuContext;
 use crate::gpu::forward::coop::{self, SUBGROUP};
 use crate::gpu::forward::gemm::{SCALED_MODULE, SCALED_PROLOGUE};
 use crate::gpu::kernel::{
-    axis_phase, bind_buffers, check_index_range, dispatch_buffers, grid, AxisPhase, GridParams, Operands, Weight,
+    axis_phase, bind_buffers, check_index_range, dispatch_buffers, fill_markers, grid, with_shape_prelude, AxisPhase,
+    GridParams, Operands, Weight,
 };
 use crate::gpu::memory::{buffer_with, GpuTensor, InFlight, PooledBuffer, STORAGE};
 use crate::params::ConvShape;
@@ -19,9 +20,11 @@ use crate::params::ConvShape;
 pub const SHADER_NAME: &str = "forward/coop_nhwc.wgsl";
 pub const SHADER: &str = include_str!("../../../shaders/forward/coop_nhwc.wgsl");
 pub const INPUT_SHADER_NAME: &str = "forward/coop_nhwc_input.wgsl";
-pub const INPUT_SHADER: &str = include_str!("../../../shaders/forward/coop_nhwc_input.wgsl");
+/// `shaders/forward/coop_nhwc_input.wgsl` behind the shape's constants (and the f16 it enables).
+pub const INPUT_SHADER: &str = concat!("enable f16;\n", with_shape_prelude!("forward/coop_nhwc_input.wgsl"));
 pub const WEIGHT_SHADER_NAME: &str = "forward/coop_nhwc_weights.wgsl";
-pub const WEIGHT_SHADER: &str = include_str!("../../../shaders/forward/coop_nhwc_weights.wgsl");
+/// `shaders/forward/coop_nhwc_weights.wgsl` behind the shape's constants (and the f16 it enables).
+pub const WEIGHT_SHADER: &str = concat!("enable f16;\n", with_shape_prelude!("forward/coop_nhwc_weights.wgsl"));
 pub const SCALE_CHECK_SHADER_NAME: &str = "forward/coop_nhwc_scale_check.wgsl";
 pub const SCALE_CHECK_SHADER: &str = include_str!("../../../shaders/forward/coop_nhwc_scale_check.wgsl");
 const SCALE_FUNCTIONS: &str = include_str!("../../../shaders/common/scale.wgsl");
@@ -255,23 +258,27 @@ impl NhwcTile {
                 self.stage_loads()
             );
         }
+        // The sections this tile kind keeps lose their marker lines, the others go whole.
         let (keep, drop) = if self.staged { ("STAGED", "DIRECT") } else { ("DIRECT", "STAGED") };
         let body = if self.staged {
-            SHADER.replace("//#STAGE_FNS_BEGIN\n", "").replace("//#STAGE_FNS_END\n", "")
+            fill_markers(SHADER, &[("STAGE_FNS_BEGIN", ""), ("STAGE_FNS_END", "")])
         } else {
             without_section(SHADER, "STAGE_FNS")
         };
-        let body = without_section(&body, drop)
-            .replace(&format!("//#{keep}_BEGIN\n"), "")
-            .replace(&format!("//#{keep}_END\n"), "");
+        let (begin, end) = (format!("{keep}_BEGIN"), format!("{keep}_END"));
+        let body = fill_markers(&without_section(&body, drop), &[(&begin, ""), (&end, "")]);
         // Staged tiles read the padded input only in the stage's copy, 4 halves at a time.
         let body = if self.staged { body.replace(INPUT_BINDING, STAGED_INPUT_BINDING) } else { body };
-        let body = body
-            .replace("//#MODULE\n", SCALED_MODULE)
-            .replace("//#PROLOGUE\n", SCALED_PROLOGUE)
-            .replace("//#ACC_DECL\n", &decl)
-            .replace("//#MATH\n", &math)
-            .replace("//#EPILOGUE\n", &epi);
+        let body = fill_markers(
+            &body,
+            &[
+                ("MODULE", SCALED_MODULE),
+                ("PROLOGUE", SCALED_PROLOGUE),
+                ("ACC_DECL", &decl),
+                ("MATH", &math),
+                ("EPILOGUE", &epi),
+            ],
+        );
         format!("{header}{body}")
     }
 

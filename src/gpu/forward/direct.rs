@@ -5,13 +5,14 @@
 use crate::error::Result;
 use crate::gpu::context::GpuContext;
 use crate::gpu::forward::gather;
+use crate::gpu::kernel::with_shape_prelude;
 use crate::gpu::memory::GpuTensor;
 use crate::params::ConvShape;
 
 pub const SHADER_NAME: &str = "forward/direct.wgsl";
-/// `shaders/forward/gather.wgsl` (what the gather kernels share) in front of `shaders/forward/direct.wgsl`.
-pub const SHADER: &str =
-    concat!(include_str!("../../../shaders/forward/gather.wgsl"), include_str!("../../../shaders/forward/direct.wgsl"));
+/// `shaders/forward/gather.wgsl` (what the gather kernels share) in front of `shaders/forward/direct.wgsl`, behind the
+/// shape's constants.
+pub const SHADER: &str = with_shape_prelude!("forward/gather.wgsl", "forward/direct.wgsl");
 const WORKGROUP_SIZE: u32 = 256;
 /// Output channels per invocation (`OC_BLOCK` in the shader).
 const OC_BLOCK: usize = 4;

@@ -1,25 +1,26 @@
-//! What the gather kernels ([`crate::gpu::forward::direct`], [`crate::gpu::forward::rows`]) share, as `shaders/forward/gather.wgsl` does
-//! on the shader side: the shape's override constants with the tap enumeration's, the `Slice` uniform, and the
-//! encoding of a kernel over every slice of the plan.
+//! What the gather kernels ([`crate::gpu::forward::direct`], [`crate::gpu::forward::rows`]) share, as
+//! `shaders/forward/gather.wgsl` does on the shader side: the shape's override constants with the tap
+//! enumeration's, the `Slice` uniform, and the encoding of a kernel over every slice of the plan.
 
 use crate::error::Result;
 use crate::gpu::context::GpuContext;
 use crate::gpu::kernel::{
-    channel_blocks, check_index_range, dispatch, gcd, grid, mod_inverse, shape_constants, Operands,
+    channel_blocks, check_index_range, dispatch, gcd, grid, mod_inverse, shape_constants, with_shape_prelude, Operands,
 };
 use crate::gpu::memory::GpuTensor;
-use crate::gpu::slices::plan;
+use crate::gpu::slices::{plan, Slice};
 use crate::params::ConvShape;
 
 pub const SHADER_NAME: &str = "forward/gather.wgsl";
 /// The shape constants, the Slice uniform, the bindings and the tap enumeration; each gather kernel's source
 /// starts with it.
-pub const SHADER: &str = include_str!("../../../shaders/forward/gather.wgsl");
+pub const SHADER: &str = with_shape_prelude!("forward/gather.wgsl");
 
-/// The uniform block `Slice` of shaders/forward/gather.wgsl, field for field.
+/// The uniform block `Slice` of shaders/forward/gather.wgsl, field for field; also that of
+/// shaders/backward/grad_input.wgsl, a gather whose plan reads grad_output ("in") and writes grad_input ("out").
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct SliceUniform {
+pub(crate) struct SliceUniform {
     n_count: u32,
     in_offset: u32,
     out_offset: u32,
@@ -34,7 +35,28 @@ struct SliceUniform {
     dispatch_width: u32,
 }
 
-/// The override constants shaders/forward/gather.wgsl declares for one shape: its sizes and what `axis_taps` needs.
+impl SliceUniform {
+    /// Slice `s` of the plan with the written tensor's channel blocks `[b0, b1)` (`channel_blocks`), in a grid
+    /// `dispatch_width` workgroups wide.
+    pub(crate) fn new(s: &Slice, (b0, b1): (usize, usize), dispatch_width: u32) -> Self {
+        SliceUniform {
+            n_count: s.samples.len() as u32,
+            in_offset: s.in_offset as u32,
+            out_offset: s.out_offset as u32,
+            out_first_channel: s.out_first_channel as u32,
+            ic_begin: s.ic.start as u32,
+            ic_end: s.ic.end as u32,
+            block_begin: b0 as u32,
+            block_count: (b1 - b0) as u32,
+            oc_begin: s.oc.start as u32,
+            oc_end: s.oc.end as u32,
+            accumulate: s.accumulate as u32,
+            dispatch_width,
+        }
+    }
+}
+
+/// The override constants of [`SHADER`] for one shape: its sizes and what `axis_taps` needs.
 pub(crate) fn constants(shape: &ConvShape, has_bias: bool) -> Result<Vec<(&'static str, f64)>> {
     check_index_range(shape)?;
     let axis = |a: usize| {
@@ -43,20 +65,7 @@ pub(crate) fn constants(shape: &ConvShape, has_bias: bool) -> Result<Vec<(&'stat
     };
     let ((g_h, inv_h), (g_w, inv_w)) = (axis(0), axis(1));
     let mut c = shape_constants(shape, has_bias);
-    c.extend(
-        [
-            ("P_H", shape.padding[0]),
-            ("P_W", shape.padding[1]),
-            ("D_H", shape.dilation[0]),
-            ("D_W", shape.dilation[1]),
-            ("G_H", g_h),
-            ("G_W", g_w),
-            ("INV_H", inv_h),
-            ("INV_W", inv_w),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k, v as f64)),
-    );
+    c.extend([("G_H", g_h), ("G_W", g_w), ("INV_H", inv_h), ("INV_W", inv_w)].map(|(k, v)| (k, v as f64)));
     Ok(c)
 }
 
@@ -95,20 +104,7 @@ pub(crate) fn encode<S: FnOnce() -> String, W: Fn(usize, usize) -> usize>(
         for s in &slices {
             let (b0, b1) = channel_blocks(shape.out_per_group(), kernel.block, &s.oc);
             let grid = grid(ctx, (kernel.workgroups)(s.samples.len(), b1 - b0));
-            let u = SliceUniform {
-                n_count: s.samples.len() as u32,
-                in_offset: s.in_offset as u32,
-                out_offset: s.out_offset as u32,
-                out_first_channel: s.out_first_channel as u32,
-                ic_begin: s.ic.start as u32,
-                ic_end: s.ic.end as u32,
-                block_begin: b0 as u32,
-                block_count: (b1 - b0) as u32,
-                oc_begin: s.oc.start as u32,
-                oc_end: s.oc.end as u32,
-                accumulate: s.accumulate as u32,
-                dispatch_width: grid.0,
-            };
+            let u = SliceUniform::new(s, (b0, b1), grid.0);
             let input = &input.chunks()[s.in_chunk].buffer;
             let out = &output.chunks()[s.out_chunk].buffer;
             dispatch(ctx, pass, &pipeline, bytemuck::bytes_of(&u), input, &ops, out, grid);

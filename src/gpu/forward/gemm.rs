@@ -6,21 +6,20 @@ use crate::error::{ConvtError, Result};
 use crate::gpu::absmax;
 use crate::gpu::context::GpuContext;
 use crate::gpu::kernel::{
-    axis_phase, check_index_range, dispatch_buffers, grid, shape_constants, AxisPhase, GridParams, Operands, Weight,
+    axis_phase, check_index_range, dispatch_buffers, fill_markers, grid, shape_constants, with_shape_prelude,
+    AxisPhase, GridParams, Operands, Weight,
 };
 use crate::gpu::memory::{GpuTensor, InFlight, PooledBuffer, STORAGE};
 use crate::gpu::slices::{plan, SliceFields};
 use crate::params::ConvShape;
 
 pub const SHADER_NAME: &str = "forward/gemm.wgsl";
-pub const SHADER: &str = include_str!("../../../shaders/forward/gemm.wgsl");
+/// `shaders/forward/gemm.wgsl` behind the shape's constants: the template of every variant.
+pub const SHADER: &str = with_shape_prelude!("forward/gemm.wgsl");
 pub const PACK_SHADER_NAME: &str = "forward/gemm_weights.wgsl";
-/// `shaders/forward/gemm_weights.wgsl` with the scale functions it uses (`finite_magnitude_bits`).
-pub const PACK_SHADER: &str = concat!(
-    include_str!("../../../shaders/forward/gemm_weights.wgsl"),
-    "\n",
-    include_str!("../../../shaders/common/scale.wgsl")
-);
+/// `shaders/forward/gemm_weights.wgsl` behind the shape's constants, with the scale functions it uses
+/// (`finite_magnitude_bits`).
+pub const PACK_SHADER: &str = with_shape_prelude!("forward/gemm_weights.wgsl", "common/scale.wgsl");
 pub const SCALE_SHADER_NAME: &str = "common/scale.wgsl";
 /// Rows and taps of the blocks `shaders/forward/gemm_weights.wgsl` moves per workgroup (its BLOCK).
 const PACK_BLOCK: usize = 32;
@@ -124,12 +123,16 @@ pub(crate) struct Parts {
 
 impl Parts {
     pub fn render(&self) -> String {
-        let body = SHADER
-            .replace("//#MODULE\n", &self.module)
-            .replace("//#PROLOGUE\n", &self.prologue)
-            .replace("//#ACC_DECL\n", &self.acc_decl)
-            .replace("//#MATH\n", &self.math)
-            .replace("//#EPILOGUE\n", &self.epilogue);
+        let body = fill_markers(
+            SHADER,
+            &[
+                ("MODULE", &self.module),
+                ("PROLOGUE", &self.prologue),
+                ("ACC_DECL", &self.acc_decl),
+                ("MATH", &self.math),
+                ("EPILOGUE", &self.epilogue),
+            ],
+        );
         format!("{}{body}", self.header)
     }
 }

@@ -14,16 +14,19 @@ use crate::error::{ConvtError, Result};
 use crate::gpu::context::GpuContext;
 use crate::gpu::forward::gemm::register_tile;
 use crate::gpu::kernel::{
-    check_index_range, dispatch_buffers, dispatch_weight_prep, grid, shape_constants, Operands, Weight,
+    check_index_range, dispatch_buffers, dispatch_weight_prep, fill_markers, grid, shape_constants, with_shape_prelude,
+    Operands, Weight,
 };
 use crate::gpu::memory::{GpuTensor, InFlight, PooledBuffer, STORAGE};
 use crate::gpu::slices::{plan, SliceFields};
 use crate::params::ConvShape;
 
 pub const SHADER_NAME: &str = "forward/winograd.wgsl";
-pub const SHADER: &str = include_str!("../../../shaders/forward/winograd.wgsl");
+/// `shaders/forward/winograd.wgsl` behind the shape's constants: the template of every tile.
+pub const SHADER: &str = with_shape_prelude!("forward/winograd.wgsl");
 pub const WEIGHTS_SHADER_NAME: &str = "forward/winograd_weights.wgsl";
-pub const WEIGHTS_SHADER: &str = include_str!("../../../shaders/forward/winograd_weights.wgsl");
+/// `shaders/forward/winograd_weights.wgsl` behind the shape's constants.
+pub const WEIGHTS_SHADER: &str = with_shape_prelude!("forward/winograd_weights.wgsl");
 const WEIGHTS_WORKGROUP_SIZE: u32 = 256;
 
 /// The largest transform size per axis: the points 0, 1, -1, 2, -2, 1/2, -1/2, 3/4, -3/4 and infinity. The last
@@ -475,16 +478,20 @@ impl WinoTile {
             true => (load_v_band(&t.w, v_per), stage_v_band(&t.w, v_per)),
             false => (load_v(&t.h, &t.w, v_per), stage_v(&t.h, &t.w, v_per)),
         };
-        let body = SHADER
-            .replace("//#INPUT_TRANSFORM\n", &input_transform(&t.h))
-            .replace("//#LOAD_V\n", &loads)
-            .replace("//#STAGE_V\n", &stages)
-            .replace("//#V_AT\n", &v_at)
-            .replace("//#OUTPUT_TRANSFORM\n", &output_transform(&out_h))
-            .replace("//#OUTPUT_ROW\n", &output_row(&out_h, &t.w))
-            .replace("//#ACC_DECL\n", &decl)
-            .replace("//#MATH\n", &math)
-            .replace("//#EPILOGUE\n", &epilogue);
+        let body = fill_markers(
+            SHADER,
+            &[
+                ("INPUT_TRANSFORM", &input_transform(&t.h)),
+                ("LOAD_V", &loads),
+                ("STAGE_V", &stages),
+                ("V_AT", &v_at),
+                ("OUTPUT_TRANSFORM", &output_transform(&out_h)),
+                ("OUTPUT_ROW", &output_row(&out_h, &t.w)),
+                ("ACC_DECL", &decl),
+                ("MATH", &math),
+                ("EPILOGUE", &epilogue),
+            ],
+        );
         format!("{header}{body}")
     }
 }
@@ -817,19 +824,10 @@ struct DispatchUniform {
     _pad: [u32; 2],
 }
 
-/// The shape constants of the main kernel: the shared ones and the padding.
-fn constants(shape: &ConvShape, has_bias: bool) -> Vec<(&'static str, f64)> {
-    // The strides are 1 here and the shader does not declare them.
-    let mut c: Vec<_> = shape_constants(shape, has_bias).into_iter().filter(|(k, _)| !k.starts_with("S_")).collect();
-    c.push(("PAD_H", shape.padding[0] as f64));
-    c.push(("PAD_W", shape.padding[1] as f64));
-    c
-}
-
 /// The shader and its constants for `shape` (for inspection tools), or why the tile cannot compute it.
 pub(crate) fn shader(tile: &WinoTile, shape: &ConvShape, has_bias: bool) -> Result<(String, Vec<(&'static str, f64)>)> {
     let t = tile.transforms(shape).map_err(ConvtError::InvalidArgument)?;
-    Ok((tile.source(&t), constants(shape, has_bias)))
+    Ok((tile.source(&t), shape_constants(shape, has_bias)))
 }
 
 /// Encodes the weight transform and the Winograd kernel over every slice of the plan into `pass`; the
@@ -862,7 +860,7 @@ pub(crate) fn encode(
     let raw_weight = weight.tensor.single_buffer("weight", ctx)?;
     let name = format!("{} r{}x{}", tile.name(), t.h.r, t.w.r);
     let module = ctx.module_with(&name, || tile.source(&t))?;
-    let consts = constants(shape, bias.is_some());
+    let consts = shape_constants(shape, bias.is_some());
     let key = format!("{name} {:?} {:?}", ctx.options().shader_checks, consts);
     let pipeline = ctx.pipeline(key, &module, &consts)?;
     let cog = shape.out_per_group();
