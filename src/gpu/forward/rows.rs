@@ -118,7 +118,11 @@ impl Rows {
         );
         let parts = ["ROWS", "ACC_DECL", "ROW_TAPS", "X_PTRS", "CHANNELS", "STORE"].map(|m| (m, g[m].as_str()));
         let body = fill_markers(TEMPLATE, &parts);
-        format!("const OCB: u32 = {}u;\nconst RB: u32 = {rows}u;\n{}{body}", self.channels, gather::SHADER)
+        format!(
+            "const OCB: u32 = {}u;\nconst RB: u32 = {rows}u;\nconst WG: u32 = {WORKGROUP_SIZE}u;\nconst SLAB: u32 = {SLAB}u;\n{}{body}",
+            self.channels,
+            gather::SHADER
+        )
     }
 
     /// Whether an adapter with these limits can run the workgroup.
@@ -131,15 +135,11 @@ impl Rows {
             && WORKGROUP_SIZE <= limits.max_compute_workgroup_size_x
     }
 
-    /// The shader's override constants for one shape: the gather kernels', the workgroup's and slab's sizes, and
-    /// the slab's blocks.
+    /// The shader's override constants for one shape: the gather kernels' and the slab's blocks.
     pub(crate) fn constants(&self, shape: &ConvShape, has_bias: bool) -> Result<Vec<(&'static str, f64)>> {
         let mut c = gather::constants(shape, has_bias)?;
         let [jhc, kwc, icc] = self.blocks(shape);
-        c.extend(
-            [("WG", WORKGROUP_SIZE as usize), ("SLAB", SLAB as usize), ("JHC", jhc), ("KWC", kwc), ("ICC", icc)]
-                .map(|(k, v)| (k, v as f64)),
-        );
+        c.extend([("JHC", jhc as f64), ("KWC", kwc as f64), ("ICC", icc as f64)]);
         Ok(c)
     }
 
