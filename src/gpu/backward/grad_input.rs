@@ -80,8 +80,9 @@ pub(crate) fn as_sampled_correlation(shape: &ConvShape) -> (ConvShape, Geometry)
     (t, Geometry::Sampled { step: shape.stride, off })
 }
 
-/// A kernel that computes grad_input: what [`crate::gpu::select::grad_input`] picks, what [`candidates`] lists for the tuner, and what
-/// [`super::conv_transpose2d_backward_with`] takes and returns.
+/// A kernel that computes grad_input: what [`crate::gpu::select::grad_input`] picks, what
+/// [`GradInputKernel::candidates`] lists for the tuner, and what [`super::conv_transpose2d_backward_into`] takes (in
+/// its `Run`) and returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum GradInputKernel {
     /// The forward's exact GEMM or Winograd kernel on [`as_transposed_convolution`] (stride 1).
