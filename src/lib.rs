@@ -21,7 +21,8 @@
 //! ```
 //!
 //! The API: the layer ([`ConvTranspose2d`], [`GpuConvTranspose2d`]); the functional calls ([`conv_transpose2d`],
-//! [`conv_transpose2d_backward`] and their `_into` forms, which take a [`Run`]: forced kernel, GPU timer); one
+//! [`conv_transpose2d_backward`] and their `_into` forms, which take a [`Run`] or [`BackwardRun`]: forced kernels,
+//! GPU timer); one
 //! options type ([`ConvTranspose2dOptions`]) for all of them and the CLI; [`GpuContext`], [`GpuTensor`],
 //! [`Tensor`]; [`io`] for safetensors files. `gpu::select` says which kernel a call would run, `gpu::tune` holds
 //! the tuning cache. docs/DESIGN.md describes the inside.
@@ -39,8 +40,8 @@ mod tensor;
 
 pub use error::{ConvtError, Result};
 pub use gpu::{
-    conv_transpose2d, conv_transpose2d_backward, conv_transpose2d_backward_into, conv_transpose2d_into, GpuContext,
-    GpuGradients, GpuOptions, GpuTensor, GpuTimer, GradInputKernel, GradWeightKernel, Run, Strategy,
+    conv_transpose2d, conv_transpose2d_backward, conv_transpose2d_backward_into, conv_transpose2d_into, BackwardRun,
+    GpuContext, GpuGradients, GpuOptions, GpuTensor, GpuTimer, GradInputKernel, GradWeightKernel, Run, Strategy,
 };
 pub use gradients::Gradients;
 pub use layer::{ConvTranspose2d, GpuConvTranspose2d, LayerConfig};

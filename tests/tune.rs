@@ -231,7 +231,7 @@ fn run_backward_with(
     let w = GpuTensor::upload(ctx, &Tensor::uniform(shape.weight_dims(), -1.0, 1.0, 2)?)?;
     let go = GpuTensor::upload(ctx, &Tensor::uniform(shape.output_dims(), -1.0, 1.0, 3)?)?;
     let grads = GpuGradients::empty(ctx, &x, &w, None, params)?;
-    let run = convt::gpu::Run { grad_input: kernel, ..Default::default() };
+    let run = convt::gpu::BackwardRun { grad_input: kernel, ..Default::default() };
     convt::gpu::conv_transpose2d_backward_into(ctx, &x, &w, None, &go, params, &grads, run).map(|(k, _)| k)
 }
 

@@ -370,6 +370,8 @@ impl GpuContext {
         let errors = [internal.pop(), validation.pop(), oom.pop()].map(pollster::block_on);
         // The innermost scope's error first: it is the most specific.
         if let Some(e) = errors.into_iter().flatten().next() {
+            // A uniform block made in the failed scope may be unusable: none made so far is kept.
+            self.uniforms.clear();
             return Err(match e {
                 wgpu::Error::OutOfMemory { .. } => ConvtError::OutOfMemory(e.to_string()),
                 other => ConvtError::Gpu(other.to_string()),

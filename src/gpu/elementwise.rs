@@ -44,7 +44,9 @@ pub fn axpby(ctx: &GpuContext, a: f32, x: &GpuTensor, b: f32, y: &GpuTensor) -> 
     ctx.scoped(|| {
         ctx.queue.submit([encoder.finish()]);
         Ok(())
-    })
+    })?;
+    y.mark_written();
+    Ok(())
 }
 
 /// The gradient of the mean squared error `mean((pred - target)^2)` with respect to `pred`, written into

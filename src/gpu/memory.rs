@@ -5,7 +5,7 @@
 //! stored as one or more *chunks*, each its own buffer. Chunk boundaries fall between *planes*: for
 //! `[N, C, H, W]` a plane is one `H x W` channel image. When a whole sample (`C` planes) fits, chunks hold
 //! whole samples; otherwise they hold runs of one sample's channels. Kernels get slices of work that never
-//! straddle a chunk (src/gpu/plan.rs).
+//! straddle a chunk (src/gpu/slices.rs).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -113,6 +113,13 @@ impl BufferPool {
         PooledBuffer { buffer: Some(buffer), pool: Arc::downgrade(&self.inner), reusable: true }
     }
 
+    /// [`BufferPool::reserve`] held by the returned guard, which releases it when dropped: for storage that
+    /// is not a tensor's but lives as long (a layer's prepared weights).
+    pub(crate) fn reserve_held(&self, bytes: u64, budget: Option<u64>, what: &dyn Fn() -> String) -> Result<Reserved> {
+        self.reserve(bytes, budget, what)?;
+        Ok(Reserved { pool: self.handle(), bytes })
+    }
+
     /// Reserves `bytes` of tensor storage against `budget`, dropping idle buffers to make room; refuses (before
     /// anything is allocated) what would exceed it.
     fn reserve(&self, bytes: u64, budget: Option<u64>, what: &dyn Fn() -> String) -> Result<()> {
@@ -200,8 +207,8 @@ pub(crate) fn plain_buffer(device: &wgpu::Device, label: &str, size: u64, usage:
     device.create_buffer(&wgpu::BufferDescriptor { label: Some(label), size, usage, mapped_at_creation: false })
 }
 
-/// Most uniform blocks kept: far more than the distinct dispatches of the shapes a process runs (each block is a
-/// few hundred bytes at most).
+/// Most uniform blocks kept: far more than the distinct dispatches of the shapes a process runs (a block is at most
+/// about 3 KiB, the GEMM's with its phase table: some 13 MiB at the bound).
 const MAX_UNIFORMS: usize = 4096;
 
 /// The uniform blocks of dispatches, by their bytes: made once and bound by every later dispatch with the same
@@ -211,6 +218,11 @@ const MAX_UNIFORMS: usize = 4096;
 pub(crate) struct Uniforms(Mutex<HashMap<Vec<u8>, wgpu::Buffer>>);
 
 impl Uniforms {
+    /// Forgets every block (after a failed scope, where one may have been made invalid).
+    pub fn clear(&self) {
+        lock(&self.0).clear();
+    }
+
     /// The uniform buffer holding `bytes`.
     pub fn get(&self, device: &wgpu::Device, bytes: &[u8]) -> wgpu::Buffer {
         let mut map = lock(&self.0);
@@ -256,6 +268,20 @@ impl Drop for GpuTensor {
     fn drop(&mut self) {
         if let Some(pool) = self.pool.upgrade() {
             BufferPool { inner: pool }.release(self.reserved);
+        }
+    }
+}
+
+/// Bytes reserved against the memory budget for as long as this lives.
+pub(crate) struct Reserved {
+    pool: Weak<Mutex<PoolInner>>,
+    bytes: u64,
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        if let Some(pool) = self.pool.upgrade() {
+            BufferPool { inner: pool }.release(self.bytes);
         }
     }
 }
@@ -334,7 +360,9 @@ impl GpuTensor {
         self.version.load(std::sync::atomic::Ordering::Acquire)
     }
 
-    /// Records a write (before it is encoded: a plan made meanwhile is of the old values and is not reused).
+    /// Records a write. Writers call it before encoding the write and again after submitting it: a weight prepared
+    /// while the write was in between (on another thread) carries the version of the first call, which the second
+    /// retires, so it is never reused.
     pub(crate) fn mark_written(&self) {
         let v = VERSIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.version.store(v, std::sync::atomic::Ordering::Release);
@@ -357,6 +385,7 @@ impl GpuTensor {
             }
             Ok(())
         })?;
+        self.mark_written();
         Ok(())
     }
 
@@ -374,7 +403,9 @@ impl GpuTensor {
             }
             ctx.queue.submit([encoder.finish()]);
             Ok(())
-        })
+        })?;
+        dst.mark_written();
+        Ok(())
     }
 
     /// Copies the tensor back to the host through a MAP_READ staging buffer per chunk.

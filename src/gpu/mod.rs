@@ -195,9 +195,9 @@ impl Strategy {
         shape: &ConvShape,
         weight: &GpuTensor,
     ) -> Result<Option<plan::PreparedWeight>> {
-        if !self.runs_on(ctx) || matches!(self, Strategy::Direct | Strategy::Rows(_)) {
-            return Ok(None);
-        }
+        let Some(bytes) = self.prepared_weight_bytes(shape).filter(|_| self.runs_on(ctx)) else { return Ok(None) };
+        let what = || format!("the weight prepared for {}", self.name());
+        let reserved = ctx.pool.reserve_held(bytes, ctx.memory_budget(), &what)?;
         let mut encoder = ctx.device.create_command_encoder(&Default::default());
         let (buffer, maxima) = {
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
@@ -212,17 +212,20 @@ impl Strategy {
                 Strategy::Direct | Strategy::Rows(_) => return Ok(None),
             }
         };
-        memory::InFlight::default().submit(ctx, encoder)?;
+        ctx.scoped(|| {
+            ctx.queue.submit([encoder.finish()]);
+            Ok(())
+        })?;
         // The f16 kernels' weight scale: its largest magnitude, read once here instead of found on every call.
         let max_bits = match maxima {
             Some(m) => Some(memory::read_back(ctx, &m, 8, |b| bytemuck::cast_slice::<u8, u32>(b)[1])?),
             None => None,
         };
-        Ok(Some(plan::PreparedWeight { buffer, max_bits }))
+        Ok(Some(plan::PreparedWeight { buffer, max_bits, _reserved: reserved }))
     }
 
-    /// Encodes this strategy's kernel for `shape` into `pass`, reading `prepared` (from
-    /// [`Strategy::prepare_weight`] for this shape) or preparing the weight in the same pass: the one place that
+    /// Encodes this strategy's kernel for `shape` into `pass`, reading the weight as prepared (by
+    /// [`Strategy::prepare_weight`] for this shape) where `w` has it, else preparing it in the same pass: the one place that
     /// maps a strategy to its kernel (the forward, and grad_input through the equivalent transposed convolution).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn encode(
@@ -230,18 +233,16 @@ impl Strategy {
         ctx: &GpuContext,
         shape: &ConvShape,
         input: &GpuTensor,
-        weight: &GpuTensor,
-        prepared: Option<&plan::PreparedWeight>,
+        w: kernel::Weight<'_>,
         bias: Option<&GpuTensor>,
         output: &GpuTensor,
         pass: &mut wgpu::ComputePass<'_>,
         in_flight: &mut memory::InFlight,
     ) -> Result<()> {
-        let w = kernel::Weight { tensor: weight, prepared };
         let phases = gemm::Geometry::Phases;
         match self {
-            Strategy::Direct => direct::encode(ctx, shape, input, weight, bias, output, pass),
-            Strategy::Rows(r) => rows::encode(ctx, shape, r, input, weight, bias, output, pass),
+            Strategy::Direct => direct::encode(ctx, shape, input, w.tensor, bias, output, pass),
+            Strategy::Rows(r) => rows::encode(ctx, shape, r, input, w.tensor, bias, output, pass),
             Strategy::Gemm(tile) => gemm::encode(ctx, shape, phases, tile, input, w, bias, output, pass, in_flight),
             Strategy::Coop(tile) => gemm::encode(ctx, shape, phases, tile, input, w, bias, output, pass, in_flight),
             Strategy::CoopNhwc(tile) => coop_nhwc::encode(ctx, shape, tile, input, w, bias, output, pass, in_flight),
@@ -307,12 +308,17 @@ pub fn shader_sources() -> Vec<(&'static str, String, String)> {
     v
 }
 
-/// How one call runs where the caller decides: a kernel forced instead of the selector's (the forward's
-/// `kernel`; the backward's `grad_input` and `grad_weight`), and a [`GpuTimer`] slot that times the call's
-/// compute pass. The default leaves every choice to [`select`].
+/// How one forward call runs where the caller decides: a kernel forced instead of the selector's, and a
+/// [`GpuTimer`] slot that times the call's compute pass. The default leaves the choice to [`select`].
 #[derive(Clone, Copy, Default)]
 pub struct Run<'a> {
     pub kernel: Option<Strategy>,
+    pub timer: Option<(&'a GpuTimer, u32)>,
+}
+
+/// [`Run`] for a backward call: grad_input's and grad_weight's kernels where the caller forces them.
+#[derive(Clone, Copy, Default)]
+pub struct BackwardRun<'a> {
     pub grad_input: Option<GradInputKernel>,
     pub grad_weight: Option<GradWeightKernel>,
     pub timer: Option<(&'a GpuTimer, u32)>,
@@ -390,8 +396,9 @@ pub(crate) fn forward_prepared(
             label: Some("convt conv_transpose2d"),
             timestamp_writes: timer.map(|(t, slot)| t.pass_writes(slot)),
         });
-        let (w, prepared) = (weight.tensor, weight.prepared);
-        strategy.encode(ctx, shape, input, w, prepared, bias, output, &mut pass, &mut in_flight)?;
+        strategy.encode(ctx, shape, input, weight, bias, output, &mut pass, &mut in_flight)?;
     }
-    in_flight.submit(ctx, encoder)
+    in_flight.submit(ctx, encoder)?;
+    output.mark_written();
+    Ok(())
 }

@@ -6,22 +6,32 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::error::Result;
+use crate::error::{ConvtError, Result};
 use crate::gpu::context::{lock, GpuContext};
-use crate::gpu::memory::{GpuTensor, PooledBuffer};
+use crate::gpu::memory::{GpuTensor, PooledBuffer, Reserved};
 use crate::gpu::Strategy;
 use crate::params::ConvShape;
 
-/// A weight as one kernel reads it.
+/// A weight as one kernel reads it, its bytes counted against the context's memory budget while it lives.
 pub(crate) struct PreparedWeight {
     pub buffer: PooledBuffer,
     /// For the f16 kernels, the weight's largest finite magnitude as f32 bits (its scale's source), which each
     /// call puts in slot 1 of its operand maxima.
     pub max_bits: Option<u32>,
+    pub _reserved: Reserved,
 }
 
-/// Most prepared weights a layer keeps: one per kernel and input size it met, the oldest dropped first (a layer
-/// called with ever new input sizes keeps a bounded amount of memory).
+impl PreparedWeight {
+    /// The weight's largest magnitude for an f16 kernel (`kernel` names it in the error): an error where the weight
+    /// was prepared for an exact kernel.
+    pub fn scale_bits(&self, kernel: &str) -> Result<u32> {
+        self.max_bits
+            .ok_or_else(|| ConvtError::InvalidArgument(format!("{kernel}: a weight prepared without its scale")))
+    }
+}
+
+/// Most prepared weights a layer keeps: one per kernel and input size it met, the least recently used dropped
+/// first (a layer called with ever new input sizes keeps a bounded amount of memory).
 const MAX_PREPARED: usize = 4;
 
 /// A layer's prepared weights, each for the kernel and problem (batch aside) it was made for, from the weight's
@@ -52,8 +62,11 @@ impl PreparedWeights {
         let version = weight.version();
         let mut entries = lock(&self.entries);
         entries.retain(|e| e.version == version);
-        if let Some(e) = entries.iter().find(|e| e.strategy == strategy && e.shape == problem) {
-            return Ok(Some(e.weight.clone()));
+        if let Some(i) = entries.iter().position(|e| e.strategy == strategy && e.shape == problem) {
+            let e = entries.remove(i);
+            let weight = e.weight.clone();
+            entries.push(e);
+            return Ok(Some(weight));
         }
         let Some(prepared) = strategy.prepare_weight(ctx, shape, weight)? else { return Ok(None) };
         let prepared = Arc::new(prepared);

@@ -21,7 +21,8 @@ pub struct TuneCache {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TuneEntry {
-    /// [`Strategy::name`] of the fastest candidate.
+    /// The name of the fastest candidate: a `Strategy`'s, `GradInputKernel::cache_name`'s or a `GradWeightKernel`'s,
+    /// by the key's pass.
     pub strategy: String,
     /// Its median time, ms.
     pub ms: f64,

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 use clap::Args;
 use convt::gpu::{
-    conv_transpose2d_backward_into, conv_transpose2d_into, select, GpuGradients, GpuTimer, GradInputKernel,
-    GradWeightKernel, Run, Strategy,
+    conv_transpose2d_backward_into, conv_transpose2d_into, select, BackwardRun, GpuGradients, GpuTimer,
+    GradInputKernel, GradWeightKernel, Run, Strategy,
 };
 use convt::io::OutputFile;
 use convt::suite::Case;
@@ -311,14 +311,13 @@ impl<'c> Prepared<'c> {
         let (weight, bias, params) = (&self.weight, self.bias.as_ref(), &self.case.params);
         let backward = |grads: &GpuGradients, kernels: BackwardKernels| -> Result<()> {
             let Some(go) = &set.grad_output else { bail!("backward input sets carry a grad_output") };
-            let run =
-                Run { grad_input: kernels.grad_input, grad_weight: kernels.grad_weight, timer: slot, kernel: None };
+            let run = BackwardRun { grad_input: kernels.grad_input, grad_weight: kernels.grad_weight, timer: slot };
             conv_transpose2d_backward_into(ctx, &set.input, weight, bias, go, params, grads, run)?;
             Ok(())
         };
         match (&self.outputs, candidate) {
             (Outputs::Forward(output), Some(Candidate::Forward(strategy))) => {
-                let run = Run { kernel: Some(strategy), timer: slot, ..Run::default() };
+                let run = Run { kernel: Some(strategy), timer: slot };
                 conv_transpose2d_into(ctx, &set.input, weight, bias, params, output, run).map(drop)?
             }
             (Outputs::Forward(output), None) => match &self.layer {

@@ -1,5 +1,5 @@
-//! grad_input, three ways ([`GradInputKernel`]), chosen in [`choose`] (or by the tuner's cache entry,
-//! `convt tune --backward`):
+//! grad_input, three ways ([`GradInputKernel`]), chosen by [`crate::gpu::select::grad_input`] (or by the tuner's
+//! cache entry, `convt tune --backward`):
 //! - where the shape has an equivalent transposed convolution (stride 1 without output_padding, padding at most
 //!   dilation*(kernel-1)), grad_input is that transposed convolution of grad_output with the flipped,
 //!   channel-swapped weight (`shaders/backward/grad_input_weights.wgsl`) and padding dilation*(kernel-1) - padding, so the
@@ -194,7 +194,8 @@ pub(crate) fn encode(
                 ))
             })?;
             let flipped = flip_weights(ctx, shape, weight, pass)?;
-            strategy.encode(ctx, &t, grad_output, &flipped, None, None, grad_input, pass, in_flight)?;
+            let w = Weight { tensor: &flipped, prepared: None };
+            strategy.encode(ctx, &t, grad_output, w, None, grad_input, pass, in_flight)?;
             in_flight.keep_tensor(flipped);
         }
         GradInputKernel::Sampled(tile) => {

@@ -14,7 +14,7 @@ use crate::gpu::backward::grad_weight::GradWeightKernel;
 use crate::gpu::context::GpuContext;
 use crate::gpu::memory::{GpuTensor, InFlight};
 use crate::gpu::select;
-use crate::gpu::Run;
+use crate::gpu::BackwardRun;
 use crate::gradients::Gradients;
 use crate::params::ConvTranspose2dOptions;
 
@@ -63,12 +63,12 @@ pub fn conv_transpose2d_backward(
     options: &ConvTranspose2dOptions,
 ) -> Result<GpuGradients> {
     let grads = GpuGradients::empty(ctx, input, weight, bias, options)?;
-    conv_transpose2d_backward_into(ctx, input, weight, bias, grad_output, options, &grads, Run::default())?;
+    conv_transpose2d_backward_into(ctx, input, weight, bias, grad_output, options, &grads, BackwardRun::default())?;
     Ok(grads)
 }
 
 /// [`conv_transpose2d_backward`] into existing gradient tensors, run as `run` says (its `grad_input` and
-/// `grad_weight` kernels, where given, instead of the selector's; `convt tune --backward` times each candidate
+/// `grad_weight` kernels, where given, instead of the selector's, and its timer slot; `convt tune --backward` times each candidate
 /// this way). Submits the work (it completes in queue order) and returns the kernels that ran; a kernel that does
 /// not compute this shape on this device is an error.
 #[allow(clippy::too_many_arguments)]
@@ -80,7 +80,7 @@ pub fn conv_transpose2d_backward_into(
     grad_output: &GpuTensor,
     params: &ConvTranspose2dOptions,
     grads: &GpuGradients,
-    run: Run<'_>,
+    run: BackwardRun<'_>,
 ) -> Result<(GradInputKernel, GradWeightKernel)> {
     let timer = run.timer;
     let shape = params.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?;
@@ -117,11 +117,14 @@ pub fn conv_transpose2d_backward_into(
         (None, Some(_)) => return Err(ConvtError::InvalidArgument("grad_bias given for a layer without bias".into())),
     };
 
-    grads.grad_input.mark_written();
-    grads.grad_weight.mark_written();
-    if let Some(gb) = grad_bias {
-        gb.mark_written();
-    }
+    let written = || {
+        grads.grad_input.mark_written();
+        grads.grad_weight.mark_written();
+        if let Some(gb) = grad_bias {
+            gb.mark_written();
+        }
+    };
+    written();
     let mut encoder = ctx.device.create_command_encoder(&Default::default());
     let mut in_flight = InFlight::default();
     // Reductions split over several slices add up in place, from zero; an empty batch sums nothing: zero.
@@ -144,5 +147,6 @@ pub fn conv_transpose2d_backward_into(
         }
     }
     in_flight.submit(ctx, encoder)?;
+    written();
     Ok((kernel, gw_kernel))
 }

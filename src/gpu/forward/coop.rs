@@ -17,20 +17,18 @@ pub struct CoopTile {
     pub bk: u32,
     pub wm: u32,
     pub wn: u32,
-    /// The A step staged pixel-major ([m][k], loaded row-major) instead of channel-major ([k][m]).
-    pub a_pixel_major: bool,
     /// Pixels the epilogue moves through its scratch at once (`epilogue`): 32, or 16 for half the scratch.
     pub epilogue_run: u32,
 }
 
 const fn coop(bm: u32, bn: u32, bk: u32, wm: u32, wn: u32) -> CoopTile {
-    CoopTile { bm, bn, bk, wm, wn, a_pixel_major: false, epilogue_run: FULL_RUN }
+    CoopTile { bm, bn, bk, wm, wn, epilogue_run: FULL_RUN }
 }
 
 /// A tile whose epilogue moves 16-pixel runs (half the scratch: room for K steps of 32 at two workgroups per
 /// multiprocessor).
 const fn coop_e16(bm: u32, bn: u32, bk: u32, wm: u32, wn: u32) -> CoopTile {
-    CoopTile { bm, bn, bk, wm, wn, a_pixel_major: false, epilogue_run: SHORT_RUN }
+    CoopTile { bm, bn, bk, wm, wn, epilogue_run: SHORT_RUN }
 }
 
 /// The heuristic's tile from 128 output channels per group ([`crate::gpu::select`]).
@@ -53,11 +51,10 @@ impl CoopTile {
     pub fn subgroups(&self) -> u32 {
         (self.bm / self.wm) * (self.bn / self.wn)
     }
-    /// The staged steps' layout: rows of the A step, halves between them (LDA), and between B's rows (LDB).
+    /// The staged steps' layout: rows of the A step (staged channel-major, [k][m]), halves between them (LDA),
+    /// and between B's rows (LDB).
     fn staged_layout(&self) -> (u32, u32, u32) {
-        let (a_rows, lda) =
-            if self.a_pixel_major { (self.bm, self.bk + STAGE_PAD) } else { (self.bk, self.bm + STAGE_PAD) };
-        (a_rows, lda, self.bn + STAGE_PAD)
+        (self.bk, self.bm + STAGE_PAD, self.bn + STAGE_PAD)
     }
 }
 
@@ -66,9 +63,8 @@ impl GemmKernel for CoopTile {
         SUBGROUP * self.subgroups()
     }
     fn name(&self) -> String {
-        let layout = if self.a_pixel_major { "_mk" } else { "" };
         let run = if self.epilogue_run == FULL_RUN { String::new() } else { format!("_e{}", self.epilogue_run) };
-        format!("coop_{}x{}x{}_{}x{}{layout}{run}", self.bm, self.bn, self.bk, self.wm, self.wn)
+        format!("coop_{}x{}x{}_{}x{}{run}", self.bm, self.bn, self.bk, self.wm, self.wn)
     }
     /// Workgroup memory: the f16 A and B steps (rows padded), and each subgroup's scratch for the epilogue.
     fn workgroup_bytes(&self) -> u32 {
@@ -103,19 +99,11 @@ impl GemmKernel for CoopTile {
         let mut decl = String::new();
         let mut math = String::from("        for (var kk = 0u; kk < BK; kk += 16u) {\n");
         for i in 0..mi {
-            math += &if self.a_pixel_major {
-                // A (pixels x channels) staged [m][k]: row-major with stride BK.
-                format!(
-                    "            let a{i} = coopLoadT<coop_mat16x16<f16, A>>(&a_tile[(sg_m + {}u) * LDA + kk], LDA);\n",
-                    16 * i
-                )
-            } else {
-                // A staged [k][m]: column-major with stride BM.
-                format!(
-                    "            let a{i} = coopLoad<coop_mat16x16<f16, A>>(&a_tile[kk * LDA + sg_m + {}u], LDA);\n",
-                    16 * i
-                )
-            };
+            // A staged [k][m]: column-major with stride BM.
+            math += &format!(
+                "            let a{i} = coopLoad<coop_mat16x16<f16, A>>(&a_tile[kk * LDA + sg_m + {}u], LDA);\n",
+                16 * i
+            );
         }
         for j in 0..nj {
             // B (channels x output channels) is staged [k][n]: row-major with stride BN.
@@ -139,14 +127,13 @@ impl GemmKernel for CoopTile {
             |j, r, v| format!("store1(sc, px{r}, oc_tile + sg_n + {}u + c, unscale({v}));", 16 * j),
         );
         let (a_rows, lda, ldb) = self.staged_layout();
-        let a_index = if self.a_pixel_major { "m * LDA + k" } else { "k * LDA + m" };
         let scratch = scratch(run);
         let module = format!(
-            "{SCALED_MODULE}var<workgroup> a_tile: array<f16, A_ROWS * LDA>; // [k][m] or [m][k]
+            "{SCALED_MODULE}var<workgroup> a_tile: array<f16, A_ROWS * LDA>; // [k][m]
 var<workgroup> b_tile: array<f16, BK * LDB>; // [k][n]
 {scratch}
 fn stage_a(k: u32, m: u32, v: f32) {{
-    a_tile[{a_index}] = f16(v * scale_x);
+    a_tile[k * LDA + m] = f16(v * scale_x);
 }}
 
 fn stage_b(k: u32, n: u32, v: f32) {{

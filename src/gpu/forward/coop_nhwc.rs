@@ -748,11 +748,8 @@ fn encode_preparation(
     let cin = shape.in_channels;
     // Slot 1: the weight's largest magnitude (found when it was prepared, or here); slot 0, the input's, comes
     // from the input's first pass.
-    let maxima = match weight.prepared.map(|p| p.max_bits) {
-        Some(Some(bits)) => absmax::encode_slots(ctx, &[], &[(1, bits)], pass)?,
-        Some(None) => {
-            return Err(ConvtError::InvalidArgument(format!("{}: a weight prepared without its scale", tile.name())))
-        }
+    let maxima = match weight.prepared {
+        Some(p) => absmax::encode_slots(ctx, &[], &[(1, p.scale_bits(&tile.name())?)], pass)?,
         None => absmax::encode_slots(ctx, &[(1, weight.tensor)], &[], pass)?,
     };
     ctx.scoped(|| {

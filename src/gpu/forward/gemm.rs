@@ -464,12 +464,10 @@ pub(crate) fn encode(
     // when it was prepared).
     let (maxima, packed) = match weight.prepared {
         Some(p) => {
-            let maxima = match (kernel.scaled(), p.max_bits) {
-                (true, Some(bits)) => Some(absmax::encode_slots(ctx, &[(0, input)], &[(1, bits)], pass)?),
-                (true, None) => {
-                    return Err(ConvtError::InvalidArgument(format!("{name}: a weight prepared without its scale")))
-                }
-                (false, _) => None,
+            let maxima = if kernel.scaled() {
+                Some(absmax::encode_slots(ctx, &[(0, input)], &[(1, p.scale_bits(&name)?)], pass)?)
+            } else {
+                None
             };
             (maxima, (*p.buffer).clone())
         }

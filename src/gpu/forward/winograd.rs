@@ -765,9 +765,6 @@ fn weights_source(t: &Transforms) -> String {
     )
 }
 
-/// Encodes the weight transform: `weight` [Cin, Cog, kH, kW] to U [point][Cin][Cog4] (rows padded with zeros to
-/// whole vec4s), the kernel flipped (the transposed convolution at stride 1 is a correlation with the flipped
-/// kernel).
 /// Encodes the transform of `weight` for `tile` on `shape` into `pass` ([`crate::gpu::plan`]).
 pub(crate) fn prepare_weight(
     ctx: &GpuContext,
@@ -781,6 +778,9 @@ pub(crate) fn prepare_weight(
     transform_weights(ctx, shape, &t, weight, pass)
 }
 
+/// Encodes the weight transform: `weight` [Cin, Cog, kH, kW] to U [point][Cin][Cog4] (rows padded with zeros to
+/// whole vec4s), the kernel flipped (the transposed convolution at stride 1 is a correlation with the flipped
+/// kernel).
 fn transform_weights(
     ctx: &GpuContext,
     shape: &ConvShape,
