@@ -72,3 +72,8 @@ pub(crate) fn encode_slots(
         Ok(maxima)
     })
 }
+
+/// This kernel's shader for validation (`gpu::shader_sources`).
+pub(crate) fn shader_variants() -> Vec<crate::gpu::ShaderVariant> {
+    vec![(SHADER_NAME, SHADER_NAME.to_string(), SHADER.to_string())]
+}

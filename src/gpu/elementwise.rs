@@ -59,3 +59,8 @@ pub fn mse_grad(ctx: &GpuContext, pred: &GpuTensor, target: &GpuTensor, grad: &G
     pred.copy_to(ctx, grad)?;
     axpby(ctx, -scale, target, scale, grad)
 }
+
+/// This module's shader for validation (`gpu::shader_sources`).
+pub(crate) fn shader_variants() -> Vec<crate::gpu::ShaderVariant> {
+    vec![(SHADER_NAME, SHADER_NAME.to_string(), SHADER.to_string())]
+}

@@ -20,7 +20,7 @@ pub mod tune;
 
 use backward::{grad_bias, grad_input, grad_weight};
 use forward::gemm::GemmKernel;
-use forward::{coop, coop_nhwc, direct, gather, gemm, rows, winograd};
+use forward::{coop, coop_nhwc, direct, gemm, rows, winograd};
 
 pub use backward::grad_input::GradInputKernel;
 pub use backward::grad_weight::GradWeightKernel;
@@ -251,61 +251,28 @@ impl Strategy {
     }
 }
 
-/// Every shader source of the GPU backend as (file name, variant name, WGSL), each generated variant included
-/// (validated by naga in the tests).
-pub fn shader_sources() -> Vec<(&'static str, String, String)> {
-    let mut v = vec![(direct::SHADER_NAME, direct::SHADER_NAME.to_string(), direct::SHADER.to_string())];
-    for (file, source) in [
-        (grad_input::SHADER_NAME, grad_input::SHADER),
-        (grad_input::FLIP_SHADER_NAME, grad_input::FLIP_SHADER),
-        (grad_weight::REDUCE_SHADER_NAME, grad_weight::REDUCE_SHADER),
-        (grad_bias::SHADER_NAME, grad_bias::SHADER),
-        (elementwise::SHADER_NAME, elementwise::SHADER),
-    ] {
-        v.push((file, file.to_string(), source.to_string()));
-    }
-    v.extend(
-        grad_weight::TILES
-            .iter()
-            .map(|&t| (grad_weight::SHADER_NAME, format!("grad_weight_{t}"), grad_weight::source(t))),
-    );
-    // The rows kernel of grad_weight at every CIG4 `RowsKernel::for_shape` makes (groups of up to 16 input
-    // channels): the constant its source depends on (the rest of its layout are override constants).
-    v.extend((1..=4).map(|cig4| {
-        let k = grad_weight::RowsKernel { cig4, ocb: 16, kernel_w: 5, rb: 4, xw: 256 };
-        (grad_weight::ROWS_SHADER_NAME, format!("grad_weight_rows cig4 {cig4}"), k.source())
-    }));
-    v.push((
-        grad_weight::TAP_RANGE_SHADER_NAME,
-        format!("{} + {}", grad_weight::TAP_RANGE_SHADER_NAME, grad_weight::SHADER_NAME),
-        grad_weight::source(grad_weight::TILES[0]),
-    ));
-    v.extend(rows::VARIANTS.iter().map(|r| (rows::SHADER_NAME, r.name(), r.source())));
-    // What the gather kernels share, and the shape's constants, have no entry point of their own: they are
-    // validated inside a kernel that uses them.
-    for file in [kernel::SHAPE_SHADER_NAME, gather::SHADER_NAME] {
-        v.push((file, format!("{file} + {}", direct::SHADER_NAME), direct::SHADER.to_string()));
-    }
-    v.push((gemm::PACK_SHADER_NAME, gemm::PACK_SHADER_NAME.to_string(), gemm::PACK_SHADER.to_string()));
-    v.push((absmax::SHADER_NAME, absmax::SHADER_NAME.to_string(), absmax::SHADER.to_string()));
-    v.extend(gemm::TILES.iter().chain(gemm::F16_TILES).map(|t| (gemm::SHADER_NAME, t.name(), t.source())));
-    v.extend(coop::COOP_TILES.iter().map(|t| (gemm::SHADER_NAME, t.name(), t.source())));
-    v.extend(coop_nhwc::TILES.iter().map(|t| (coop_nhwc::SHADER_NAME, t.name(), t.source())));
-    v.push((coop_nhwc::INPUT_SHADER_NAME, coop_nhwc::INPUT_SHADER_NAME.to_string(), coop_nhwc::input_shader()));
-    v.push((
-        coop_nhwc::SCALE_CHECK_SHADER_NAME,
-        coop_nhwc::SCALE_CHECK_SHADER_NAME.to_string(),
-        coop_nhwc::scale_check_shader(),
-    ));
-    v.push((coop_nhwc::WEIGHT_SHADER_NAME, coop_nhwc::WEIGHT_SHADER_NAME.to_string(), coop_nhwc::weight_shader()));
-    // The scale functions have no entry point of their own: validated inside the shaders that use them.
-    v.push((
-        gemm::SCALE_SHADER_NAME,
-        format!("{} + {}", gemm::SCALE_SHADER_NAME, coop_nhwc::INPUT_SHADER_NAME),
-        coop_nhwc::input_shader(),
-    ));
-    v.extend(winograd::shader_variants());
-    v
+/// One shader variant: its file under `shaders/`, the variant's name, its WGSL.
+pub type ShaderVariant = (&'static str, String, String);
+
+/// Every shader source of the GPU backend, each generated variant included, from each kernel module's own list
+/// (validated by naga in the tests, which need no GPU).
+pub fn shader_sources() -> Vec<ShaderVariant> {
+    [
+        direct::shader_variants,
+        rows::shader_variants,
+        gemm::shader_variants,
+        coop::shader_variants,
+        coop_nhwc::shader_variants,
+        winograd::shader_variants,
+        grad_input::shader_variants,
+        grad_weight::shader_variants,
+        grad_bias::shader_variants,
+        absmax::shader_variants,
+        elementwise::shader_variants,
+    ]
+    .into_iter()
+    .flat_map(|variants| variants())
+    .collect()
 }
 
 /// How one forward call runs where the caller decides: a kernel forced instead of the selector's, and a

@@ -62,3 +62,8 @@ pub(crate) fn encode(
         Ok(())
     })
 }
+
+/// This kernel's shader for validation (`gpu::shader_sources`).
+pub(crate) fn shader_variants() -> Vec<crate::gpu::ShaderVariant> {
+    vec![(SHADER_NAME, SHADER_NAME.to_string(), SHADER.to_string())]
+}

@@ -275,3 +275,12 @@ fn encode_gather(
         Ok(())
     })
 }
+
+/// This kernel's shaders for validation (`gpu::shader_sources`): the gather kernel and the weight flip (the other
+/// two forms run the forward's shaders).
+pub(crate) fn shader_variants() -> Vec<crate::gpu::ShaderVariant> {
+    vec![
+        (SHADER_NAME, SHADER_NAME.to_string(), SHADER.to_string()),
+        (FLIP_SHADER_NAME, FLIP_SHADER_NAME.to_string(), FLIP_SHADER.to_string()),
+    ]
+}

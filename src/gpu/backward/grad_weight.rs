@@ -360,6 +360,21 @@ pub(crate) fn encode(
     })
 }
 
+/// This kernel's shaders for validation (`gpu::shader_sources`): every per-tap GEMM tile (with the tap bounds they
+/// share), the rows kernel at every CIG4 `RowsKernel::for_shape` makes (groups of up to 16 input channels: the one
+/// constant its source depends on; the rest of its layout are override constants), and the reduction.
+pub(crate) fn shader_variants() -> Vec<crate::gpu::ShaderVariant> {
+    let mut v: Vec<crate::gpu::ShaderVariant> =
+        TILES.iter().map(|&t| (SHADER_NAME, format!("grad_weight_{t}"), source(t))).collect();
+    v.extend((1..=4).map(|cig4| {
+        let k = RowsKernel { cig4, ocb: 16, kernel_w: 5, rb: 4, xw: 256 };
+        (ROWS_SHADER_NAME, format!("grad_weight_rows cig4 {cig4}"), k.source())
+    }));
+    v.push((TAP_RANGE_SHADER_NAME, format!("{TAP_RANGE_SHADER_NAME} in {SHADER_NAME}"), source(TILES[0])));
+    v.push((REDUCE_SHADER_NAME, REDUCE_SHADER_NAME.to_string(), REDUCE_SHADER.to_string()));
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -258,6 +258,11 @@ pub(crate) fn workgroup_bytes_aligned(source: &str, what: &str) -> u32 {
     bytes
 }
 
+/// This kernel's shaders for validation (`gpu::shader_sources`): every tile (the GEMM's shader).
+pub(crate) fn shader_variants() -> Vec<crate::gpu::ShaderVariant> {
+    COOP_TILES.iter().map(|t| (crate::gpu::forward::gemm::SHADER_NAME, t.name(), t.source())).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -885,6 +885,15 @@ pub(crate) fn encode(
     })
 }
 
+/// This kernel's shaders for validation (`gpu::shader_sources`): every tile and the three preparation shaders.
+pub(crate) fn shader_variants() -> Vec<crate::gpu::ShaderVariant> {
+    let mut v: Vec<crate::gpu::ShaderVariant> = TILES.iter().map(|t| (SHADER_NAME, t.name(), t.source())).collect();
+    v.push((INPUT_SHADER_NAME, INPUT_SHADER_NAME.to_string(), input_shader()));
+    v.push((SCALE_CHECK_SHADER_NAME, SCALE_CHECK_SHADER_NAME.to_string(), scale_check_shader()));
+    v.push((WEIGHT_SHADER_NAME, WEIGHT_SHADER_NAME.to_string(), weight_shader()));
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

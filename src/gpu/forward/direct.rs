@@ -44,3 +44,12 @@ pub(crate) fn encode(
     };
     gather::encode(ctx, shape, kernel, [input, weight, output], bias, pass)
 }
+
+/// This kernel's shaders for validation (`gpu::shader_sources`): its one variant, and in it what the gather
+/// kernels share and the shape's constants, which have no entry point of their own.
+pub(crate) fn shader_variants() -> Vec<crate::gpu::ShaderVariant> {
+    [SHADER_NAME, crate::gpu::forward::gather::SHADER_NAME, crate::gpu::kernel::SHAPE_SHADER_NAME]
+        .into_iter()
+        .map(|file| (file, format!("{file} in {SHADER_NAME}"), SHADER.to_string()))
+        .collect()
+}

@@ -574,6 +574,16 @@ pub(crate) fn encode(
     })
 }
 
+/// This kernel's shaders for validation (`gpu::shader_sources`): every register tile, f32 and f16, the weight
+/// packing, and in it the scale functions, which have no entry point of their own.
+pub(crate) fn shader_variants() -> Vec<crate::gpu::ShaderVariant> {
+    let mut v: Vec<crate::gpu::ShaderVariant> =
+        TILES.iter().chain(F16_TILES).map(|t| (SHADER_NAME, t.name(), t.source())).collect();
+    v.push((PACK_SHADER_NAME, PACK_SHADER_NAME.to_string(), PACK_SHADER.to_string()));
+    v.push((SCALE_SHADER_NAME, format!("{SCALE_SHADER_NAME} in {PACK_SHADER_NAME}"), PACK_SHADER.to_string()));
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -194,6 +194,11 @@ pub(crate) fn encode(
     gather::encode(ctx, shape, kernel, [input, weight, output], bias, pass)
 }
 
+/// This kernel's shaders for validation (`gpu::shader_sources`): every variant.
+pub(crate) fn shader_variants() -> Vec<crate::gpu::ShaderVariant> {
+    VARIANTS.iter().map(|r| (SHADER_NAME, r.name(), r.source())).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
