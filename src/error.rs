@@ -99,9 +99,13 @@ pub enum ConvtError {
     #[error("{path}: tensor `{name}` not found (found: {found})")]
     MissingTensor { path: PathBuf, name: String, found: String },
     #[error(
-        "{path}: tensor `{name}` has dtype {dtype}, but convt reads f32 tensors only (save it with `tensor.float()`)"
+        "{path}: tensor `{name}` has dtype {dtype}, but convt reads F32, F16 and BF16 tensors only (save it with `tensor.float()`)"
     )]
     DType { path: PathBuf, name: String, dtype: String },
+    #[error("expected {what} of dtype {expected} (the input's), but got {actual}: convert it with `to_dtype`")]
+    DTypeMismatch { what: String, expected: crate::DType, actual: crate::DType },
+    #[error("{what} takes f32 tensors only, but got a tensor of dtype {dtype}")]
+    UnsupportedDType { what: String, dtype: crate::DType },
     #[error("{path}: this state_dict does not fit the layer: {message}")]
     StateDict { path: PathBuf, message: String },
     #[error("{0}")]

@@ -1,4 +1,4 @@
-//! Reading and writing named f32 tensors in safetensors files (the format PyTorch users exchange weights in).
+//! Reading and writing named f32, f16 and bf16 tensors in safetensors files (the format PyTorch users exchange weights in).
 //!
 //! Reading maps the file into memory and checks its header (length, JSON, every tensor's dtype, shape and data
 //! offsets against the file's size) before any tensor data is read; a tensor's values are copied out only when
@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use safetensors::tensor::{Dtype, SafeTensorError, SafeTensors};
 
+use crate::dtype::DType;
 use crate::error::{ConvtError, Result};
 use crate::tensor::{filled_vec, reserve, Tensor};
 
@@ -25,10 +26,13 @@ pub struct TensorFile {
     bytes: FileBytes,
     /// Where the data section starts in `bytes`.
     data_start: usize,
-    /// name -> (shape, data offsets within the data section), every one f32 and within the file.
-    entries: BTreeMap<String, (Vec<usize>, (usize, usize))>,
+    /// name -> its entry, every one within the file.
+    entries: BTreeMap<String, Entry>,
     metadata: HashMap<String, String>,
 }
+
+/// A tensor of a file: (dtype, shape, data offsets within the data section).
+type Entry = (DType, Vec<usize>, (usize, usize));
 
 /// A file's bytes: mapped for a regular file, read for anything else (a pipe, a device).
 #[derive(Debug)]
@@ -48,7 +52,7 @@ impl std::ops::Deref for FileBytes {
 }
 
 impl TensorFile {
-    /// Opens a safetensors file and checks its header; every tensor must be f32. A regular file is mapped into
+    /// Opens a safetensors file and checks its header; every tensor must be F32, F16 or BF16. A regular file is mapped into
     /// memory, not read: only the tensors later taken with [`Self::get`] are read. (Changing the file while it
     /// is open is not supported, as with any memory-mapped reader.)
     pub fn load(path: impl AsRef<Path>) -> Result<Self> {
@@ -67,7 +71,7 @@ impl TensorFile {
     }
 
     /// Parses safetensors bytes held in memory; `path` only names the source in errors. Every tensor must be
-    /// f32; a file that breaks the format is a [`ConvtError::TensorFile`] whose message names the offending
+    /// F32, F16 or BF16; a file that breaks the format is a [`ConvtError::TensorFile`] whose message names the offending
     /// values (header length, tensor, dtype, shape, data offsets, file size).
     pub fn from_bytes(bytes: &[u8], path: &Path) -> Result<Self> {
         let mut owned = filled_vec(bytes.len(), 0u8, || format!("a copy of {}", path.display()))?;
@@ -90,41 +94,44 @@ impl TensorFile {
         let (header_len, header) = parsed.map_err(bad)?;
         let data_start = 8 + header_len;
         let data_len = bytes.len() - data_start;
-        // By name, so that the first non-f32 tensor reported is the same on every run.
+        // By name, so that the first tensor of another dtype reported is the same on every run.
         let mut infos: Vec<_> = header.tensors().into_iter().collect();
         infos.sort_by(|a, b| a.0.cmp(&b.0));
-        if let Some((name, info)) = infos.iter().find(|(_, info)| info.dtype != Dtype::F32) {
-            return Err(ConvtError::DType {
-                path: path.into(),
-                name: name.clone(),
-                dtype: format!("{:?}", info.dtype),
-            });
-        }
         let mut entries = BTreeMap::new();
         for (name, info) in infos {
+            let dtype = match info.dtype {
+                Dtype::F32 => DType::F32,
+                Dtype::F16 => DType::F16,
+                Dtype::BF16 => DType::BF16,
+                other => return Err(ConvtError::DType { path: path.into(), name, dtype: format!("{other:?}") }),
+            };
             let (start, end) = info.data_offsets;
             if start > end || end > data_len {
                 return Err(bad(SafeTensorError::InvalidOffset(name)));
             }
-            entries.insert(name, (info.shape.clone(), info.data_offsets));
+            entries.insert(name, (dtype, info.shape.clone(), info.data_offsets));
         }
         let metadata = header.metadata().clone().unwrap_or_default();
         Ok(Self { path: path.into(), bytes, data_start, entries, metadata })
     }
 
-    /// The tensor called `name`, read from the file now, or an error listing what the file holds.
+    /// The tensor called `name`, in its dtype, read from the file now, or an error listing what the file holds.
     pub fn get(&self, name: &str) -> Result<Tensor> {
-        let (shape, (start, end)) = self.entries.get(name).ok_or_else(|| ConvtError::MissingTensor {
+        let (dtype, shape, (start, end)) = self.entries.get(name).ok_or_else(|| ConvtError::MissingTensor {
             path: self.path.clone(),
             name: name.into(),
             found: self.names().collect::<Vec<_>>().join(", "),
         })?;
         let raw = &self.bytes[self.data_start + start..self.data_start + end];
-        let mut values = filled_vec(raw.len() / 4, 0f32, || format!("tensor `{name}` of {}", self.path.display()))?;
-        for (v, b) in values.iter_mut().zip(raw.chunks_exact(4)) {
-            *v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-        }
-        Tensor::new(shape.clone(), values)
+        let what = || format!("tensor `{name}` of {}", self.path.display());
+        let mut values = filled_vec(raw.len() / dtype.size(), 0f32, what)?;
+        dtype.decode(raw, &mut values);
+        Ok(Tensor::new(shape.clone(), values)?.to_dtype(*dtype))
+    }
+
+    /// The dtype of the tensor called `name`, if the file has one.
+    pub fn dtype(&self, name: &str) -> Option<DType> {
+        self.entries.get(name).map(|e| e.0)
     }
 
     /// The tensor called `name` if the file has one.
@@ -152,7 +159,7 @@ impl TensorFile {
 
     /// The size of tensor `name`, if the file has it (from the header; no data is read).
     pub fn shape(&self, name: &str) -> Option<&[usize]> {
-        self.entries.get(name).map(|(shape, _)| shape.as_slice())
+        self.entries.get(name).map(|(_, shape, _)| shape.as_slice())
     }
 
     /// The file's string metadata (`__metadata__`).
@@ -274,14 +281,20 @@ impl OutputFile {
         &self.path
     }
 
-    /// Writes the tensors as a safetensors file (little-endian f32, in the order given) and puts it in place.
+    /// Writes the tensors as a safetensors file (little-endian, each in its dtype, in the order given) and puts it
+    /// in place.
     pub fn write_tensors(self, tensors: &[(&str, &Tensor)], metadata: Option<HashMap<String, String>>) -> Result<()> {
         let mut header = serde_json::Map::new();
         let mut offset = 0usize;
         for (name, t) in tensors {
-            let bytes = t.numel() * 4;
+            let bytes = t.numel() * t.dtype().size();
+            let dtype = match t.dtype() {
+                DType::F32 => "F32",
+                DType::F16 => "F16",
+                DType::BF16 => "BF16",
+            };
             let entry =
-                serde_json::json!({"dtype": "F32", "shape": t.shape(), "data_offsets": [offset, offset + bytes]});
+                serde_json::json!({"dtype": dtype, "shape": t.shape(), "data_offsets": [offset, offset + bytes]});
             if *name == "__metadata__" || header.insert(name.to_string(), entry).is_some() {
                 return Err(ConvtError::InvalidArgument(format!(
                     "cannot write tensor name `{name}` twice or as a name"
@@ -298,12 +311,16 @@ impl OutputFile {
         self.write_with(|w| {
             w.write_all(&(text.len() as u64).to_le_bytes())?;
             w.write_all(&text)?;
+            // In pieces of at most 1 MiB of encoded bytes: no second copy of a large tensor.
+            let mut piece = Vec::new();
             for (_, t) in tensors {
-                if cfg!(target_endian = "little") {
+                if cfg!(target_endian = "little") && t.dtype() == DType::F32 {
                     w.write_all(bytemuck::cast_slice(t.data()))?;
                 } else {
-                    for v in t.data() {
-                        w.write_all(&v.to_le_bytes())?;
+                    for values in t.data().chunks(1 << 18) {
+                        piece.clear();
+                        t.dtype().encode(values, &mut piece);
+                        w.write_all(&piece)?;
                     }
                 }
             }

@@ -8,6 +8,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::dtype::DType;
 use crate::error::{ConvtError, Result};
 use crate::gpu::kernel::Weight;
 use crate::gpu::plan::PreparedWeights;
@@ -70,6 +71,17 @@ impl ConvTranspose2d {
         params.validate()?;
         params.check_weight(weight.shape(), bias.as_ref().map(|b| b.shape()))?;
         Ok(Self { params: ConvTranspose2dOptions { bias: bias.is_some(), ..params }, weight, bias })
+    }
+
+    /// The layer with its parameters in `dtype` (PyTorch's `layer.to(dtype)`, `.half()`, `.bfloat16()`), each value
+    /// rounded to it. Its GPU calls then take inputs of that dtype and return results in it.
+    pub fn to_dtype(self, dtype: DType) -> Self {
+        Self { weight: self.weight.to_dtype(dtype), bias: self.bias.map(|b| b.to_dtype(dtype)), ..self }
+    }
+
+    /// The dtype of its parameters.
+    pub fn dtype(&self) -> DType {
+        self.weight.dtype()
     }
 
     /// The forward's arithmetic on the GPU (see [`ConvTranspose2dOptions::precision`]).
@@ -276,7 +288,7 @@ impl GpuConvTranspose2d<'_> {
     /// GPU tensor in, GPU tensor out: chain layers without reading back in between.
     pub fn forward(&self, input: &GpuTensor) -> Result<GpuTensor> {
         let shape = self.params.resolve(input.shape(), self.weight.shape(), self.bias.as_ref().map(|b| b.shape()))?;
-        let output = GpuTensor::empty(self.ctx, &shape.output_dims_as_given())?;
+        let output = GpuTensor::empty_with(self.ctx, &shape.output_dims_as_given(), input.dtype())?;
         self.forward_into(input, &output, None)?;
         Ok(output)
     }

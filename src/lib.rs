@@ -28,6 +28,7 @@
 //! the tuning cache. docs/DESIGN.md describes the inside.
 
 pub mod cpu;
+mod dtype;
 mod error;
 pub mod gpu;
 mod gradients;
@@ -38,6 +39,7 @@ mod precision;
 pub mod suite;
 mod tensor;
 
+pub use dtype::DType;
 pub use error::{ConvtError, Result};
 pub use gpu::{
     conv_transpose2d, conv_transpose2d_backward, conv_transpose2d_backward_into, conv_transpose2d_into, BackwardRun,

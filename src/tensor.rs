@@ -1,33 +1,51 @@
-//! Host tensors: a shape and contiguous row-major (NCHW) f32 data, plus the error measures the tests and the
-//! CLI use to compare results.
+//! Host tensors: a shape, a dtype and contiguous row-major (NCHW) values held as f32, plus the error measures the
+//! tests and the CLI use to compare results.
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use crate::dtype::DType;
 use crate::error::{ConvtError, Result};
 use crate::params::checked_numel;
 
+/// A tensor on the host. Its values are f32 whatever its [`DType`]: an f16 or bf16 tensor holds values of that
+/// dtype ([`Tensor::to_dtype`] rounds them), and is stored in files and on the GPU in its dtype (values written
+/// through [`Tensor::data_mut`] are rounded to it then).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Tensor {
     shape: Vec<usize>,
     data: Vec<f32>,
+    dtype: DType,
 }
 
 impl Tensor {
-    /// A tensor of `shape` holding `data` in row-major order; the lengths must agree.
+    /// An f32 tensor of `shape` holding `data` in row-major order; the lengths must agree.
     pub fn new(shape: impl Into<Vec<usize>>, data: Vec<f32>) -> Result<Self> {
         let shape = shape.into();
         let expected = checked_numel(&shape)?;
         if data.len() != expected {
             return Err(ConvtError::DataLength { shape, expected, actual: data.len() });
         }
-        Ok(Self { shape, data })
+        Ok(Self { shape, data, dtype: DType::F32 })
+    }
+
+    /// The same values as `dtype` (`tensor.to(dtype)`), each rounded to it.
+    pub fn to_dtype(mut self, dtype: DType) -> Self {
+        if dtype != DType::F32 {
+            self.data.iter_mut().for_each(|v| *v = dtype.round(*v));
+        }
+        self.dtype = dtype;
+        self
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.dtype
     }
 
     pub fn zeros(shape: impl Into<Vec<usize>>) -> Result<Self> {
         let shape = shape.into();
         let n = checked_numel(&shape)?;
-        Ok(Self { data: filled_vec(n, 0.0, || format!("a tensor of size {shape:?}"))?, shape })
+        Ok(Self { data: filled_vec(n, 0.0, || format!("a tensor of size {shape:?}"))?, shape, dtype: DType::F32 })
     }
 
     /// Independent draws from U(low, high), reproducible from `seed`.
@@ -37,7 +55,7 @@ impl Tensor {
         let mut rng = StdRng::seed_from_u64(seed);
         let mut data = filled_vec(n, 0.0, || format!("a tensor of size {shape:?}"))?;
         data.iter_mut().for_each(|v| *v = rng.random_range(low..high));
-        Ok(Self { shape, data })
+        Ok(Self { shape, data, dtype: DType::F32 })
     }
 
     pub fn shape(&self) -> &[usize] {
@@ -58,7 +76,8 @@ impl Tensor {
 
     /// The same data under another shape of the same number of elements.
     pub fn reshape(self, shape: impl Into<Vec<usize>>) -> Result<Self> {
-        Self::new(shape, self.data)
+        let dtype = self.dtype;
+        Ok(Self::new(shape, self.data)?.to_dtype(dtype))
     }
 }
 

@@ -326,7 +326,7 @@ fn duplicate_tensor_names_in_a_header_are_rejected() {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Safetensors files: precision (the f32-only rule) and the file itself
+// Safetensors files: dtypes (F32, F16, BF16 only) and the file itself
 // ---------------------------------------------------------------------------------------------------------
 
 #[test]
@@ -334,8 +334,6 @@ fn other_precisions_are_dtype_errors_naming_the_tensor_and_dtype() {
     use safetensors::Dtype;
     let dir = common::TempDir::new("precision");
     for (dtype, name) in [
-        (Dtype::F16, "F16"),
-        (Dtype::BF16, "BF16"),
         (Dtype::F64, "F64"),
         (Dtype::I32, "I32"),
         (Dtype::I64, "I64"),
@@ -351,7 +349,7 @@ fn other_precisions_are_dtype_errors_naming_the_tensor_and_dtype() {
         assert_eq!(
             e.to_string(),
             format!(
-                "{}: tensor `weight` has dtype {name}, but convt reads f32 tensors only (save it with `tensor.float()`)",
+                "{}: tensor `weight` has dtype {name}, but convt reads F32, F16 and BF16 tensors only (save it with `tensor.float()`)",
                 path.display()
             )
         );
@@ -359,22 +357,22 @@ fn other_precisions_are_dtype_errors_naming_the_tensor_and_dtype() {
 }
 
 #[test]
-fn one_non_f32_tensor_among_f32_ones_is_named_deterministically() {
+fn one_unreadable_tensor_among_readable_ones_is_named_deterministically() {
     use safetensors::tensor::TensorView;
     use safetensors::Dtype;
     let dir = common::TempDir::new("mixed");
     let f32s = vec![0u8; 16];
-    let halves = vec![0u8; 8];
+    let doubles = vec![0u8; 32];
     let views = vec![
-        ("input", TensorView::new(Dtype::F32, vec![1, 1, 2, 2], &f32s).unwrap()),
-        ("weight", TensorView::new(Dtype::F16, vec![1, 1, 2, 2], &halves).unwrap()),
-        ("bias", TensorView::new(Dtype::F16, vec![4], &halves).unwrap()),
+        ("input", TensorView::new(Dtype::F16, vec![1, 1, 2, 4], &f32s).unwrap()),
+        ("weight", TensorView::new(Dtype::F64, vec![1, 1, 2, 2], &doubles).unwrap()),
+        ("bias", TensorView::new(Dtype::F64, vec![4], &doubles).unwrap()),
     ];
     let bytes = safetensors::serialize(views, None).unwrap();
-    // Two f16 tensors: the first by name, on every run (the header's map has no order).
+    // Two f64 tensors: the first by name, on every run (the header's map has no order).
     for _ in 0..5 {
         let (_, e) = load_err(&dir, "mixed.safetensors", &bytes);
-        assert!(matches!(&e, ConvtError::DType { name, dtype, .. } if name == "bias" && dtype == "F16"), "{e:?}");
+        assert!(matches!(&e, ConvtError::DType { name, dtype, .. } if name == "bias" && dtype == "F64"), "{e:?}");
     }
 }
 
@@ -850,13 +848,13 @@ fn cli_output_too_large_fails_naming_the_sizes() {
 fn cli_unsupported_precision_fails_naming_the_tensor() {
     let dir = common::TempDir::new("cli-f16");
     let path = dir.path("half.safetensors");
-    std::fs::write(&path, file_of_dtype(safetensors::Dtype::F16, "input", &[1, 2, 3, 3])).unwrap();
+    std::fs::write(&path, file_of_dtype(safetensors::Dtype::F64, "input", &[1, 2, 3, 3])).unwrap();
     let out_path = dir.path("out.safetensors");
     fails_with(
         &["forward", "--tensors", s(&path), "--out", s(&out_path)],
         &[],
         &format!(
-            "error: {}: tensor `input` has dtype F16, but convt reads f32 tensors only (save it with `tensor.float()`)",
+            "error: {}: tensor `input` has dtype F64, but convt reads F32, F16 and BF16 tensors only (save it with `tensor.float()`)",
             path.display()
         ),
         true,

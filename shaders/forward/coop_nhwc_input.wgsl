@@ -1,5 +1,5 @@
 // coop_nhwc_input.wgsl: the input of the padded-NHWC cooperative-matrix kernel (shaders/forward/coop_nhwc.wgsl,
-// precision `fast`): the f32 NCHW input, scaled by a power of two, as f16 in NHWC order, each image in H_P rows of
+// precision `fast`): the NCHW input (of dtype DTYPE: f32, f16 or bf16, shaders/common/dtype.wgsl), scaled by a power of two, as f16 in NHWC order, each image in H_P rows of
 // W_P pixels of C_IN channels with the input starting at row PAD_T and column PAD_L: zeros around it, and input
 // rows or columns outside COPY_H_BEGIN..COPY_H_END, COPY_W_BEGIN..COPY_W_END (which no output reads: padding crops
 // them) left out. The last chunk's dispatch also writes the zero rows after the last sample that its last outputs
@@ -28,7 +28,8 @@
 //   (shaders/common/scale.wgsl); where they differ, it keeps the new exponent as the next guess and this shader
 //   runs again (FIXUP true, dispatched indirectly), scaling by that exponent. The result is the same either way.
 //
-// The host puts `enable f16;` and the shape's override constants (shaders/common/shape.wgsl) in front of this file.
+// The host puts `enable f16;` and the shape's override constants (shaders/common/shape.wgsl) in front of this file,
+// and the scale and dtype functions after it.
 
 // The input rows and columns copied, from the first some output reads to the last (padding may crop the others).
 override COPY_H_BEGIN: u32;
@@ -45,6 +46,7 @@ override BLOCK_P: u32;       // padded pixels of a block (along a padded row)
 override BLOCK_C: u32;       // channels of a block, a multiple of 4
 override QUADS: u32;         // BLOCK_C / 4: 4-channel stores per pixel of a block
 override BLOCKS_PER_WG: u32; // blocks per workgroup
+override DTYPE: u32;         // the input's dtype (shaders/common/dtype.wgsl)
 
 struct Params {
     first_sample: u32,   // the chunk's first sample (index into the whole padded tensor)
@@ -54,7 +56,7 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> u: Params;
-@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read> x: array<u32>; // values of dtype DTYPE
 @group(0) @binding(2) var<storage, read_write> xp: array<vec4<f16>>; // 4 channels of a pixel each
 @group(0) @binding(3) var<storage, read_write> op_max: array<atomic<u32>>;
 @group(0) @binding(4) var<storage, read> guess: array<i32>; // the scale exponent of the first pass
@@ -101,7 +103,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             var v = 0.0;
             if (n < u.samples && c < C_IN && h >= i32(COPY_H_BEGIN) && h < i32(COPY_H_END) && w >= i32(COPY_W_BEGIN)
                 && w < i32(COPY_W_END)) {
-                v = x[((n * C_IN + c) * IN_H + u32(h)) * IN_W + u32(w)];
+                let e = ((n * C_IN + c) * IN_H + u32(h)) * IN_W + u32(w);
+                v = dtype_value(DTYPE, x[dtype_word(DTYPE, e)], e);
                 m = max(m, finite_magnitude_bits(v)); // non-finite values do not set the scale
             }
             tile[i * (BLOCK_P + 1u) + lane] = v;

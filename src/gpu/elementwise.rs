@@ -1,6 +1,7 @@
 //! Elementwise arithmetic on GPU tensors (`shaders/elementwise.wgsl`): what a training loop needs besides the
 //! convolution and its gradients (a loss gradient, an optimizer step), so it can stay on the GPU.
 
+use crate::dtype::DType;
 use crate::error::{ConvtError, Result};
 use crate::gpu::context::GpuContext;
 use crate::gpu::kernel::{dispatch_buffers, grid};
@@ -19,10 +20,13 @@ struct Params {
     dispatch_width: u32,
 }
 
-/// `y = a*x + b*y`, elementwise; `x` and `y` must have the same shape.
+/// `y = a*x + b*y`, elementwise; `x` and `y` must have the same shape, and be f32.
 pub fn axpby(ctx: &GpuContext, a: f32, x: &GpuTensor, b: f32, y: &GpuTensor) -> Result<()> {
     if x.shape() != y.shape() {
         return Err(ConvtError::ShapeMismatch { expected: y.shape().to_vec(), actual: x.shape().to_vec() });
+    }
+    if let Some(t) = [x, y].into_iter().find(|t| t.dtype() != DType::F32) {
+        return Err(ConvtError::UnsupportedDType { what: "axpby".into(), dtype: t.dtype() });
     }
     y.mark_written();
     let module = ctx.module(SHADER_NAME, SHADER)?;

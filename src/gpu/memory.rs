@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
+use crate::dtype::DType;
 use crate::error::{ConvtError, Result};
 use crate::gpu::context::{lock, GpuContext};
 use crate::params::checked_numel;
@@ -252,6 +253,7 @@ pub struct Chunk {
 /// A tensor resident on the GPU, split into chunks that each fit one storage binding.
 pub struct GpuTensor {
     shape: Vec<usize>,
+    dtype: DType,
     plane_elems: usize,
     chunks: Vec<Chunk>,
     /// The pool its bytes are reserved in (released on drop).
@@ -299,35 +301,60 @@ impl Drop for Reservation<'_> {
 }
 
 impl GpuTensor {
-    /// An uninitialised tensor of this shape on the GPU. With `poison_outputs` set in the context, it is
+    /// An uninitialised f32 tensor of this shape on the GPU. With `poison_outputs` set in the context, it is
     /// filled with NaN, so that elements a kernel fails to write show up.
     pub fn empty(ctx: &GpuContext, shape: &[usize]) -> Result<Self> {
-        let t = Self::empty_unpoisoned(ctx, shape)?;
+        Self::empty_with(ctx, shape, DType::F32)
+    }
+
+    /// [`GpuTensor::empty`] of another dtype.
+    pub fn empty_with(ctx: &GpuContext, shape: &[usize], dtype: DType) -> Result<Self> {
+        let t = Self::empty_unpoisoned(ctx, shape, dtype)?;
         if ctx.options().poison_outputs {
             t.fill(ctx, f32::NAN)?;
         }
         Ok(t)
     }
 
-    /// Copies a host tensor to the GPU.
+    /// Copies a host tensor to the GPU, in its dtype.
     pub fn upload(ctx: &GpuContext, tensor: &Tensor) -> Result<Self> {
-        let t = Self::empty_unpoisoned(ctx, tensor.shape())?;
+        let t = Self::empty_unpoisoned(ctx, tensor.shape(), tensor.dtype())?;
+        let mut bytes = Vec::new();
         ctx.scoped(|| {
             for c in &t.chunks {
-                let range = c.first_plane * t.plane_elems..(c.first_plane + c.planes) * t.plane_elems;
-                ctx.queue.write_buffer(&c.buffer, 0, bytemuck::cast_slice(&tensor.data()[range]));
+                let values = &tensor.data()[c.first_plane * t.plane_elems..][..c.planes * t.plane_elems];
+                if t.dtype == DType::F32 && cfg!(target_endian = "little") {
+                    ctx.queue.write_buffer(&c.buffer, 0, bytemuck::cast_slice(values));
+                    continue;
+                }
+                // In pieces of at most 4 MiB of encoded values (an even count, so each ends on a word).
+                for (i, piece) in values.chunks(1 << 21).enumerate() {
+                    bytes.clear();
+                    t.dtype.encode(piece, &mut bytes);
+                    bytes.resize(bytes.len().next_multiple_of(4), 0);
+                    ctx.queue.write_buffer(&c.buffer, (i << 21) as u64 * t.dtype.size() as u64, &bytes);
+                }
             }
             Ok(())
         })?;
         Ok(t)
     }
 
-    fn empty_unpoisoned(ctx: &GpuContext, shape: &[usize]) -> Result<Self> {
+    /// An uninitialised tensor. A half-precision tensor's chunks hold the same planes as an f32 tensor of its
+    /// shape would (so that conversions go chunk to chunk), each rounded up to whole 4-byte words.
+    pub(crate) fn empty_unpoisoned(ctx: &GpuContext, shape: &[usize], dtype: DType) -> Result<Self> {
         let (planes_per_row, plane_elems) = plane_layout(shape);
         let numel = checked_numel(shape)?;
         let planes = numel.checked_div(plane_elems).unwrap_or(0);
         let per_chunk = chunk_planes(ctx.binding_limit(), planes_per_row, plane_elems, shape)?;
+        let chunk_bytes = |n: usize| ((n * plane_elems * dtype.size()) as u64).next_multiple_of(4);
         let bytes = (numel as u64).checked_mul(4).ok_or(ConvtError::SizeOverflow { shape: shape.to_vec() })?;
+        let bytes = if dtype == DType::F32 {
+            bytes
+        } else {
+            let full = planes / per_chunk.max(1);
+            chunk_bytes(per_chunk) * full as u64 + chunk_bytes(planes - full * per_chunk.max(1))
+        };
         ctx.pool.reserve(bytes, ctx.memory_budget(), &|| format!("a tensor of size {shape:?}"))?;
         let reservation = Reservation { pool: &ctx.pool, bytes };
         let t = ctx.scoped(|| {
@@ -335,12 +362,13 @@ impl GpuTensor {
             let mut first = 0;
             while first < planes {
                 let n = per_chunk.min(planes - first);
-                let bytes = (n * plane_elems * 4) as u64;
-                chunks.push(Chunk { buffer: ctx.pool.get(&ctx.device, bytes, STORAGE), first_plane: first, planes: n });
+                let buffer = ctx.pool.get(&ctx.device, chunk_bytes(n), STORAGE);
+                chunks.push(Chunk { buffer, first_plane: first, planes: n });
                 first += n;
             }
             Ok(Self {
                 shape: shape.to_vec(),
+                dtype,
                 plane_elems,
                 chunks,
                 pool: ctx.pool.handle(),
@@ -368,18 +396,20 @@ impl GpuTensor {
         self.version.store(v, std::sync::atomic::Ordering::Release);
     }
 
-    /// Writes `value` into every element.
+    /// Writes `value` (rounded to the tensor's dtype) into every element.
     pub fn fill(&self, ctx: &GpuContext, value: f32) -> Result<()> {
         self.mark_written();
-        const PIECE: usize = 1 << 22; // elements per write: 16 MiB of host memory at most
-        let piece = vec![value; PIECE.min(self.numel())];
+        const PIECE: u64 = 1 << 24; // bytes per write: 16 MiB of host memory at most
+        let largest = self.chunks.iter().map(|c| c.buffer.size()).max().unwrap_or(0);
+        let mut piece = Vec::new();
+        self.dtype.encode(&vec![value; (PIECE.min(largest) as usize).div_ceil(self.dtype.size())], &mut piece);
         ctx.scoped(|| {
             for c in &self.chunks {
-                let elems = c.planes * self.plane_elems;
+                let bytes = c.buffer.size();
                 let mut done = 0;
-                while done < elems {
-                    let n = PIECE.min(elems - done);
-                    ctx.queue.write_buffer(&c.buffer, (done * 4) as u64, bytemuck::cast_slice(&piece[..n]));
+                while done < bytes {
+                    let n = PIECE.min(bytes - done);
+                    ctx.queue.write_buffer(&c.buffer, done, &piece[..n as usize]);
                     done += n;
                 }
             }
@@ -389,11 +419,12 @@ impl GpuTensor {
         Ok(())
     }
 
-    /// Copies this tensor's values into `dst`, a tensor of the same shape, on the GPU.
+    /// Copies this tensor's values into `dst`, a tensor of the same shape and dtype, on the GPU.
     pub fn copy_to(&self, ctx: &GpuContext, dst: &GpuTensor) -> Result<()> {
         if self.shape != dst.shape {
             return Err(ConvtError::ShapeMismatch { expected: dst.shape.clone(), actual: self.shape.clone() });
         }
+        dst.expect_dtype("the source of a copy", self.dtype)?;
         dst.mark_written();
         ctx.scoped(|| {
             let mut encoder = ctx.device.create_command_encoder(&Default::default());
@@ -408,19 +439,31 @@ impl GpuTensor {
         Ok(())
     }
 
-    /// Copies the tensor back to the host through a MAP_READ staging buffer per chunk.
+    /// Copies the tensor back to the host (in its dtype) through a MAP_READ staging buffer per chunk.
     pub fn download(&self, ctx: &GpuContext) -> Result<Tensor> {
         let mut data = crate::tensor::filled_vec(self.numel(), 0f32, || format!("a tensor of size {:?}", self.shape))?;
         for c in &self.chunks {
-            let bytes = (c.planes * self.plane_elems * 4) as u64;
             let dst = &mut data[c.first_plane * self.plane_elems..][..c.planes * self.plane_elems];
-            read_back(ctx, &c.buffer, bytes, |view| dst.copy_from_slice(bytemuck::cast_slice(view)))?;
+            let bytes = c.buffer.size();
+            read_back(ctx, &c.buffer, bytes, |view| self.dtype.decode(&view[..dst.len() * self.dtype.size()], dst))?;
         }
-        Tensor::new(self.shape.clone(), data)
+        Ok(Tensor::new(self.shape.clone(), data)?.to_dtype(self.dtype))
     }
 
     pub fn shape(&self) -> &[usize] {
         &self.shape
+    }
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// An error unless this tensor is of dtype `expected` (`what` names it).
+    pub(crate) fn expect_dtype(&self, what: &str, expected: DType) -> Result<()> {
+        if self.dtype == expected {
+            Ok(())
+        } else {
+            Err(ConvtError::DTypeMismatch { what: what.into(), expected, actual: self.dtype })
+        }
     }
     pub fn numel(&self) -> usize {
         self.shape.iter().product()
@@ -438,7 +481,7 @@ impl GpuTensor {
             [c] => Ok(&c.buffer),
             _ => Err(ConvtError::TooLargeForBinding {
                 what: format!("{what} of size {:?}", self.shape),
-                bytes: self.numel() as u64 * 4,
+                bytes: self.numel() as u64 * self.dtype.size() as u64,
                 limit: ctx.binding_limit(),
             }),
         }

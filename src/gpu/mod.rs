@@ -8,6 +8,7 @@
 pub(crate) mod absmax;
 pub(crate) mod backward;
 pub(crate) mod context;
+pub(crate) mod convert;
 pub mod elementwise;
 pub(crate) mod forward;
 pub(crate) mod kernel;
@@ -29,6 +30,7 @@ pub use context::{list_adapters, AdapterSummary, GpuContext, GpuOptions, ShaderC
 pub use memory::GpuTensor;
 pub use timing::GpuTimer;
 
+use crate::dtype::DType;
 use crate::error::{ConvtError, Result};
 use crate::params::{ConvShape, ConvTranspose2dOptions};
 use crate::precision::Precision;
@@ -175,6 +177,12 @@ impl Strategy {
         }
     }
 
+    /// Whether this strategy's kernel reads an input of `dtype` itself (f32 always; the padded-NHWC kernel's input
+    /// copy every dtype); other inputs reach it as an f32 copy.
+    pub(crate) fn reads_input(&self, dtype: DType) -> bool {
+        dtype == DType::F32 || matches!(self, Strategy::CoopNhwc(_))
+    }
+
     /// Bytes of the weight as this strategy prepares it for `shape` (it must fit one storage binding), or `None`
     /// for a kernel that reads the weight as it is or a shape it does not take.
     pub fn prepared_weight_bytes(&self, shape: &ConvShape) -> Option<u64> {
@@ -199,11 +207,15 @@ impl Strategy {
         let what = || format!("the weight prepared for {}", self.name());
         let reserved = ctx.pool.reserve_held(bytes, ctx.memory_budget(), &what)?;
         let mut encoder = ctx.device.create_command_encoder(&Default::default());
+        // A half-precision weight is prepared from an f32 copy, kept until the submission.
+        let f32_weight;
         let (buffer, maxima) = {
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
                 label: Some("convt weight preparation"),
                 timestamp_writes: None,
             });
+            f32_weight = convert::to_f32(ctx, weight, &mut pass)?;
+            let weight = f32_weight.as_ref().unwrap_or(weight);
             match self {
                 Strategy::Gemm(tile) => gemm::prepare_weight(ctx, shape, tile, weight, &mut pass)?,
                 Strategy::Coop(tile) => gemm::prepare_weight(ctx, shape, tile, weight, &mut pass)?,
@@ -216,6 +228,7 @@ impl Strategy {
             ctx.queue.submit([encoder.finish()]);
             Ok(())
         })?;
+        drop(f32_weight);
         // The f16 kernels' weight scale: its largest magnitude, read once here instead of found on every call.
         let max_bits = match maxima {
             Some(m) => Some(memory::read_back(ctx, &m, 8, |b| bytemuck::cast_slice::<u8, u32>(b)[1])?),
@@ -251,6 +264,15 @@ impl Strategy {
     }
 }
 
+/// An error unless `others` and `bias` have `input`'s dtype (PyTorch's rule: one dtype per call).
+pub(crate) fn check_dtypes(input: &GpuTensor, others: &[(&str, &GpuTensor)], bias: Option<&GpuTensor>) -> Result<()> {
+    let dtype = input.dtype();
+    for (what, t) in others.iter().copied().chain(bias.map(|b| ("the bias", b))) {
+        t.expect_dtype(what, dtype)?;
+    }
+    Ok(())
+}
+
 /// One shader variant: its file under `shaders/`, the variant's name, its WGSL.
 pub type ShaderVariant = (&'static str, String, String);
 
@@ -269,6 +291,7 @@ pub fn shader_sources() -> Vec<ShaderVariant> {
         grad_bias::shader_variants,
         absmax::shader_variants,
         elementwise::shader_variants,
+        convert::shader_variants,
     ]
     .into_iter()
     .flat_map(|variants| variants())
@@ -292,7 +315,7 @@ pub struct BackwardRun<'a> {
 }
 
 /// `F.conv_transpose2d(input, weight, bias, **options)` on GPU-resident tensors at `options.precision`; the
-/// output stays on the GPU.
+/// output stays on the GPU, in the input's dtype. The weight and bias must have the input's dtype, as in PyTorch.
 pub fn conv_transpose2d(
     ctx: &GpuContext,
     input: &GpuTensor,
@@ -301,12 +324,14 @@ pub fn conv_transpose2d(
     options: &ConvTranspose2dOptions,
 ) -> Result<GpuTensor> {
     let shape = options.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?;
-    let output = GpuTensor::empty(ctx, &shape.output_dims_as_given())?;
+    check_dtypes(input, &[("the weight", weight)], bias)?;
+    let output = GpuTensor::empty_with(ctx, &shape.output_dims_as_given(), input.dtype())?;
     conv_transpose2d_into(ctx, input, weight, bias, options, &output, Run::default())?;
     Ok(output)
 }
 
-/// [`conv_transpose2d`] into an existing output tensor (of the output's exact shape), run as `run` says. Submits
+/// [`conv_transpose2d`] into an existing output tensor (of the output's exact shape and the input's dtype), run as
+/// `run` says. Submits
 /// the work (it completes in queue order) and returns the kernel that ran (see [`Strategy::arithmetic`] for what
 /// it computed with). A forced kernel that cannot run on this adapter is an error.
 pub fn conv_transpose2d_into(
@@ -347,6 +372,7 @@ pub(crate) fn forward_prepared(
             actual: output.shape().to_vec(),
         });
     }
+    check_dtypes(input, &[("the weight", weight.tensor), ("the output", output)], bias)?;
     if !strategy.runs_on(ctx) {
         return Err(ConvtError::InvalidArgument(format!(
             "{} ({}) cannot run on {}",
@@ -363,7 +389,18 @@ pub(crate) fn forward_prepared(
             label: Some("convt conv_transpose2d"),
             timestamp_writes: timer.map(|(t, slot)| t.pass_writes(slot)),
         });
-        strategy.encode(ctx, shape, input, weight, bias, output, &mut pass, &mut in_flight)?;
+        // Half-precision operands as f32 copies for kernels that read f32, the result rounded from an f32 one
+        // (src/gpu/convert.rs).
+        let x = if strategy.reads_input(input.dtype()) { None } else { convert::to_f32(ctx, input, &mut pass)? };
+        let w = convert::to_f32(ctx, weight.tensor, &mut pass)?;
+        let b = bias.map(|b| convert::to_f32(ctx, b, &mut pass)).transpose()?.flatten();
+        let result = convert::f32_result(ctx, output)?;
+        let weight = kernel::Weight { tensor: w.as_ref().unwrap_or(weight.tensor), prepared: weight.prepared };
+        let (input, bias) = (x.as_ref().unwrap_or(input), b.as_ref().or(bias));
+        let out = result.as_ref().unwrap_or(output);
+        strategy.encode(ctx, shape, input, weight, bias, out, &mut pass, &mut in_flight)?;
+        convert::finish(ctx, result, output, &mut pass, &mut in_flight)?;
+        [x, w, b].into_iter().flatten().for_each(|t| in_flight.keep_tensor(t));
     }
     in_flight.submit(ctx, encoder)?;
     output.mark_written();

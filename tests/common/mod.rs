@@ -155,7 +155,7 @@ pub fn forward_host_as(
     let shape = options.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?;
     let (x, w) = (convt::GpuTensor::upload(ctx, input)?, convt::GpuTensor::upload(ctx, weight)?);
     let b = bias.map(|b| convt::GpuTensor::upload(ctx, b)).transpose()?;
-    let y = convt::GpuTensor::empty(ctx, &shape.output_dims_as_given())?;
+    let y = convt::GpuTensor::empty_with(ctx, &shape.output_dims_as_given(), input.dtype())?;
     let ran = convt::gpu::conv_transpose2d_into(ctx, &x, &w, b.as_ref(), &options, &y, Default::default())?;
     Ok((y.download(ctx)?, ran))
 }

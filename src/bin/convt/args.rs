@@ -5,7 +5,7 @@ use std::path::Path;
 use clap::Args;
 use convt::io::{OutputFile, TensorFile};
 use convt::suite::{self, Case};
-use convt::{ConvTranspose2dOptions, Tensor};
+use convt::{ConvTranspose2dOptions, DType, Tensor};
 
 /// Parses `N` (both axes) or `H,W` into a pair; negative values pass through so the library can reject them
 /// with PyTorch's message.
@@ -110,20 +110,53 @@ pub fn parse_cases(names: &[String]) -> anyhow::Result<Vec<Case>> {
 }
 
 /// What `forward` and `backward` start from: the output file, checked and ready before anything is read or
-/// computed (see [`OutputFile::create`]), and the problem's tensors from the `--tensors` file.
+/// computed (see [`OutputFile::create`]), and the problem's tensors from the `--tensors` file, in one dtype.
 pub struct Problem {
     pub out: OutputFile,
-    pub file: TensorFile,
     pub input: Tensor,
     pub weight: Tensor,
     pub bias: Option<Tensor>,
+    /// `grad_output`, for the backward.
+    pub grad_output: Option<Tensor>,
+    pub dtype: DType,
 }
 
 /// Checks `out` (it must not be `tensors` itself, nor a device, pipe or directory), then reads `input`,
-/// `weight` and the optional `bias` from `tensors`.
-pub fn open_problem(tensors: &Path, out: &Path) -> anyhow::Result<Problem> {
+/// `weight`, the optional `bias` and, for the backward, `grad_output` from `tensors`. They are computed in
+/// `dtype` where it is given (each converted to it), else in the dtype they share in the file.
+pub fn open_problem(tensors: &Path, out: &Path, dtype: Option<DType>, backward: bool) -> anyhow::Result<Problem> {
     let out = OutputFile::create(out, &[tensors])?;
     let file = TensorFile::load(tensors)?;
     let (input, weight, bias) = (file.get("input")?, file.get("weight")?, file.get_optional("bias")?);
-    Ok(Problem { out, file, input, weight, bias })
+    let grad_output = if backward { Some(file.get("grad_output")?) } else { None };
+    let named = [
+        ("input", Some(&input)),
+        ("weight", Some(&weight)),
+        ("bias", bias.as_ref()),
+        ("grad_output", grad_output.as_ref()),
+    ];
+    let named: Vec<(&str, &Tensor)> = named.into_iter().filter_map(|(n, t)| Some((n, t?))).collect();
+    let dtype = match dtype {
+        Some(d) => d,
+        None => {
+            if let Some((name, t)) = named.iter().find(|(_, t)| t.dtype() != input.dtype()) {
+                anyhow::bail!(
+                    "{}: tensor `{name}` has dtype {}, but `input` has {}: pass --dtype to compute in one of them",
+                    tensors.display(),
+                    t.dtype(),
+                    input.dtype()
+                );
+            }
+            input.dtype()
+        }
+    };
+    let to = |t: Tensor| t.to_dtype(dtype);
+    Ok(Problem {
+        out,
+        input: to(input),
+        weight: to(weight),
+        bias: bias.map(to),
+        grad_output: grad_output.map(to),
+        dtype,
+    })
 }

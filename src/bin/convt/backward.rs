@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
-use convt::{GpuContext, Tensor};
+use convt::{DType, GpuContext, Tensor};
 
 use crate::args::{open_problem, ConvArgs, Problem};
 use crate::forward::Backend;
@@ -13,13 +13,16 @@ use crate::Outcome;
 
 #[derive(Args, Debug)]
 pub struct BackwardArgs {
-    /// Safetensors file with f32 tensors `input` [N,Cin,H,W] (or [Cin,H,W]), `weight` [Cin,Cout/G,kH,kW],
-    /// optional `bias` [Cout], and `grad_output` (the output's size).
+    /// Safetensors file with tensors `input` [N,Cin,H,W] (or [Cin,H,W]), `weight` [Cin,Cout/G,kH,kW],
+    /// optional `bias` [Cout], and `grad_output` (the output's size), all F32, F16 or BF16.
     #[arg(long)]
     tensors: PathBuf,
-    /// Where to write the f32 tensors `grad_input`, `grad_weight` and (with a bias) `grad_bias`.
+    /// Where to write the tensors `grad_input`, `grad_weight` and (with a bias) `grad_bias`, in the inputs' dtype.
     #[arg(long)]
     out: PathBuf,
+    /// Compute in this dtype (f32, f16, bf16), converting the file's tensors to it [default: the file's].
+    #[arg(long)]
+    dtype: Option<DType>,
     #[command(flatten)]
     conv: ConvArgs,
     /// Where to compute: the GPU (wgpu) or the CPU reference (f64 accumulation).
@@ -28,14 +31,21 @@ pub struct BackwardArgs {
 }
 
 pub fn run(a: BackwardArgs) -> Result<Outcome> {
-    let Problem { out, file, input, weight, bias } = open_problem(&a.tensors, &a.out)?;
+    let Problem { out, input, weight, bias, grad_output, dtype } = open_problem(&a.tensors, &a.out, a.dtype, true)?;
     let (input, weight, bias) = (&input, &weight, bias.as_ref());
-    let grad_output = &file.get("grad_output")?;
+    let Some(grad_output) = grad_output.as_ref() else { anyhow::bail!("{}: no `grad_output`", a.tensors.display()) };
     let params = a.conv.params();
     // Validate before touching the GPU, so bad input fails fast and the same way on both backends.
     params.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?.check_grad_output(grad_output.shape())?;
     let grads = match a.backend {
-        Backend::Cpu => convt::cpu::conv_transpose2d_backward(input, weight, bias, grad_output, &params)?,
+        Backend::Cpu => {
+            let g = convt::cpu::conv_transpose2d_backward(input, weight, bias, grad_output, &params)?;
+            convt::Gradients {
+                grad_input: g.grad_input.to_dtype(dtype),
+                grad_weight: g.grad_weight.to_dtype(dtype),
+                grad_bias: g.grad_bias.map(|b| b.to_dtype(dtype)),
+            }
+        }
         Backend::Gpu => {
             let ctx = GpuContext::new()?;
             crate::host::backward(&ctx, input, weight, bias, grad_output, &params)?
@@ -47,7 +57,7 @@ pub fn run(a: BackwardArgs) -> Result<Outcome> {
         written.push(("grad_bias", gb));
     }
     out.write_tensors(&written, None)?;
-    let list: Vec<String> = written.iter().map(|(name, t)| format!("{name} {:?}", t.shape())).collect();
+    let list: Vec<String> = written.iter().map(|(name, t)| format!("{name} {:?} ({dtype})", t.shape())).collect();
     eprintln!("wrote {} to {}", list.join(", "), a.out.display());
     Ok(Outcome::Ok)
 }

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::{Args, ValueEnum};
-use convt::{GpuContext, Precision};
+use convt::{DType, GpuContext, Precision};
 
 use crate::args::{open_problem, ConvArgs, Problem};
 use crate::Outcome;
@@ -17,12 +17,16 @@ pub enum Backend {
 
 #[derive(Args, Debug)]
 pub struct ForwardArgs {
-    /// Safetensors file with f32 tensors `input` [N,Cin,H,W] (or [Cin,H,W]), `weight` [Cin,Cout/G,kH,kW], optional `bias` [Cout].
+    /// Safetensors file with tensors `input` [N,Cin,H,W] (or [Cin,H,W]), `weight` [Cin,Cout/G,kH,kW], optional
+    /// `bias` [Cout], all F32, F16 or BF16.
     #[arg(long)]
     tensors: PathBuf,
-    /// Where to write the f32 tensor `output`.
+    /// Where to write the tensor `output`, in the inputs' dtype.
     #[arg(long)]
     out: PathBuf,
+    /// Compute in this dtype (f32, f16, bf16), converting the file's tensors to it [default: the file's].
+    #[arg(long)]
+    dtype: Option<DType>,
     #[command(flatten)]
     conv: ConvArgs,
     /// Where to compute: the GPU (wgpu) or the CPU reference (f64 accumulation).
@@ -36,13 +40,13 @@ pub struct ForwardArgs {
 }
 
 pub fn run(a: ForwardArgs) -> Result<Outcome> {
-    let Problem { out, input, weight, bias, .. } = open_problem(&a.tensors, &a.out)?;
+    let Problem { out, input, weight, bias, dtype, .. } = open_problem(&a.tensors, &a.out, a.dtype, false)?;
     let (input, weight, bias) = (&input, &weight, bias.as_ref());
     let params = a.conv.params();
     // Validate before touching the GPU, so bad input fails fast and the same way on both backends.
     let shape = params.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?;
     let output = match a.backend {
-        Backend::Cpu => convt::cpu::conv_transpose2d(input, weight, bias, &params)?,
+        Backend::Cpu => convt::cpu::conv_transpose2d(input, weight, bias, &params)?.to_dtype(dtype),
         Backend::Gpu => {
             let ctx = GpuContext::new()?;
             let (output, strategy) = crate::host::forward(&ctx, a.precision, input, weight, bias, &params)?;
@@ -51,6 +55,6 @@ pub fn run(a: ForwardArgs) -> Result<Outcome> {
         }
     };
     out.write_tensors(&[("output", &output)], None)?;
-    eprintln!("wrote output {:?} to {}", shape.output_dims_as_given(), a.out.display());
+    eprintln!("wrote output {:?} ({dtype}) to {}", shape.output_dims_as_given(), a.out.display());
     Ok(Outcome::Ok)
 }

@@ -17,7 +17,7 @@ pub fn forward(
     let shape = options.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?;
     let (x, w) = (GpuTensor::upload(ctx, input)?, GpuTensor::upload(ctx, weight)?);
     let b = bias.map(|b| GpuTensor::upload(ctx, b)).transpose()?;
-    let y = GpuTensor::empty(ctx, &shape.output_dims_as_given())?;
+    let y = GpuTensor::empty_with(ctx, &shape.output_dims_as_given(), input.dtype())?;
     let ran = gpu::conv_transpose2d_into(ctx, &x, &w, b.as_ref(), &options, &y, Run::default())?;
     Ok((y.download(ctx)?, ran))
 }

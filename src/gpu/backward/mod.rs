@@ -12,6 +12,7 @@ use crate::error::{ConvtError, Result};
 use crate::gpu::backward::grad_input::GradInputKernel;
 use crate::gpu::backward::grad_weight::GradWeightKernel;
 use crate::gpu::context::GpuContext;
+use crate::gpu::convert;
 use crate::gpu::memory::{GpuTensor, InFlight};
 use crate::gpu::select;
 use crate::gpu::BackwardRun;
@@ -26,7 +27,8 @@ pub struct GpuGradients {
 }
 
 impl GpuGradients {
-    /// Uninitialised gradients (NaN-poisoned when the context asks for it) for this problem.
+    /// Uninitialised gradients (NaN-poisoned when the context asks for it) for this problem, each in the dtype of
+    /// the tensor it is the gradient of.
     pub fn empty(
         ctx: &GpuContext,
         input: &GpuTensor,
@@ -36,9 +38,9 @@ impl GpuGradients {
     ) -> Result<Self> {
         let shape = params.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?;
         Ok(Self {
-            grad_input: GpuTensor::empty(ctx, &shape.input_dims_as_given())?,
-            grad_weight: GpuTensor::empty(ctx, &shape.weight_dims())?,
-            grad_bias: bias.map(|_| GpuTensor::empty(ctx, &[shape.out_channels])).transpose()?,
+            grad_input: GpuTensor::empty_with(ctx, &shape.input_dims_as_given(), input.dtype())?,
+            grad_weight: GpuTensor::empty_with(ctx, &shape.weight_dims(), weight.dtype())?,
+            grad_bias: bias.map(|b| GpuTensor::empty_with(ctx, &[shape.out_channels], b.dtype())).transpose()?,
         })
     }
 
@@ -53,7 +55,8 @@ impl GpuGradients {
 }
 
 /// The gradients of `conv_transpose2d(input, weight, bias, **options)` given `grad_output`, on GPU-resident
-/// tensors, in exact f32. `bias` only says whether there is one (its values do not enter the gradients).
+/// tensors, in exact f32 (half-precision tensors are read as f32 and the gradients, in their dtypes, rounded once).
+/// `bias` only says whether there is one (its values do not enter the gradients).
 pub fn conv_transpose2d_backward(
     ctx: &GpuContext,
     input: &GpuTensor,
@@ -85,6 +88,12 @@ pub fn conv_transpose2d_backward_into(
     let timer = run.timer;
     let shape = params.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?;
     shape.check_grad_output(grad_output.shape())?;
+    let others = [("the weight", weight), ("grad_output", grad_output), ("grad_input", &grads.grad_input)];
+    crate::gpu::check_dtypes(input, &others, bias)?;
+    grads.grad_weight.expect_dtype("grad_weight", input.dtype())?;
+    if let Some(gb) = &grads.grad_bias {
+        gb.expect_dtype("grad_bias", input.dtype())?;
+    }
     let cannot =
         |name: String| Err(ConvtError::InvalidArgument(format!("{name} does not compute this shape on this adapter")));
     let kernel = match run.grad_input {
@@ -127,12 +136,18 @@ pub fn conv_transpose2d_backward_into(
     written();
     let mut encoder = ctx.device.create_command_encoder(&Default::default());
     let mut in_flight = InFlight::default();
+    // Half-precision gradients are rounded from f32 ones (src/gpu/convert.rs).
+    let gi = convert::f32_result(ctx, &grads.grad_input)?;
+    let gw = convert::f32_result(ctx, &grads.grad_weight)?;
+    let gb = grad_bias.map(|gb| convert::f32_result(ctx, gb)).transpose()?.flatten();
+    let (gi_out, gw_out) = (gi.as_ref().unwrap_or(&grads.grad_input), gw.as_ref().unwrap_or(&grads.grad_weight));
+    let gb_out = gb.as_ref().or(grad_bias);
     // Reductions split over several slices add up in place, from zero; an empty batch sums nothing: zero.
     let empty = shape.batch == 0;
     if empty || grad_weight::accumulates(&shape, input, grad_output) {
-        encoder.clear_buffer(grads.grad_weight.single_buffer("grad_weight", ctx)?, 0, None);
+        encoder.clear_buffer(gw_out.single_buffer("grad_weight", ctx)?, 0, None);
     }
-    if let Some(gb) = grad_bias.filter(|_| empty || grad_bias::accumulates(grad_output)) {
+    if let Some(gb) = gb_out.filter(|_| empty || grad_bias::accumulates(grad_output)) {
         encoder.clear_buffer(gb.single_buffer("grad_bias", ctx)?, 0, None);
     }
     {
@@ -140,11 +155,22 @@ pub fn conv_transpose2d_backward_into(
             label: Some("convt conv_transpose2d backward"),
             timestamp_writes: timer.map(|(t, slot)| t.pass_writes(slot)),
         });
-        grad_input::encode(ctx, &shape, kernel, weight, grad_output, &grads.grad_input, &mut pass, &mut in_flight)?;
-        grad_weight::encode(ctx, &shape, gw_kernel, input, grad_output, &grads.grad_weight, &mut pass, &mut in_flight)?;
-        if let Some(gb) = grad_bias {
+        let x = convert::to_f32(ctx, input, &mut pass)?;
+        let w = convert::to_f32(ctx, weight, &mut pass)?;
+        let go = convert::to_f32(ctx, grad_output, &mut pass)?;
+        let (input, weight) = (x.as_ref().unwrap_or(input), w.as_ref().unwrap_or(weight));
+        let grad_output = go.as_ref().unwrap_or(grad_output);
+        grad_input::encode(ctx, &shape, kernel, weight, grad_output, gi_out, &mut pass, &mut in_flight)?;
+        grad_weight::encode(ctx, &shape, gw_kernel, input, grad_output, gw_out, &mut pass, &mut in_flight)?;
+        if let Some(gb) = gb_out {
             grad_bias::encode(ctx, &shape, grad_output, gb, &mut pass)?;
         }
+        convert::finish(ctx, gi, &grads.grad_input, &mut pass, &mut in_flight)?;
+        convert::finish(ctx, gw, &grads.grad_weight, &mut pass, &mut in_flight)?;
+        if let Some(out) = grad_bias {
+            convert::finish(ctx, gb, out, &mut pass, &mut in_flight)?;
+        }
+        [x, w, go].into_iter().flatten().for_each(|t| in_flight.keep_tensor(t));
     }
     in_flight.submit(ctx, encoder)?;
     written();

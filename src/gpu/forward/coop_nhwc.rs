@@ -377,7 +377,7 @@ fn without_section(text: &str, name: &str) -> String {
 
 /// The preparation shaders with the scale functions they call.
 pub fn input_shader() -> String {
-    format!("{INPUT_SHADER}\n{SCALE_FUNCTIONS}")
+    format!("{INPUT_SHADER}\n{SCALE_FUNCTIONS}\n{}", crate::gpu::convert::DTYPE_FUNCTIONS)
 }
 pub fn scale_check_shader() -> String {
     format!("{SCALE_CHECK_SHADER}\n{SCALE_FUNCTIONS}")
@@ -781,6 +781,7 @@ fn encode_preparation(
                 ("BLOCKS_PER_WG", block.per_workgroup),
             ]);
             consts.push(("FIXUP", f64::from(u8::from(fixup))));
+            consts.push(("DTYPE", input.dtype().shader_code()));
             ctx.pipeline(format!("nhwc_f16 {:?} {consts:?}", ctx.options().shader_checks), &module, &consts)
         };
         let (first, fixup) = (pipeline(false)?, pipeline(true)?);
@@ -897,6 +898,7 @@ pub(crate) fn shader_variants() -> Vec<crate::gpu::ShaderVariant> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dtype::DType;
     use crate::gpu::context::GpuOptions;
     use crate::gpu::memory::read_back;
     use crate::ConvTranspose2dOptions;
@@ -1122,10 +1124,18 @@ mod tests {
                     x[0] = 1e4 * m;
                     *x.last_mut().unwrap() = 1e4 * m;
                 }
-                let upload = |dims: Vec<usize>, data: &[f32]| {
-                    GpuTensor::upload(ctx, &crate::Tensor::new(dims, data.to_vec()).unwrap()).unwrap()
+                // The input in each dtype the copy reads: f16 where the magnitude suits it, bf16, f32.
+                let dtype = match call {
+                    0 if (1e-3..=1e3).contains(&m) => DType::F16,
+                    1 => DType::BF16,
+                    _ => DType::F32,
                 };
-                let (xg, wg) = (upload(shape.input_dims(), &x), upload(shape.weight_dims(), &w));
+                x.iter_mut().for_each(|v| *v = dtype.round(*v));
+                let upload = |dims: Vec<usize>, data: &[f32], dtype: DType| {
+                    let t = crate::Tensor::new(dims, data.to_vec()).unwrap().to_dtype(dtype);
+                    GpuTensor::upload(ctx, &t).unwrap()
+                };
+                let (xg, wg) = (upload(shape.input_dims(), &x, dtype), upload(shape.weight_dims(), &w, DType::F32));
                 assert_eq!(xg.chunks().len(), if limit.is_some() { 2 } else { 1 }, "input chunks");
                 let sizes = [g.padded_bytes(&shape, &tile) as u64, g.weight_bytes(&shape)];
                 let poisoned: Vec<_> = sizes.iter().map(|&size| ctx.pool.get(&ctx.device, size, STORAGE)).collect();
@@ -1192,7 +1202,10 @@ mod tests {
                         let want = want * scale;
                         // Rounding to f16: half an ulp, 2^-11 relative for normal values, 2^-25 for subnormal ones.
                         let bound = want.abs() * 2f64.powi(-11) + 2f64.powi(-25);
-                        assert!((g - want).abs() <= bound, "{shape:?}: {name} half {i}: {g} against {want} ({m:e})");
+                        assert!(
+                            (g - want).abs() <= bound,
+                            "{shape:?}: {name} half {i}: {g} against {want} ({m:e}, input {dtype})"
+                        );
                     }
                 }
             }
