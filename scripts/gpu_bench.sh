@@ -7,15 +7,18 @@
 #   bash scripts/gpu_bench.sh all   OUTDIR [CONVT_BINARY]           # everything, one command
 #   bash scripts/gpu_bench.sh tune  OUTDIR [CONVT_BINARY]           # the tuning only (OUTDIR/tune.json)
 #   bash scripts/gpu_bench.sh bench OUTDIR [CONVT_BINARY] [CACHE]   # the rest, with a cache from `tune`
+#   bash scripts/gpu_bench.sh dtypes OUTDIR [CONVT_BINARY] [CACHE]  # precision `fast` on f32, f16 and bf16 tensors
 #
 # OUTDIR gets: tune.json (the tuning cache), log.txt (every tuning time, verification line and benchmark table),
 # and for `bench`/`all` convt_f32.json, convt_fast.json, convt_backward.json, convt_layer_f32.json,
 # convt_layer_fast.json (the forward as a layer's repeated calls), torch.json, torch_backward.json,
-# tables.md (forward f32, forward fast, backward), chart_f32.png, chart_fast.png, chart_backward.png.
+# tables.md (forward f32, forward fast, backward), chart_f32.png, chart_fast.png, chart_backward.png. `dtypes`
+# writes convt_fast.json, convt_f16.json, convt_bf16.json (with the ceilings and the GEMM yardstick), torch.json
+# (PyTorch's four modes) and dtype_tables.md: each convt mode beside its PyTorch twin.
 # The PyTorch side needs python3 with torch (and matplotlib for the charts).
 set -euo pipefail
-what=${1:?usage: gpu_bench.sh all|tune|bench OUTDIR [CONVT_BINARY] [CACHE]}
-out=${2:?usage: gpu_bench.sh all|tune|bench OUTDIR [CONVT_BINARY] [CACHE]}
+what=${1:?usage: gpu_bench.sh all|tune|bench|dtypes OUTDIR [CONVT_BINARY] [CACHE]}
+out=${2:?usage: gpu_bench.sh all|tune|bench|dtypes OUTDIR [CONVT_BINARY] [CACHE]}
 convt=${3:-target/release/convt}
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
@@ -56,4 +59,21 @@ if [ "$what" = all ] || [ "$what" = bench ]; then
   rm "$out/table_f32.md" "$out/table_fast.md" "$out/table_backward.md"
   grep -E 'ok$|MISMATCH' "$log" | cut -c1-160
   cat "$out/tables.md"
+fi
+if [ "$what" = dtypes ]; then
+  # Precision `fast` (f16 products on tensor cores, f32 sums) on f32 tensors (against PyTorch's TF32), f16 tensors
+  # (against its fp16) and bf16 tensors (against its bf16); the ceilings and the GEMM yardstick first.
+  run "$convt" bench --ceilings --precision fast --runs 20 --json "$out/convt_fast.json"
+  run "$convt" bench --precision fast --dtype f16 --runs 20 --json "$out/convt_f16.json"
+  run "$convt" bench --precision fast --dtype bf16 --runs 20 --json "$out/convt_bf16.json"
+  run python3 "$here/torch_bench.py" --runs 20 --json "$out/torch.json"
+  : > "$out/dtype_tables.md"
+  for t in fast f16 bf16; do
+    python3 "$here/side_by_side.py" "$out/convt_$t.json" "$out/torch.json" --md "$out/table_$t.md" --png "$out/chart_$t.png"
+    cat "$out/table_$t.md" >> "$out/dtype_tables.md"
+    echo >> "$out/dtype_tables.md"
+    rm "$out/table_$t.md"
+  done
+  grep -E 'ceilings|yardstick' "$log"
+  cat "$out/dtype_tables.md"
 fi

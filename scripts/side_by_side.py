@@ -33,15 +33,21 @@ def main():
     ceil = c.get("ceilings") or {}
     errors = any(r.get("rel_l2") is not None for r in c["cases"])
     precision = c.get("precision")
+    dtype = c.get("dtype", "f32")
+    # PyTorch's modes in the file (older files have no bf16).
+    modes = [m for m in ("fp32", "tf32", "fp16", "bf16") if all(f"{m}_ms" in r for r in tj["cases"])]
+    label = {"fp32": "fp32", "tf32": "TF32", "fp16": "fp16", "bf16": "bf16"}
     lines = [
-        *([f"### {pass_name} pass" + (f", precision {precision}" if precision else ""), ""] if pass_name else []),
+        *([f"### {pass_name} pass" + (f", precision {precision}" if precision else "") + f", {dtype} tensors", ""]
+          if pass_name else []),
         f"adapter: {c['adapter']} ({c['backend']}, driver {c['driver']} {c['driver_info']}), shader checks "
         f"{c['shader_checks']}, median of {c['runs']} runs"
         + (f"; ceilings: FMA {ceil['fma_tflops']:.1f} TFLOP/s, copy {ceil['copy_gbs']:.0f} GB/s" if ceil else ""),
         "",
-        "| case | convt ms | TFLOP/s | GB/s | %FMA | %copy | torch fp32 ms | torch TF32 ms | torch fp16 ms "
-        "| vs fp32 | vs TF32 | vs fp16 |" + (" convt kernel | convt err | fp32 err | TF32 err | fp16 err |" if errors else ""),
-        "|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|---|---|---|" if errors else ""),
+        "| case | convt ms | TFLOP/s | GB/s | %FMA | %copy | " + " | ".join(f"torch {label[m]} ms" for m in modes)
+        + " | " + " | ".join(f"vs {label[m]}" for m in modes) + " |"
+        + (" convt kernel | convt err | " + " | ".join(f"{label[m]} err" for m in modes) + " |" if errors else ""),
+        "|---|---|---|---|---|---|" + "---|---|" * len(modes) + ("---|---|" + "---|" * len(modes) if errors else ""),
     ]
     names, ratios = [], []
     for r in c["cases"]:
@@ -50,12 +56,12 @@ def main():
             continue
         pf = f"{100 * r['tflops'] / ceil['fma_tflops']:.0f}%" if ceil else "-"
         pb = f"{100 * r['gbs'] / ceil['copy_gbs']:.0f}%" if ceil else "-"
-        rat = [tr[f"{m}_ms"] / r["ms"] for m in ("fp32", "tf32", "fp16")]
+        rat = [tr[f"{m}_ms"] / r["ms"] for m in modes]
         lines.append(f"| {r['case']} | {r['ms']:.3f} | {r['tflops']:.2f} | {r['gbs']:.0f} | {pf} | {pb} | "
-                     f"{tr['fp32_ms']:.3f} | {tr['tf32_ms']:.3f} | {tr['fp16_ms']:.3f} | "
+                     + " | ".join(f"{tr[m + '_ms']:.3f}" for m in modes) + " | "
                      + " | ".join(f"{x:.2f}x" for x in rat) + " |"
                      + (f" {r.get('algorithm', '-')} | {fmt_err(r.get('rel_l2'))} | "
-                        + " | ".join(fmt_err(tr.get(f"{m}_rel_l2")) for m in ("fp32", "tf32", "fp16")) + " |"
+                        + " | ".join(fmt_err(tr.get(f"{m}_rel_l2")) for m in modes) + " |"
                         if errors else ""))
         names.append(r["case"])
         ratios.append(rat)
@@ -72,14 +78,16 @@ def main():
             print("matplotlib not available: no chart")
             return
         fig, ax = plt.subplots(figsize=(10, 4))
-        width = 0.27
-        for i, label in enumerate(("vs PyTorch fp32", "vs PyTorch TF32", "vs PyTorch fp16")):
-            ax.bar([j + (i - 1) * width for j in range(len(names))], [r[i] for r in ratios], width, label=label)
+        width = 0.8 / len(modes)
+        for i, m in enumerate(modes):
+            ax.bar([j + (i - (len(modes) - 1) / 2) * width for j in range(len(names))], [r[i] for r in ratios], width,
+                   label=f"vs PyTorch {label[m]}")
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set_xticks(range(len(names)), names)
         ax.set_yscale("log")
         ax.set_ylabel("speed-up of convt (PyTorch ms / convt ms)")
-        ax.set_title(f"convt vs PyTorch, {c['adapter']}" + (f", {pass_name} pass" if pass_name else ""))
+        ax.set_title(f"convt ({precision}, {dtype} tensors) vs PyTorch, {c['adapter']}"
+                     + (f", {pass_name} pass" if pass_name else ""))
         ax.legend()
         fig.tight_layout()
         fig.savefig(a.png, dpi=120)

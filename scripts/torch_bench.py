@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch's side of the benchmark: the suite cases of convt (src/suite.rs) through torch.nn.functional.
-conv_transpose2d on CUDA, in three modes: fp32 (cuDNN with TF32 off), tf32 (PyTorch's default for
-convolutions) and fp16. CUDA events around each call, warm-up, median of --runs, cudnn.benchmark on, inputs
+conv_transpose2d on CUDA, in four modes: fp32 (cuDNN with TF32 off), tf32 (PyTorch's default for
+convolutions), fp16 and bf16 (the tensors of that dtype, as autocast runs convolutions). CUDA events around each call, warm-up, median of --runs, cudnn.benchmark on, inputs
 torch.rand (as KernelBench draws them). Also reports each mode's relative L2 error against a float64 result.
 
 --backward times the backward pass instead, as `convt bench --backward` does: the gradients of the input, the
@@ -32,6 +32,11 @@ CASES = {
     "up2x": (32, 256, 128, 64, 64, (3, 3), (2, 2), (1, 1), (1, 1), (1, 1), 1, True),
     "dcgan": (128, 512, 256, 8, 8, (4, 4), (2, 2), (1, 1), (0, 0), (1, 1), 1, False),
 }
+
+
+MODES = ("fp32", "tf32", "fp16", "bf16")
+# The tensors' dtype in each mode.
+DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 def time_ms(fn, warmup, runs):
@@ -69,10 +74,10 @@ def forward_row(x, wt, b, kw, warmup, runs):
     row = {}
     # float64 reference for the errors, sample 0 only (keeps memory and time small).
     ref = F.conv_transpose2d(x[:1].double(), wt.double(), None if b is None else b.double(), **kw)
-    for mode in ("fp32", "tf32", "fp16"):
+    for mode in MODES:
         torch.backends.cudnn.allow_tf32 = mode == "tf32"
         torch.backends.cuda.matmul.allow_tf32 = mode == "tf32"
-        xm, wm, bm = (x, wt, b) if mode != "fp16" else (x.half(), wt.half(), None if b is None else b.half())
+        xm, wm, bm = (t if t is None else t.to(DTYPES[mode]) for t in (x, wt, b))
         fn = lambda: F.conv_transpose2d(xm, wm, bm, **kw)
         ms, times = time_ms(fn, warmup, runs)
         row[f"{mode}_ms"] = ms
@@ -93,10 +98,10 @@ def backward_row(x, wt, has_bias, go, kw, warmup, runs):
         ref_gw = None
         print("  (float64 grad_weight reference does not fit in GPU memory: no grad_weight error)")
     torch.cuda.empty_cache()
-    for mode in ("fp32", "tf32", "fp16"):
+    for mode in MODES:
         torch.backends.cudnn.allow_tf32 = mode == "tf32"
         torch.backends.cuda.matmul.allow_tf32 = mode == "tf32"
-        xm, wm, gom = (x, wt, go) if mode != "fp16" else (x.half(), wt.half(), go.half())
+        xm, wm, gom = (t.to(DTYPES[mode]) for t in (x, wt, go))
         fn = lambda: conv_backward(gom, xm, wm, has_bias, kw, [True, True, has_bias])
         ms, times = time_ms(fn, warmup, runs)
         gi, gw, gb = fn()
@@ -125,7 +130,7 @@ def main():
            "pass": pass_name, "runs": args.runs, "cases": []}
     errors = "grad_input errors" if args.backward else "errors"
     print(f"{pass_name} pass")
-    print(f"{'case':<6} {'fp32 ms':>9} {'tf32 ms':>9} {'fp16 ms':>9}  {errors} (fp32 / tf32 / fp16)")
+    print(f"{'case':<6} {'fp32 ms':>9} {'tf32 ms':>9} {'fp16 ms':>9} {'bf16 ms':>9}  {errors} (fp32 / tf32 / fp16 / bf16)")
     for name in args.case:
         n, cin, cout, h, w, k, s, p, op, d, g, bias = CASES[name]
         torch.manual_seed(0)
@@ -140,10 +145,10 @@ def main():
         else:
             row = {"case": name, **forward_row(x, wt, b, kw, args.warmup, args.runs)}
         out["cases"].append(row)
-        line = (f"{name:<6} {row['fp32_ms']:>9.3f} {row['tf32_ms']:>9.3f} {row['fp16_ms']:>9.3f}  "
-                f"{row['fp32_rel_l2']:.1e} / {row['tf32_rel_l2']:.1e} / {row['fp16_rel_l2']:.1e}")
+        line = (f"{name:<6} " + " ".join(f"{row[m + '_ms']:>9.3f}" for m in MODES) + "  "
+                + " / ".join(f"{row[m + '_rel_l2']:.1e}" for m in MODES))
         if args.backward and row["fp32_grad_weight_rel_l2"] is not None:
-            gw = [row[f"{m}_grad_weight_rel_l2"] for m in ("fp32", "tf32", "fp16")]
+            gw = [row[f"{m}_grad_weight_rel_l2"] for m in MODES]
             line += "; grad_weight " + " / ".join(f"{e:.1e}" for e in gw)
         print(line)
         del x, wt, b

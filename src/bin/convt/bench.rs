@@ -14,7 +14,7 @@ use convt::gpu::{
 use convt::io::OutputFile;
 use convt::suite::Case;
 use convt::{
-    cpu, ConvShape, ConvTranspose2d, ErrorStats, GpuContext, GpuConvTranspose2d, GpuTensor, Precision, Tensor,
+    cpu, ConvShape, ConvTranspose2d, DType, ErrorStats, GpuContext, GpuConvTranspose2d, GpuTensor, Precision, Tensor,
 };
 use serde_json::json;
 
@@ -46,6 +46,9 @@ pub struct BenchArgs {
     /// accumulation, or an exact kernel where that measured faster). Each case line names the kernel that ran.
     #[arg(long, default_value = "f32")]
     precision: Precision,
+    /// The tensors' dtype (f32, f16, bf16): inputs, weights and results in it, as PyTorch's tensors of that dtype.
+    #[arg(long, default_value = "f32")]
+    dtype: DType,
     /// After timing, compare this many randomly placed output elements of the last run with the float64
     /// reference (relative L2 error in the table and the JSON; 0: no check). Forward only.
     #[arg(long, default_value_t = 20_000)]
@@ -88,14 +91,15 @@ impl Pass {
         }
     }
 
-    /// Bytes moved if every tensor is read or written once: the forward's input, weight, bias and output; the
-    /// backward's input, weight and grad_output read, grad_input, grad_weight and grad_bias written.
-    pub fn min_bytes(self, shape: &ConvShape, has_bias: bool) -> u64 {
+    /// Bytes moved if every tensor (of `dtype`) is read or written once: the forward's input, weight, bias and
+    /// output; the backward's input, weight and grad_output read, grad_input, grad_weight and grad_bias written.
+    pub fn min_bytes(self, shape: &ConvShape, has_bias: bool, dtype: DType) -> u64 {
         let n = |d: Vec<usize>| d.iter().product::<usize>() as u64;
-        match self {
+        let f32_bytes = match self {
             Pass::Forward => shape.min_bytes(has_bias),
             Pass::Backward => shape.min_bytes(has_bias) + 4 * (n(shape.input_dims()) + n(shape.weight_dims())),
-        }
+        };
+        f32_bytes / 4 * dtype.size() as u64
     }
 }
 
@@ -163,35 +167,37 @@ impl InputSet {
 
 impl<'c> Prepared<'c> {
     /// Random inputs U(0,1) (and for the backward grad_output U(-1,1)), several sets when small enough to sit in
-    /// cache, weight and bias U(-0.1,0.1), and the outputs of a case's `pass`.
-    pub fn new(ctx: &'c GpuContext, case: &Case, pass: Pass) -> Result<Self> {
+    /// cache, weight and bias U(-0.1,0.1), and the outputs of a case's `pass`, all of `dtype`.
+    pub fn new(ctx: &'c GpuContext, case: &Case, pass: Pass, dtype: DType) -> Result<Self> {
         let shape = case.params.resolve(
             &case.input_dims(),
             &case.weight_dims(),
             case.bias.then_some(&[case.out_channels][..]),
         )?;
         let numel = |d: Vec<usize>| d.iter().product::<usize>();
-        let rotated_bytes = 4 * match pass {
-            Pass::Forward => numel(shape.input_dims()),
-            Pass::Backward => numel(shape.input_dims()) + numel(shape.output_dims()),
-        };
+        let rotated_bytes = dtype.size()
+            * match pass {
+                Pass::Forward => numel(shape.input_dims()),
+                Pass::Backward => numel(shape.input_dims()) + numel(shape.output_dims()),
+            };
         let sets = ROTATE_BELOW_BYTES.div_ceil(rotated_bytes.max(1)).clamp(1, 4);
         let inputs: Vec<InputSet> = (0..sets as u64)
             .map(|i| {
-                let input = GpuTensor::upload(ctx, &Tensor::uniform(shape.input_dims(), 0.0, 1.0, 100 + i)?)?;
+                let random = |dims, low, seed| Ok(Tensor::uniform(dims, low, 1.0, seed)?.to_dtype(dtype));
+                let input = GpuTensor::upload(ctx, &random(shape.input_dims(), 0.0, 100 + i)?)?;
                 let grad_output = (pass == Pass::Backward)
-                    .then(|| GpuTensor::upload(ctx, &Tensor::uniform(shape.output_dims(), -1.0, 1.0, 200 + i)?))
+                    .then(|| GpuTensor::upload(ctx, &random(shape.output_dims(), -1.0, 200 + i)?))
                     .transpose()?;
                 Ok(InputSet { input, grad_output })
             })
             .collect::<convt::Result<_>>()?;
-        let weight = GpuTensor::upload(ctx, &Tensor::uniform(shape.weight_dims(), -0.1, 0.1, 1)?)?;
+        let weight = GpuTensor::upload(ctx, &Tensor::uniform(shape.weight_dims(), -0.1, 0.1, 1)?.to_dtype(dtype))?;
         let bias = case
             .bias
-            .then(|| GpuTensor::upload(ctx, &Tensor::uniform(vec![shape.out_channels], -0.1, 0.1, 2)?))
+            .then(|| GpuTensor::upload(ctx, &Tensor::uniform(vec![shape.out_channels], -0.1, 0.1, 2)?.to_dtype(dtype)))
             .transpose()?;
         let outputs = match pass {
-            Pass::Forward => Outputs::Forward(GpuTensor::empty(ctx, &shape.output_dims())?),
+            Pass::Forward => Outputs::Forward(GpuTensor::empty_with(ctx, &shape.output_dims(), dtype)?),
             Pass::Backward => {
                 Outputs::Backward(GpuGradients::empty(ctx, &inputs[0].input, &weight, bias.as_ref(), &case.params)?)
             }
@@ -361,13 +367,20 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
                 "ceilings: f16 cooperative-matrix products {products:.1} TFLOP/s, with loads from workgroup memory {with_loads:.1} TFLOP/s"
             );
         }
+        if let (Some(gemm), Some(kernel), Some(products)) = (c.gemm_tflops, &c.gemm_kernel, c.coop_tflops) {
+            eprintln!(
+                "yardstick: f16 GEMM {0}^3 (f32 accumulation) through {kernel}'s tiling, loads from storage included: {gemm:.1} TFLOP/s, {1:.0}% of the products ceiling",
+                ceilings::GEMM_SIZE,
+                100.0 * gemm / products
+            );
+        }
         Some(c)
     } else {
         None
     };
 
     let pass = if a.backward { Pass::Backward } else { Pass::Forward };
-    eprintln!("pass: {}, precision {}", pass.name(), a.precision);
+    eprintln!("pass: {}, precision {}, dtype {}", pass.name(), a.precision, a.dtype);
     let mut rows = Vec::new();
     println!(
         "{:<6} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>9}  algorithm",
@@ -378,7 +391,7 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
             Some(b) => case.with_batch(b),
             None => *case,
         };
-        let mut prepared = Prepared::new(&ctx, &case, pass)?;
+        let mut prepared = Prepared::new(&ctx, &case, pass, a.dtype)?;
         prepared.precision = a.precision;
         if a.layer {
             prepared.as_layer(&ctx, a.precision)?;
@@ -391,7 +404,7 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
             .transpose()?;
         let ms = median(times.clone());
         let min = times.iter().copied().fold(f64::INFINITY, f64::min);
-        let (flops, bytes) = (pass.useful_flops(&shape), pass.min_bytes(&shape, case.bias));
+        let (flops, bytes) = (pass.useful_flops(&shape), pass.min_bytes(&shape, case.bias, a.dtype));
         let tflops = flops as f64 / (ms * 1e-3) / 1e12;
         let gbs = bytes as f64 / (ms * 1e-3) / 1e9;
         let algorithm = prepared.algorithm(&ctx);
@@ -404,8 +417,8 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
             min,
             tflops,
             gbs,
-            pct(tflops, ceil.map(|c| c.fma_tflops)),
-            pct(gbs, ceil.map(|c| c.copy_gbs)),
+            pct(tflops, ceil.as_ref().map(|c| c.fma_tflops)),
+            pct(gbs, ceil.as_ref().map(|c| c.copy_gbs)),
             rel_l2.map_or("-".to_string(), |e| format!("{e:.1e}")),
             algorithm
         );
@@ -416,7 +429,7 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
     }
     if let Some(out) = json_out {
         let doc = json!({"adapter": info.name, "backend": format!("{:?}", info.backend), "driver": info.driver,
-            "driver_info": info.driver_info, "pass": pass.name(), "layer": a.layer, "precision": a.precision, "runs": a.runs,
+            "driver_info": info.driver_info, "pass": pass.name(), "layer": a.layer, "precision": a.precision, "dtype": a.dtype, "runs": a.runs,
             "warmup": a.warmup,
             "shader_checks": format!("{:?}", ctx.options().shader_checks), "ceilings": ceil, "cases": rows});
         out.write_bytes(serde_json::to_string_pretty(&doc)?.as_bytes())?;

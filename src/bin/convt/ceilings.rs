@@ -2,7 +2,11 @@
 //! (`src/bin/convt/shaders/ceiling_fma.wgsl`), the copy bandwidth (`src/bin/convt/shaders/ceiling_copy.wgsl`)
 //! and, where the adapter has f16 cooperative matrices, the tensor cores' rate with and without loads from
 //! workgroup memory (`src/bin/convt/shaders/ceiling_coop.wgsl`). The benchmark reports each kernel's time against
-//! the first two; the last two say how far precision `fast` could go through wgpu on this adapter.
+//! the first two; the last two say how far precision `fast` could go through wgpu on this adapter. Beside them, a
+//! yardstick: a plain f16 GEMM (`GEMM_SIZE` cubed, f32 accumulation) through the library's own tensor-core kernel,
+//! the padded-NHWC one, whose 1 x 1 convolution is exactly that GEMM; its main dispatch alone is timed, with
+//! every operand loaded from storage as in a convolution. Against the products-only ceiling it says how much of a
+//! convolution kernel's distance to the hardware is the GEMM core's, and how much the convolution's around it.
 //!
 //! Only `convt bench --ceilings` measures them, so they are part of the tool, not of the library: the modules,
 //! pipelines and buffers are made here with plain wgpu calls on the context's device, as the library makes its
@@ -10,8 +14,8 @@
 
 use std::time::Duration;
 
-use convt::gpu::{GpuTimer, ShaderChecks};
-use convt::{ConvtError, GpuContext, Result};
+use convt::gpu::{select, GpuTimer, ShaderChecks, Strategy};
+use convt::{ConvTranspose2dOptions, ConvtError, GpuContext, Precision, Result};
 
 use crate::bench::median;
 
@@ -23,7 +27,7 @@ const COOP_SHADER: (&str, &str) = ("ceiling_coop.wgsl", include_str!("shaders/ce
 const STORAGE: wgpu::BufferUsages =
     wgpu::BufferUsages::STORAGE.union(wgpu::BufferUsages::COPY_DST).union(wgpu::BufferUsages::COPY_SRC);
 
-#[derive(Debug, Clone, Copy, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct Ceilings {
     /// Useful fp32 FLOP per second (2 per FMA), in TFLOP/s.
     pub fma_tflops: f64,
@@ -35,7 +39,14 @@ pub struct Ceilings {
     /// The same products with every step's operands loaded from workgroup memory first, as a GEMM's K step
     /// does: what a kernel staging its tiles there can reach at best.
     pub coop_with_loads_tflops: Option<f64>,
+    /// The yardstick's rate: useful TFLOP/s of the f16 GEMM through the tensor-core kernel.
+    pub gemm_tflops: Option<f64>,
+    /// The kernel (tile) that ran it.
+    pub gemm_kernel: Option<String>,
 }
+
+/// M, N and K of the yardstick's GEMM.
+pub const GEMM_SIZE: usize = 8192;
 
 const WORKGROUP_SIZE: u32 = 256;
 const FMA_ITERATIONS: u32 = 2048;
@@ -188,7 +199,77 @@ pub fn measure(ctx: &GpuContext, copy_bytes: u64, warmup: u32, runs: u32) -> Res
     } else {
         (None, None)
     };
-    Ok(Ceilings { fma_tflops, copy_gbs, coop_tflops, coop_with_loads_tflops })
+    let (gemm_tflops, gemm_kernel) = match gemm_rate(ctx, warmup, runs)? {
+        Some((t, k)) => (Some(t), Some(k)),
+        None => (None, None),
+    };
+    Ok(Ceilings { fma_tflops, copy_gbs, coop_tflops, coop_with_loads_tflops, gemm_tflops, gemm_kernel })
+}
+
+/// The yardstick: the f16 GEMM of `GEMM_SIZE` cubed through the padded-NHWC tensor-core kernel, as the 1 x 1
+/// convolution of a `[1, GEMM_SIZE, 64, GEMM_SIZE / 64]` input to `GEMM_SIZE` channels, the tile the selector
+/// picks for it (`None` where the adapter has no cooperative matrices or the selector picks another kernel). The
+/// kernel's main dispatch alone is timed, on operands already in its f16 layout (values in [0.5, 1)).
+fn gemm_rate(ctx: &GpuContext, warmup: u32, runs: u32) -> Result<Option<(f64, String)>> {
+    if !ctx.has_coop_f16() {
+        return Ok(None);
+    }
+    let n = GEMM_SIZE;
+    let options = ConvTranspose2dOptions::default().precision(Precision::Fast);
+    let shape = options.resolve(&[1, n, 64, n / 64], &[n, n, 1, 1], None)?;
+    let strategy = select::forward(ctx, &shape, false, Precision::Fast);
+    let Strategy::CoopNhwc(tile) = strategy else { return Ok(None) };
+    let (source, consts) = strategy.shader(&shape, false)?;
+    let constant = |name: &str| consts.iter().find(|c| c.0 == name).map_or(0, |c| c.1 as u64);
+    let pipeline = make_pipeline(ctx, &strategy.name(), &source, &consts)?;
+    // The operands as the kernel reads them: pixels PIXEL_STRIDE halves apart (one tile of pixels more, where
+    // its last rows would read), weight rows W_ROW halves apart.
+    let halves = |count: u64| -> Result<wgpu::Buffer> {
+        let buffer = storage(ctx, (count * 2).next_multiple_of(16))?;
+        let pattern: Vec<u16> =
+            (0..count.min(1 << 20)).map(|i| half::f16::from_f32(0.5 + (i % 61) as f32 / 128.0).to_bits()).collect();
+        let bytes: &[u8] = bytemuck::cast_slice(&pattern);
+        let mut offset = 0;
+        while offset < count * 2 {
+            let len = (bytes.len() as u64).min(count * 2 - offset) / 4 * 4;
+            if len == 0 {
+                break;
+            }
+            ctx.queue().write_buffer(&buffer, offset, &bytes[..len as usize]);
+            offset += len;
+        }
+        Ok(buffer)
+    };
+    let xp = halves((n as u64 + tile.bm() as u64) * constant("PIXEL_STRIDE"))?;
+    let wp = halves(n as u64 * constant("W_ROW"))?;
+    let bias = storage(ctx, 256)?;
+    let out = storage(ctx, (n * n * 4) as u64)?;
+    // Both operands' largest magnitude 1.0 (shaders/common/scale.wgsl): the sums are unscaled by 2^-28.
+    let maxima = storage(ctx, 8)?;
+    ctx.queue().write_buffer(&maxima, 0, bytemuck::cast_slice(&[1f32.to_bits(); 2]));
+    let n_tiles = n as u32 / tile.bn();
+    let groups = (n as u32 / tile.bm()) * n_tiles;
+    let max_dim = ctx.device().limits().max_compute_workgroups_per_dimension;
+    let width = groups.min(max_dim);
+    // The kernel's `Dispatch` block: m_begin, m_end, first_sample, dispatch_width, n_tiles, padding.
+    let uniform = wgpu::util::DeviceExt::create_buffer_init(
+        ctx.device(),
+        &wgpu::util::BufferInitDescriptor {
+            label: Some("convt yardstick"),
+            contents: bytemuck::cast_slice(&[0, n as u32, 0, width, n_tiles, 0, 0, 0]),
+            usage: wgpu::BufferUsages::UNIFORM,
+        },
+    );
+    let ms = time_passes(
+        ctx,
+        &pipeline,
+        &[&uniform, &xp, &wp, &bias, &out, &maxima],
+        (width, groups.div_ceil(width)),
+        warmup,
+        runs,
+    )?;
+    let flop = 2.0 * (n as f64).powi(3);
+    Ok(Some((flop / (ms * 1e-3) / 1e12, strategy.name())))
 }
 
 /// The cooperative-matrix product rate in TFLOP/s (`loads_in_loop`: operands reloaded from workgroup memory

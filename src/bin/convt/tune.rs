@@ -70,7 +70,7 @@ pub fn run(a: TuneArgs) -> Result<Outcome> {
     for case in &cases {
         let case = a.batch.map_or(*case, |b| case.with_batch(b));
         let pass = if a.backward { Pass::Backward } else { Pass::Forward };
-        let prepared = Prepared::new(&ctx, &case, pass)?;
+        let prepared = Prepared::new(&ctx, &case, pass, convt::DType::F32)?;
         let shape = &prepared.shape;
         let mut record = |key: TuneKey, (candidate, ms): (Candidate, f64)| -> Result<()> {
             cache.insert(&key, TuneEntry::new(candidate.name(), ms, a.precision));
