@@ -117,12 +117,6 @@ fn mixed_problem(seed: u64) -> Problem {
     Problem { input: vec![3, 4, 5, 7], weight: vec![4, 3, 3, 2], bias: true, params, seed }
 }
 
-fn wide_problem(seed: u64) -> Problem {
-    // 64 input and 128 output channels, stride 1: every tensor-core tile takes it.
-    let params = ConvTranspose2dOptions::default().padding([0, 1]);
-    Problem { input: vec![2, 64, 6, 10], weight: vec![64, 128, 3, 2], bias: true, params, seed }
-}
-
 fn one_group_problem(seed: u64) -> Problem {
     // One group, channels a multiple of 16 (what the padded-NHWC kernel takes), stride 1.
     let params = ConvTranspose2dOptions::default().padding(1);

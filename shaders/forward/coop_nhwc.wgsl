@@ -109,9 +109,6 @@ fn out_pixel(m: u32) -> OutPixel {
     return OutPixel(select(0u, index, ok), ok);
 }
 
-// encode_out(v): v as the output stores it (generated: f32 as it is, or rounded to f16 or bf16).
-//#OUTPUT_FNS
-
 // Stores output channel oc of pixel p: the sum unscaled, the bias added.
 fn store(p: OutPixel, oc: u32, v: f32) {
     if (p.ok) {
@@ -119,7 +116,7 @@ fn store(p: OutPixel, oc: u32, v: f32) {
         if (HAS_BIAS) {
             r += bias[oc];
         }
-        out[p.index + oc * (OUT_H * OUT_W)] = encode_out(r);
+        out[p.index + oc * (OUT_H * OUT_W)] = r;
     }
 }
 

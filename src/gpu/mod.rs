@@ -183,12 +183,6 @@ impl Strategy {
         dtype == DType::F32 || matches!(self, Strategy::CoopNhwc(_))
     }
 
-    /// Whether this strategy's kernel writes an output of `dtype` itself (f32 always; the padded-NHWC kernel f16
-    /// too); other outputs are rounded from an f32 result.
-    pub(crate) fn writes_output(&self, dtype: DType) -> bool {
-        dtype == DType::F32 || (dtype == DType::F16 && matches!(self, Strategy::CoopNhwc(_)))
-    }
-
     /// Bytes of the weight as this strategy prepares it for `shape` (it must fit one storage binding), or `None`
     /// for a kernel that reads the weight as it is or a shape it does not take.
     pub fn prepared_weight_bytes(&self, shape: &ConvShape) -> Option<u64> {
@@ -400,7 +394,7 @@ pub(crate) fn forward_prepared(
         let x = if strategy.reads_input(input.dtype()) { None } else { convert::to_f32(ctx, input, &mut pass)? };
         let w = convert::to_f32(ctx, weight.tensor, &mut pass)?;
         let b = bias.map(|b| convert::to_f32(ctx, b, &mut pass)).transpose()?.flatten();
-        let result = if strategy.writes_output(output.dtype()) { None } else { convert::f32_result(ctx, output)? };
+        let result = convert::f32_result(ctx, output)?;
         let weight = kernel::Weight { tensor: w.as_ref().unwrap_or(weight.tensor), prepared: weight.prepared };
         let (input, bias) = (x.as_ref().unwrap_or(input), b.as_ref().or(bias));
         let out = result.as_ref().unwrap_or(output);

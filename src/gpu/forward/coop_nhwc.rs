@@ -5,7 +5,6 @@
 //! rows the workgroup copies into workgroup memory); then one dispatch per stride phase and output chunk. One
 //! module per [`NhwcTile`].
 
-use crate::dtype::DType;
 use crate::error::{ConvtError, Result};
 use crate::gpu::absmax;
 use crate::gpu::context::GpuContext;
@@ -220,14 +219,7 @@ impl NhwcTile {
     }
 
     /// The shader: `shaders/forward/coop_nhwc.wgsl` with this tile's constants and generated parts.
-    /// The kernel's shader for f32 outputs.
     pub fn source(&self) -> String {
-        self.source_for(DType::F32)
-    }
-
-    /// The kernel's shader writing its output in `out`: f16 (each value rounded once: see `epilogue`), else f32
-    /// (a bf16 output is rounded from an f32 one: `F32_OUTPUT_FNS`).
-    pub fn source_for(&self, out: DType) -> String {
         let (mi, nj) = (self.wm / 16, self.wn / 16);
         // A from the staged rows or from the padded input itself: rows padded either way (STAGE_STRIDE is STAGE_C +
         // ROW_PAD, a direct tile's PIXEL_STRIDE C_IN + ROW_PAD).
@@ -247,7 +239,7 @@ impl NhwcTile {
         }
         let (decl, products) = coop::products(mi, nj);
         math += &products;
-        let epi = self.epilogue(out == DType::F16);
+        let epi = self.epilogue();
         // Workgroup memory: every variable a multiple of 16 bytes (the word `direct_rows` as an array of 4), so
         // that the arrays cooperative matrices load from and store to (the staged rows, the epilogue's scratch)
         // start 16-byte aligned in whatever order the driver lays the variables out. NVIDIA's driver was seen not
@@ -277,14 +269,6 @@ impl NhwcTile {
         let body = fill_markers(&without_section(&body, drop), &[(&begin, ""), (&end, "")]);
         // Staged tiles read the padded input only in the stage's copy, 4 halves at a time.
         let body = if self.staged { body.replace(INPUT_BINDING, STAGED_INPUT_BINDING) } else { body };
-        // An f16 output: 16-bit stores of the values `encode_out` rounds (shaders/common/dtype.wgsl).
-        let body = match out {
-            DType::F32 | DType::BF16 => fill_markers(&body, &[("OUTPUT_FNS", F32_OUTPUT_FNS)]),
-            DType::F16 => fill_markers(
-                &body.replace(OUTPUT_BINDING, HALF_OUTPUT_BINDING),
-                &[("OUTPUT_FNS", &format!("{HALF_OUTPUT_FNS}{}", crate::gpu::convert::DTYPE_FUNCTIONS))],
-            ),
-        };
         let body = fill_markers(
             &body,
             &[
@@ -305,20 +289,11 @@ impl NhwcTile {
     /// neighbouring rows that both need it as one 32-pixel run, a row alone as a 16-pixel run. The choice depends
     /// on the workgroup's tile only: naga wants cooperative-matrix operations (and barriers) in workgroup-uniform
     /// control flow.
-    ///
-    /// An f16 output takes the scratch path for every fragment: the lanes round each value once (`encode_out`) and
-    /// store 16-bit values, where a cooperative-matrix store would write f32.
-    fn epilogue(&self, f16_out: bool) -> String {
+    fn epilogue(&self) -> String {
         let (mi, nj) = (self.wm / 16, self.wn / 16);
         let mut e = String::from(
             "    let plane = OUT_H * OUT_W;\n    let factors = unscale_factors();\n    let scratch = sg * C_LD * 16u;\n",
         );
-        if f16_out {
-            for i in (0..mi).step_by(2) {
-                e += &format!("    {{\n{}    }}\n", scratch_rounds(&[i, i + 1], nj));
-            }
-            return e;
-        }
         // Bit i: fragment row i is a direct run in every subgroup row. Every invocation computes the same bits;
         // they pass through workgroup memory because naga takes only a `workgroupUniformLoad` (not the workgroup
         // id) for workgroup-uniform.
@@ -386,16 +361,6 @@ fn scratch_rounds(rows: &[u32], nj: u32) -> String {
 /// Pixels per run of the epilogue's scratch: two 16-pixel fragment rows. Runs of one row only measured slower
 /// (docs/PERFORMANCE.md).
 const EPILOGUE_RUN: u32 = coop::FULL_RUN;
-
-/// The output's binding in `shaders/forward/coop_nhwc.wgsl`, and as kernels writing f16 or bf16 declare it.
-const OUTPUT_BINDING: &str = "@group(0) @binding(4) var<storage, read_write> out: array<f32>;";
-const HALF_OUTPUT_BINDING: &str = "@group(0) @binding(4) var<storage, read_write> out: array<f16>;";
-/// The shader's output functions for f32 and f16 outputs: an f16 is rounded by `f16_bits` (shaders/common/dtype.wgsl:
-/// to nearest even, whatever the driver's own conversion does), and the value it then holds converts exactly.
-/// (A bf16 output would need a 16-bit store of bits that are no f16's, which naga's WGSL cannot express: bf16
-/// results are rounded from an f32 one, src/gpu/convert.rs.)
-const F32_OUTPUT_FNS: &str = "fn encode_out(v: f32) -> f32 {\n    return v;\n}\n";
-const HALF_OUTPUT_FNS: &str = "fn encode_out(v: f32) -> f16 {\n    return f16(f16_value(f16_bits(v)));\n}\n";
 
 /// The padded input's binding in `shaders/forward/coop_nhwc.wgsl`, and as staged tiles declare it.
 const INPUT_BINDING: &str = "@group(0) @binding(1) var<storage, read> xp: array<f16>;";
@@ -891,11 +856,8 @@ pub(crate) fn encode(
 
     ctx.scoped(|| {
         // The products, one dispatch per phase and output chunk (whole samples).
-        let name = match output.dtype() {
-            DType::F16 => format!("{} f16 out", tile.name()),
-            _ => tile.name(),
-        };
-        let module = ctx.module_with(&name, || tile.source_for(output.dtype()))?;
+        let name = tile.name();
+        let module = ctx.module_with(&name, || tile.source())?;
         let ops = Operands::new(ctx, &wpk, bias)?;
         let n_tiles = cout / tile.bn() as usize;
         for p in &g.phases {
@@ -926,10 +888,7 @@ pub(crate) fn encode(
 
 /// This kernel's shaders for validation (`gpu::shader_sources`): every tile and the three preparation shaders.
 pub(crate) fn shader_variants() -> Vec<crate::gpu::ShaderVariant> {
-    let mut v: Vec<crate::gpu::ShaderVariant> = TILES
-        .iter()
-        .flat_map(|t| [DType::F32, DType::F16].map(|d| (SHADER_NAME, format!("{} {d} out", t.name()), t.source_for(d))))
-        .collect();
+    let mut v: Vec<crate::gpu::ShaderVariant> = TILES.iter().map(|t| (SHADER_NAME, t.name(), t.source())).collect();
     v.push((INPUT_SHADER_NAME, INPUT_SHADER_NAME.to_string(), input_shader()));
     v.push((SCALE_CHECK_SHADER_NAME, SCALE_CHECK_SHADER_NAME.to_string(), scale_check_shader()));
     v.push((WEIGHT_SHADER_NAME, WEIGHT_SHADER_NAME.to_string(), weight_shader()));
@@ -939,6 +898,7 @@ pub(crate) fn shader_variants() -> Vec<crate::gpu::ShaderVariant> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dtype::DType;
     use crate::gpu::context::GpuOptions;
     use crate::gpu::memory::read_back;
     use crate::ConvTranspose2dOptions;
