@@ -4,10 +4,11 @@
 use std::path::{Path, PathBuf};
 
 /// The CLI's shaders, by file name below src/bin/convt/shaders/ (the binary's modules are not reachable from here).
-const CLI_SHADERS: [(&str, &str); 3] = [
+const CLI_SHADERS: [(&str, &str); 4] = [
     ("ceiling_fma.wgsl", include_str!("../src/bin/convt/shaders/ceiling_fma.wgsl")),
     ("ceiling_copy.wgsl", include_str!("../src/bin/convt/shaders/ceiling_copy.wgsl")),
     ("ceiling_coop.wgsl", include_str!("../src/bin/convt/shaders/ceiling_coop.wgsl")),
+    ("ceiling_gemm.wgsl", include_str!("../src/bin/convt/shaders/ceiling_gemm.wgsl")),
 ];
 
 /// Every shader variant to check, as (variant name, WGSL).

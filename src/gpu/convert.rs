@@ -82,7 +82,7 @@ pub(crate) fn finish(
     Ok(())
 }
 
-/// This module's shader for validation (`gpu::shader_sources`).
+/// This module's shader for validation (`gpu::shader_sources`), which also holds the dtype functions.
 pub(crate) fn shader_variants() -> Vec<crate::gpu::ShaderVariant> {
-    vec![(SHADER_NAME, SHADER_NAME.to_string(), source())]
+    vec![(SHADER_NAME, SHADER_NAME.to_string(), source()), ("common/dtype.wgsl", SHADER_NAME.to_string(), source())]
 }

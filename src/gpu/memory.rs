@@ -32,12 +32,12 @@ struct PoolInner {
     tensor_bytes: u64,
 }
 
-/// At most this many bytes of idle buffers wait in the pool: room for a call's largest scratch buffer (up to one
-/// binding; the suite's largest, a padded f16 input in precision `fast`, is 1.08 GB). A scratch buffer that
-/// cannot wait here is freed after each call and allocated again by the next, and that mapping churn made the
-/// kernels running meanwhile much slower (docs/PERFORMANCE.md). The memory budget still drops idle buffers whenever
-/// a tensor needs their room.
-pub const MAX_IDLE_BYTES: u64 = 2 << 30;
+/// At most this many bytes of idle buffers wait in the pool: room for a call's scratch buffers (the suite's
+/// largest: a padded f16 input of 1.08 GB in precision `fast`, and with half-precision tensors an f32 result of
+/// 2.16 GB beside it). A scratch buffer that cannot wait here is freed after each call and allocated again by the
+/// next, and that mapping churn made the kernels running meanwhile much slower (docs/PERFORMANCE.md). The memory
+/// budget still drops idle buffers whenever a tensor needs their room.
+pub const MAX_IDLE_BYTES: u64 = 4 << 30;
 
 /// A buffer that goes back to its pool when dropped.
 pub struct PooledBuffer {

@@ -374,6 +374,12 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
                 100.0 * gemm / products
             );
         }
+        if let (Some(gemm), Some(products)) = (c.gemm_staged_tflops, c.coop_tflops) {
+            eprintln!(
+                "yardstick: the same GEMM with both operands staged in workgroup memory (ceiling_gemm.wgsl): {gemm:.1} TFLOP/s, {:.0}% of the products ceiling",
+                100.0 * gemm / products
+            );
+        }
         Some(c)
     } else {
         None

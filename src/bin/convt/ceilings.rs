@@ -22,6 +22,7 @@ use crate::bench::median;
 const FMA_SHADER: (&str, &str) = ("ceiling_fma.wgsl", include_str!("shaders/ceiling_fma.wgsl"));
 const COPY_SHADER: (&str, &str) = ("ceiling_copy.wgsl", include_str!("shaders/ceiling_copy.wgsl"));
 const COOP_SHADER: (&str, &str) = ("ceiling_coop.wgsl", include_str!("shaders/ceiling_coop.wgsl"));
+const GEMM_SHADER: (&str, &str) = ("ceiling_gemm.wgsl", include_str!("shaders/ceiling_gemm.wgsl"));
 
 /// The usage of the library's storage buffers (`convt::gpu::memory`'s pool).
 const STORAGE: wgpu::BufferUsages =
@@ -43,6 +44,9 @@ pub struct Ceilings {
     pub gemm_tflops: Option<f64>,
     /// The kernel (tile) that ran it.
     pub gemm_kernel: Option<String>,
+    /// The second yardstick's rate: the same GEMM with both operands staged in workgroup memory
+    /// (`src/bin/convt/shaders/ceiling_gemm.wgsl`).
+    pub gemm_staged_tflops: Option<f64>,
 }
 
 /// M, N and K of the yardstick's GEMM.
@@ -203,7 +207,51 @@ pub fn measure(ctx: &GpuContext, copy_bytes: u64, warmup: u32, runs: u32) -> Res
         Some((t, k)) => (Some(t), Some(k)),
         None => (None, None),
     };
-    Ok(Ceilings { fma_tflops, copy_gbs, coop_tflops, coop_with_loads_tflops, gemm_tflops, gemm_kernel })
+    let gemm_staged_tflops = if ctx.has_coop_f16() { Some(gemm_staged_rate(ctx, warmup, runs)?) } else { None };
+    Ok(Ceilings {
+        fma_tflops,
+        copy_gbs,
+        coop_tflops,
+        coop_with_loads_tflops,
+        gemm_tflops,
+        gemm_kernel,
+        gemm_staged_tflops,
+    })
+}
+
+/// The second yardstick: the same f16 GEMM with both operands staged in workgroup memory
+/// (`ceiling_gemm.wgsl`), in TFLOP/s.
+fn gemm_staged_rate(ctx: &GpuContext, warmup: u32, runs: u32) -> Result<f64> {
+    let n = GEMM_SIZE as u64;
+    let a = f16_buffer(ctx, n * n)?;
+    let b = f16_buffer(ctx, n * n)?;
+    let c = storage(ctx, n * n * 4)?;
+    let pipeline = make_pipeline(ctx, GEMM_SHADER.0, GEMM_SHADER.1, &[("SIZE", n as f64)])?;
+    let groups = ((n / 128) * (n / 128)) as u32;
+    let max_dim = ctx.device().limits().max_compute_workgroups_per_dimension;
+    if groups > max_dim.min(65535) {
+        return Err(ConvtError::InvalidArgument(format!("the GEMM yardstick needs {groups} workgroups in one row")));
+    }
+    let ms = time_passes(ctx, &pipeline, &[&a, &b, &c], (groups, 1), warmup, runs)?;
+    Ok(2.0 * (n as f64).powi(3) / (ms * 1e-3) / 1e12)
+}
+
+/// A storage buffer of `count` f16 values in [0.5, 1) (whole 16-byte units).
+fn f16_buffer(ctx: &GpuContext, count: u64) -> Result<wgpu::Buffer> {
+    let buffer = storage(ctx, (count * 2).next_multiple_of(16))?;
+    let pattern: Vec<u16> =
+        (0..count.min(1 << 20)).map(|i| half::f16::from_f32(0.5 + (i % 61) as f32 / 128.0).to_bits()).collect();
+    let bytes: &[u8] = bytemuck::cast_slice(&pattern);
+    let mut offset = 0;
+    while offset < count * 2 {
+        let len = (bytes.len() as u64).min(count * 2 - offset) / 4 * 4;
+        if len == 0 {
+            break;
+        }
+        ctx.queue().write_buffer(&buffer, offset, &bytes[..len as usize]);
+        offset += len;
+    }
+    Ok(buffer)
 }
 
 /// The yardstick: the f16 GEMM of `GEMM_SIZE` cubed through the padded-NHWC tensor-core kernel, as the 1 x 1
@@ -224,22 +272,7 @@ fn gemm_rate(ctx: &GpuContext, warmup: u32, runs: u32) -> Result<Option<(f64, St
     let pipeline = make_pipeline(ctx, &strategy.name(), &source, &consts)?;
     // The operands as the kernel reads them: pixels PIXEL_STRIDE halves apart (one tile of pixels more, where
     // its last rows would read), weight rows W_ROW halves apart.
-    let halves = |count: u64| -> Result<wgpu::Buffer> {
-        let buffer = storage(ctx, (count * 2).next_multiple_of(16))?;
-        let pattern: Vec<u16> =
-            (0..count.min(1 << 20)).map(|i| half::f16::from_f32(0.5 + (i % 61) as f32 / 128.0).to_bits()).collect();
-        let bytes: &[u8] = bytemuck::cast_slice(&pattern);
-        let mut offset = 0;
-        while offset < count * 2 {
-            let len = (bytes.len() as u64).min(count * 2 - offset) / 4 * 4;
-            if len == 0 {
-                break;
-            }
-            ctx.queue().write_buffer(&buffer, offset, &bytes[..len as usize]);
-            offset += len;
-        }
-        Ok(buffer)
-    };
+    let halves = |count: u64| f16_buffer(ctx, count);
     let xp = halves((n as u64 + tile.bm() as u64) * constant("PIXEL_STRIDE"))?;
     let wp = halves(n as u64 * constant("W_ROW"))?;
     let bias = storage(ctx, 256)?;
