@@ -44,9 +44,10 @@ pub struct Ceilings {
     pub gemm_tflops: Option<f64>,
     /// The kernel (tile) that ran it.
     pub gemm_kernel: Option<String>,
-    /// The second yardstick's rate: the same GEMM with both operands staged in workgroup memory
-    /// (`src/bin/convt/shaders/ceiling_gemm.wgsl`).
-    pub gemm_staged_tflops: Option<f64>,
+    /// The second yardstick's rates: the same GEMM with both operands staged in workgroup memory
+    /// (`src/bin/convt/shaders/ceiling_gemm.wgsl`), then without its loads from storage, then without its copy
+    /// into workgroup memory too (what bounds it).
+    pub gemm_staged_tflops: Option<[f64; 3]>,
 }
 
 /// M, N and K of the yardstick's GEMM.
@@ -207,7 +208,15 @@ pub fn measure(ctx: &GpuContext, copy_bytes: u64, warmup: u32, runs: u32) -> Res
         Some((t, k)) => (Some(t), Some(k)),
         None => (None, None),
     };
-    let gemm_staged_tflops = if ctx.has_coop_f16() { Some(gemm_staged_rate(ctx, warmup, runs)?) } else { None };
+    let gemm_staged_tflops = if ctx.has_coop_f16() {
+        Some([
+            gemm_staged_rate(ctx, true, true, warmup, runs)?,
+            gemm_staged_rate(ctx, false, true, warmup, runs)?,
+            gemm_staged_rate(ctx, false, false, warmup, runs)?,
+        ])
+    } else {
+        None
+    };
     Ok(Ceilings {
         fma_tflops,
         copy_gbs,
@@ -219,14 +228,19 @@ pub fn measure(ctx: &GpuContext, copy_bytes: u64, warmup: u32, runs: u32) -> Res
     })
 }
 
-/// The second yardstick: the same f16 GEMM with both operands staged in workgroup memory
-/// (`ceiling_gemm.wgsl`), in TFLOP/s.
-fn gemm_staged_rate(ctx: &GpuContext, warmup: u32, runs: u32) -> Result<f64> {
+/// The second yardstick: the same f16 GEMM with both operands staged in workgroup memory (`ceiling_gemm.wgsl`),
+/// with or without its loads from storage and its copy into workgroup memory, in TFLOP/s.
+fn gemm_staged_rate(ctx: &GpuContext, global_loads: bool, stage_copy: bool, warmup: u32, runs: u32) -> Result<f64> {
     let n = GEMM_SIZE as u64;
     let a = f16_buffer(ctx, n * n)?;
     let b = f16_buffer(ctx, n * n)?;
     let c = storage(ctx, n * n * 4)?;
-    let pipeline = make_pipeline(ctx, GEMM_SHADER.0, GEMM_SHADER.1, &[("SIZE", n as f64)])?;
+    let consts = [
+        ("SIZE", n as f64),
+        ("GLOBAL_LOADS", f64::from(u8::from(global_loads))),
+        ("STAGE_COPY", f64::from(u8::from(stage_copy))),
+    ];
+    let pipeline = make_pipeline(ctx, GEMM_SHADER.0, GEMM_SHADER.1, &consts)?;
     let groups = ((n / 128) * (n / 128)) as u32;
     let max_dim = ctx.device().limits().max_compute_workgroups_per_dimension;
     if groups > max_dim.min(65535) {

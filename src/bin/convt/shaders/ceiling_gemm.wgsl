@@ -11,10 +11,18 @@
 // current stage's products, so they arrive while the tensor cores work; the copy between the two barriers only
 // writes workgroup memory. One stage's rows take 17 KiB: two workgroups fit a multiprocessor's 48 KiB. The
 // accumulators are stored straight to C (row-major).
+//
+// Two switches take parts of the loop away, to tell what bounds it (the results are then not a product):
+// - GLOBAL_LOADS = false: the stages are copied from the registers the first stage loaded, with no loads from
+//   storage in the loop;
+// - STAGE_COPY = false: no copy into workgroup memory and no barriers in the loop either: the products and their
+//   fragment loads from workgroup memory alone.
 enable f16;
 enable wgpu_cooperative_matrix;
 
 override SIZE: u32 = 8192u;
+override GLOBAL_LOADS: bool = true;
+override STAGE_COPY: bool = true;
 const THREADS: u32 = 256u;
 const BM: u32 = 128u;
 const BN: u32 = 128u;
@@ -72,14 +80,22 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         ahead_a[j] = a[quad_at(0u, m0, lid + j * THREADS)];
         ahead_b[j] = b[quad_at(0u, n0, lid + j * THREADS)];
     }
-    for (var k0 = 0u; k0 < SIZE; k0 += BK) {
-        workgroupBarrier(); // every fragment of the last stage is loaded
+    if (!STAGE_COPY) {
         for (var j = 0u; j < LOADS; j++) {
             put(true, lid + j * THREADS, ahead_a[j]);
             put(false, lid + j * THREADS, ahead_b[j]);
         }
+    }
+    for (var k0 = 0u; k0 < SIZE; k0 += BK) {
+        if (STAGE_COPY) {
+            workgroupBarrier(); // every fragment of the last stage is loaded
+            for (var j = 0u; j < LOADS; j++) {
+                put(true, lid + j * THREADS, ahead_a[j]);
+                put(false, lid + j * THREADS, ahead_b[j]);
+            }
+        }
         workgroupBarrier();
-        if (k0 + BK < SIZE) {
+        if (GLOBAL_LOADS && k0 + BK < SIZE) {
             for (var j = 0u; j < LOADS; j++) {
                 ahead_a[j] = a[quad_at(k0 + BK, m0, lid + j * THREADS)];
                 ahead_b[j] = b[quad_at(k0 + BK, n0, lid + j * THREADS)];
