@@ -45,13 +45,16 @@ pub struct Ceilings {
     /// The kernel (tile) that ran it.
     pub gemm_kernel: Option<String>,
     /// The second yardstick's rates: the same GEMM with both operands staged in workgroup memory
-    /// (`src/bin/convt/shaders/ceiling_gemm.wgsl`), then without its loads from storage, then without its copy
-    /// into workgroup memory too (what bounds it).
-    pub gemm_staged_tflops: Option<[f64; 3]>,
+    /// (`src/bin/convt/shaders/ceiling_gemm.wgsl`), its workgroups in plain row order, then grouped (those running
+    /// at once share A and B in L2), then with K stages of 64 instead of 32, then (stages of 32) without its loads
+    /// from storage, then without its copy into workgroup memory too (what bounds it).
+    pub gemm_staged_tflops: Option<[f64; 5]>,
 }
 
 /// M, N and K of the yardstick's GEMM.
 pub const GEMM_SIZE: usize = 8192;
+/// Block rows a group of the second yardstick's workgroups sweeps together (`ceiling_gemm.wgsl`).
+const GEMM_GROUP_M: u32 = 8;
 
 const WORKGROUP_SIZE: u32 = 256;
 const FMA_ITERATIONS: u32 = 2048;
@@ -210,9 +213,11 @@ pub fn measure(ctx: &GpuContext, copy_bytes: u64, warmup: u32, runs: u32) -> Res
     };
     let gemm_staged_tflops = if ctx.has_coop_f16() {
         Some([
-            gemm_staged_rate(ctx, true, true, warmup, runs)?,
-            gemm_staged_rate(ctx, false, true, warmup, runs)?,
-            gemm_staged_rate(ctx, false, false, warmup, runs)?,
+            gemm_staged_rate(ctx, 1, 32, true, true, warmup, runs)?,
+            gemm_staged_rate(ctx, GEMM_GROUP_M, 32, true, true, warmup, runs)?,
+            gemm_staged_rate(ctx, GEMM_GROUP_M, 64, true, true, warmup, runs)?,
+            gemm_staged_rate(ctx, GEMM_GROUP_M, 32, false, true, warmup, runs)?,
+            gemm_staged_rate(ctx, GEMM_GROUP_M, 32, false, false, warmup, runs)?,
         ])
     } else {
         None
@@ -230,7 +235,15 @@ pub fn measure(ctx: &GpuContext, copy_bytes: u64, warmup: u32, runs: u32) -> Res
 
 /// The second yardstick: the same f16 GEMM with both operands staged in workgroup memory (`ceiling_gemm.wgsl`),
 /// with or without its loads from storage and its copy into workgroup memory, in TFLOP/s.
-fn gemm_staged_rate(ctx: &GpuContext, global_loads: bool, stage_copy: bool, warmup: u32, runs: u32) -> Result<f64> {
+fn gemm_staged_rate(
+    ctx: &GpuContext,
+    group_m: u32,
+    bk: u32,
+    global_loads: bool,
+    stage_copy: bool,
+    warmup: u32,
+    runs: u32,
+) -> Result<f64> {
     let n = GEMM_SIZE as u64;
     let a = f16_buffer(ctx, n * n)?;
     let b = f16_buffer(ctx, n * n)?;
@@ -239,6 +252,8 @@ fn gemm_staged_rate(ctx: &GpuContext, global_loads: bool, stage_copy: bool, warm
         ("SIZE", n as f64),
         ("GLOBAL_LOADS", f64::from(u8::from(global_loads))),
         ("STAGE_COPY", f64::from(u8::from(stage_copy))),
+        ("GROUP_M", f64::from(group_m)),
+        ("BK", f64::from(bk)),
     ];
     let pipeline = make_pipeline(ctx, GEMM_SHADER.0, GEMM_SHADER.1, &consts)?;
     let groups = ((n / 128) * (n / 128)) as u32;

@@ -9,8 +9,8 @@
 // products ceiling's staged rows: ROW = 136), and every fragment loads from there (A column-major, B row-major,
 // the layouts that ceiling measures). The next stage's loads from storage are issued into registers before the
 // current stage's products, so they arrive while the tensor cores work; the copy between the two barriers only
-// writes workgroup memory. One stage's rows take 17 KiB: two workgroups fit a multiprocessor's 48 KiB. The
-// accumulators are stored straight to C (row-major).
+// writes workgroup memory. One stage's rows take 17 KiB at BK = 32 (two workgroups fit a multiprocessor's 48 KiB),
+// 35 KiB at BK = 64. The accumulators are stored straight to C (row-major).
 //
 // Two switches take parts of the loop away, to tell what bounds it (the results are then not a product):
 // - GLOBAL_LOADS = false: the stages are copied from the registers the first stage loaded, with no loads from
@@ -23,12 +23,13 @@ enable wgpu_cooperative_matrix;
 override SIZE: u32 = 8192u;
 override GLOBAL_LOADS: bool = true;
 override STAGE_COPY: bool = true;
+override GROUP_M: u32 = 8u; // block rows a group of consecutive workgroups sweeps together (1: rows one by one)
 const THREADS: u32 = 256u;
 const BM: u32 = 128u;
 const BN: u32 = 128u;
-const BK: u32 = 32u;
+override BK: u32 = 32u; // K per stage: 32 or 64
 const ROW: u32 = 136u; // halves between staged rows: 128 + 8
-const LOADS: u32 = 4u; // vec4<f16> of each operand's stage per invocation: 32 x 128 / 4 / THREADS
+const MAX_LOADS: u32 = 8u; // vec4<f16> of each operand's stage per invocation, at most: 64 x 128 / 4 / THREADS
 
 @group(0) @binding(0) var<storage, read> a: array<vec4<f16>>; // A[k][m], SIZE x SIZE
 @group(0) @binding(1) var<storage, read> b: array<vec4<f16>>; // B[k][n]
@@ -59,10 +60,17 @@ fn put(tile_is_a: bool, i: u32, v: vec4<f16>) {
 
 @compute @workgroup_size(THREADS)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    // Consecutive workgroups take GROUP_M block rows column by column, so that those running at once share both
+    // A's rows and B's columns in L2 (in plain row order they share A but sweep all of B, re-read from memory
+    // for every block row when B exceeds L2).
+    let tiles_m = SIZE / BM;
     let tiles_n = SIZE / BN;
     let wg = wid.y * 65535u + wid.x;
-    let m0 = (wg / tiles_n) * BM;
-    let n0 = (wg % tiles_n) * BN;
+    let per_group = GROUP_M * tiles_n;
+    let first_m = (wg / per_group) * GROUP_M;
+    let rows = min(tiles_m - first_m, GROUP_M);
+    let m0 = (first_m + (wg % per_group) % rows) * BM;
+    let n0 = ((wg % per_group) / rows) * BN;
     let sg = lid / 32u;
     let sm = (sg % 2u) * 64u; // this subgroup's rows of the block
     let sn = (sg / 2u) * 32u; // and columns
@@ -74,14 +82,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     var acc_2_1 = coop_mat16x16<f32, C>();
     var acc_3_0 = coop_mat16x16<f32, C>();
     var acc_3_1 = coop_mat16x16<f32, C>();
-    var ahead_a: array<vec4<f16>, LOADS>;
-    var ahead_b: array<vec4<f16>, LOADS>;
-    for (var j = 0u; j < LOADS; j++) {
+    let loads = BK * 32u / THREADS; // BK rows of 32 quads per operand
+    var ahead_a: array<vec4<f16>, MAX_LOADS>;
+    var ahead_b: array<vec4<f16>, MAX_LOADS>;
+    for (var j = 0u; j < loads; j++) {
         ahead_a[j] = a[quad_at(0u, m0, lid + j * THREADS)];
         ahead_b[j] = b[quad_at(0u, n0, lid + j * THREADS)];
     }
     if (!STAGE_COPY) {
-        for (var j = 0u; j < LOADS; j++) {
+        for (var j = 0u; j < loads; j++) {
             put(true, lid + j * THREADS, ahead_a[j]);
             put(false, lid + j * THREADS, ahead_b[j]);
         }
@@ -89,14 +98,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     for (var k0 = 0u; k0 < SIZE; k0 += BK) {
         if (STAGE_COPY) {
             workgroupBarrier(); // every fragment of the last stage is loaded
-            for (var j = 0u; j < LOADS; j++) {
+            for (var j = 0u; j < loads; j++) {
                 put(true, lid + j * THREADS, ahead_a[j]);
                 put(false, lid + j * THREADS, ahead_b[j]);
             }
         }
         workgroupBarrier();
         if (GLOBAL_LOADS && k0 + BK < SIZE) {
-            for (var j = 0u; j < LOADS; j++) {
+            for (var j = 0u; j < loads; j++) {
                 ahead_a[j] = a[quad_at(k0 + BK, m0, lid + j * THREADS)];
                 ahead_b[j] = b[quad_at(k0 + BK, n0, lid + j * THREADS)];
             }
