@@ -11,7 +11,7 @@
 //! * `fuzz_safetensors`: random bytes, and random mutations (bit flips, truncation, header-length edits,
 //!   insertions, deletions, number and dtype edits inside the JSON header, splices) of valid files written by
 //!   `convt::io::save_tensors`, into `TensorFile::from_bytes`. It must never panic; it may return only
-//!   `TensorFile` or `DType` errors, and `Ok` only with f32 tensors that an independent reading of the header
+//!   `TensorFile` or `DType` errors, and `Ok` only with F32, F16 and BF16 tensors that an independent reading of the header
 //!   (serde_json's untyped values) finds, with the same shapes and bit-identical data.
 //!
 //! Each target runs for `CONVT_FUZZ_SECONDS` (default 30 in the full tier, 5 in the fast one) and prints its seed,
@@ -478,9 +478,9 @@ fn fuzz_params() {
 // Target 2: the safetensors reader
 // ---------------------------------------------------------------------------------------------------------
 
-/// Valid files to mutate: written by `save_tensors` (f32, zero-sized dimensions and metadata included), plus a
-/// few of other dtypes written by the safetensors crate.
-/// Each file comes with its tensors (`None` for the non-f32 files).
+/// Valid files to mutate: written by `save_tensors` (f32, f16 and bf16, zero-sized dimensions and metadata
+/// included), plus a few of dtypes convt does not read, written by the safetensors crate.
+/// Each file comes with its tensors (`None` for the files convt does not read).
 type Corpus = Vec<(Vec<u8>, Option<BTreeMap<String, Tensor>>)>;
 
 fn corpus(rng: &mut StdRng) -> Corpus {
@@ -500,7 +500,10 @@ fn corpus(rng: &mut StdRng) -> Corpus {
             let data = (0..n)
                 .map(|_| if rng.random_range(0..6) == 0 { specials[rng.random_range(0..5)] } else { rng.random() })
                 .collect();
-            tensors.insert(names[rng.random_range(0..names.len())].to_string(), Tensor::new(shape, data).unwrap());
+            // Each tensor in one of the dtypes convt reads, its values rounded to it.
+            let dtype = convt::DType::ALL[rng.random_range(0..3)];
+            let t = Tensor::new(shape, data).unwrap().to_dtype(dtype);
+            tensors.insert(names[rng.random_range(0..names.len())].to_string(), t);
         }
         let metadata = (i % 3 == 0).then(|| [("params".to_string(), r#"{"stride": [2, 2]}"#.to_string())].into());
         let path = dir.join(format!("{i}.safetensors"));
@@ -510,7 +513,7 @@ fn corpus(rng: &mut StdRng) -> Corpus {
     }
     let _ = std::fs::remove_dir_all(&dir);
     use safetensors::Dtype;
-    for dtype in [Dtype::F16, Dtype::BF16, Dtype::F64, Dtype::I32, Dtype::U8, Dtype::BOOL, Dtype::F4] {
+    for dtype in [Dtype::F64, Dtype::I32, Dtype::U8, Dtype::BOOL, Dtype::F4] {
         let data = vec![0u8; 4 * dtype.bitsize() / 8];
         let view = safetensors::tensor::TensorView::new(dtype, vec![2, 2], &data).unwrap();
         files.push((safetensors::serialize([("weight", view)], None).unwrap(), None));
@@ -687,8 +690,8 @@ fn number_spans(text: &str) -> Vec<(usize, usize)> {
     spans
 }
 
-/// The independent reading of an accepted file: every tensor of the header is f32, the offsets tile the data
-/// section exactly, and the reader's tensors are those, bit for bit.
+/// The independent reading of an accepted file: every tensor of the header is F32, F16 or BF16, the offsets tile
+/// the data section exactly, and the reader's tensors are those, bit for bit.
 fn check_accepted(bytes: &[u8], file: &TensorFile) -> Result<(), String> {
     let h = header_range(bytes).ok_or("accepted, but the header length does not fit the file")?;
     let value: serde_json::Value = serde_json::from_slice(&bytes[h.clone()]).map_err(|e| format!("accepted: {e}"))?;
@@ -701,19 +704,24 @@ fn check_accepted(bytes: &[u8], file: &TensorFile) -> Result<(), String> {
             continue;
         }
         seen += 1;
-        if entry["dtype"] != "F32" {
-            return Err(format!("accepted tensor `{name}` of dtype {}", entry["dtype"]));
-        }
+        let dtype = match entry["dtype"].as_str() {
+            Some("F32") => convt::DType::F32,
+            Some("F16") => convt::DType::F16,
+            Some("BF16") => convt::DType::BF16,
+            _ => return Err(format!("accepted tensor `{name}` of dtype {}", entry["dtype"])),
+        };
         let shape: Vec<usize> = serde_json::from_value(entry["shape"].clone()).map_err(|e| e.to_string())?;
         let offsets: [usize; 2] = serde_json::from_value(entry["data_offsets"].clone()).map_err(|e| e.to_string())?;
         let t = file.get(name).map_err(|e| format!("tensor `{name}` of the header does not read: {e}"))?;
         let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).ok_or("accepted an overflowing shape")?;
-        if t.shape() != &shape[..] || t.numel() != n || offsets[1].checked_sub(offsets[0]) != Some(4 * n) {
+        let bytes_needed = n.checked_mul(dtype.size());
+        if t.shape() != &shape[..] || t.numel() != n || offsets[1].checked_sub(offsets[0]) != bytes_needed {
             return Err(format!("tensor `{name}`: shape {shape:?}, offsets {offsets:?}, read {:?}", t.shape()));
         }
         let raw = data.get(offsets[0]..offsets[1]).ok_or("accepted offsets outside the data")?;
-        let same =
-            raw.chunks_exact(4).zip(t.data()).all(|(b, v)| u32::from_le_bytes(b.try_into().unwrap()) == v.to_bits());
+        let mut values = vec![0f32; n];
+        dtype.decode(raw, &mut values);
+        let same = t.dtype() == dtype && values.iter().zip(t.data()).all(|(a, v)| a.to_bits() == v.to_bits());
         if !same {
             return Err(format!("tensor `{name}`: data differs from the file's bytes"));
         }
@@ -740,7 +748,8 @@ fn reader_once(rng: &mut StdRng, corpus: &Corpus, iteration: u64, input: &mut St
     let path = Path::new("fuzz.safetensors");
     let (bytes, kind) = match rng.random_range(0..20) {
         0 => {
-            // Unmutated: must read back exactly what was written (a non-f32 file: a DType error).
+            // Unmutated: must read back exactly what was written (a file of a dtype convt does not read: a DType
+            // error).
             let (bytes, tensors) = &corpus[rng.random_range(0..corpus.len())];
             return match (TensorFile::from_bytes(bytes, path), tensors) {
                 (Ok(f), Some(tensors)) => {
@@ -748,6 +757,7 @@ fn reader_once(rng: &mut StdRng, corpus: &Corpus, iteration: u64, input: &mut St
                         && tensors.iter().all(|(n, t)| {
                             f.get(n).is_ok_and(|r| {
                                 r.shape() == t.shape()
+                                    && r.dtype() == t.dtype()
                                     && r.data().iter().zip(t.data()).all(|(a, b)| a.to_bits() == b.to_bits())
                             })
                         });
@@ -757,8 +767,8 @@ fn reader_once(rng: &mut StdRng, corpus: &Corpus, iteration: u64, input: &mut St
                         Err("round trip differs".into())
                     }
                 }
-                (Err(ConvtError::DType { .. }), None) => Ok("valid non-f32 file: DType".into()),
-                (Ok(_), None) => Err("a non-f32 file was accepted".into()),
+                (Err(ConvtError::DType { .. }), None) => Ok("valid file of another dtype: DType".into()),
+                (Ok(_), None) => Err("a file of a dtype convt does not read was accepted".into()),
                 (Err(e), _) => Err(format!("a valid file was rejected: {e}")),
             };
         }
@@ -802,8 +812,8 @@ fn reader_once(rng: &mut StdRng, corpus: &Corpus, iteration: u64, input: &mut St
         Ok(Ok(file)) => check_accepted(&bytes, &file).map(|()| format!("ok after {kind}")).map_err(|e| save(&e)),
         Ok(Err(e @ (ConvtError::TensorFile { .. } | ConvtError::DType { .. }))) => {
             if let ConvtError::DType { dtype, .. } = &e {
-                if dtype == "F32" {
-                    return Err(save("DType error for an f32 tensor"));
+                if ["F32", "F16", "BF16"].contains(&dtype.as_str()) {
+                    return Err(save(&format!("DType error for a tensor of dtype {dtype}, which convt reads")));
                 }
             }
             Ok(format!("err {}", variant(&e)))
