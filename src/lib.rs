@@ -24,7 +24,8 @@
 //! [`conv_transpose2d_backward`] and their `_into` forms, which take a [`Run`] or [`BackwardRun`]: forced kernels,
 //! GPU timer); one
 //! options type ([`ConvTranspose2dOptions`]) for all of them and the CLI; [`GpuContext`], [`GpuTensor`],
-//! [`Tensor`]; [`io`] for safetensors files. `gpu::select` says which kernel a call would run, `gpu::tune` holds
+//! [`Tensor`] and their [`DType`] (f32, f16, bf16); [`io`] for safetensors files. `gpu::select` says which kernel
+//! a call would run, `gpu::tune` holds
 //! the tuning cache. docs/DESIGN.md describes the inside.
 
 pub mod cpu;

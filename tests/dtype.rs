@@ -435,3 +435,20 @@ fn the_cli_backward_keeps_the_files_dtype() {
     assert_eq!(file.dtype("grad_input"), Some(DType::BF16));
     assert_eq!(file.dtype("grad_bias"), Some(DType::BF16));
 }
+
+#[test]
+fn verify_checks_half_precision_tensors() {
+    // `convt verify --dtype`: the reference from the values the rounded inputs hold, the tolerance widened by the
+    // dtype's unit roundoff only; the kernel's errors would show above it.
+    let out = convt_ok(&["verify", "--case", "kb81", "--dtype", "bf16", "--max-gflop", "0.2", "--json"]);
+    let line = String::from_utf8_lossy(&out.stdout).to_string();
+    let v: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
+    assert_eq!(v["dtype"], "bf16");
+    assert_eq!(v["ok"], true);
+    let e = v["checks"][0]["rel_l2"].as_f64().unwrap();
+    // Rounding to bf16 costs about 2^-9 / sqrt(3) of relative L2 on these values, far above f32's sums' error.
+    assert!(e > 1e-4 && e < 2f64.powi(-8), "{e}");
+    let out = convt_ok(&["verify", "--case", "kb81", "--dtype", "f16", "--backward", "--max-gflop", "0.2", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+    assert_eq!((v["dtype"].as_str(), v["ok"].as_bool()), (Some("f16"), Some(true)), "{v}");
+}

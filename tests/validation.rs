@@ -590,7 +590,7 @@ fn f64_tensor_in_a_file_is_a_dtype_error() {
         matches!(&e, ConvtError::DType { path: p, name, dtype } if *p == path && name == "weight" && dtype == "F64"),
         "{e:?}"
     );
-    assert_message(&e, &[&path.display().to_string(), "`weight`", "F64", "f32"]);
+    assert_message(&e, &[&path.display().to_string(), "`weight`", "F64", "F32, F16 and BF16"]);
 }
 
 #[test]

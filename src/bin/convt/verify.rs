@@ -11,7 +11,7 @@ use anyhow::{bail, Result};
 use clap::{Args, ValueEnum};
 use convt::gpu::GradInputKernel;
 use convt::suite::Case;
-use convt::{cpu, ConvShape, ErrorStats, GpuContext, GpuOptions, Precision, Tensor};
+use convt::{cpu, ConvShape, DType, ErrorStats, GpuContext, GpuOptions, Precision, Tensor};
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
@@ -73,7 +73,8 @@ pub struct VerifyArgs {
     /// Seed for the inputs (fresh each run by default).
     #[arg(long)]
     seed: Option<u64>,
-    /// Relative L2 error above which the check fails (default: 1e-5 for f32, 1e-3 for fast).
+    /// Relative L2 error above which the check fails (default: 1e-5 for f32, 1e-3 for fast; with f16 or bf16
+    /// tensors plus the dtype's unit roundoff, 2^-11 or 2^-8, for the result's rounding).
     #[arg(long, value_parser = non_negative, allow_hyphen_values = true)]
     tolerance: Option<f64>,
     /// Arithmetic of the forward: `f32` (exact) or `fast` (the fastest kernel within 1e-3: f16 operands with f32
@@ -81,6 +82,10 @@ pub struct VerifyArgs {
     /// it computes.
     #[arg(long, default_value = "f32")]
     precision: Precision,
+    /// The tensors' dtype (f32, f16, bf16): the random inputs rounded to it, the result in it, compared with the
+    /// float64 reference computed from the values the inputs hold.
+    #[arg(long, default_value = "f32")]
+    dtype: DType,
     /// Print one JSON object per case instead of a table.
     #[arg(long)]
     json: bool,
@@ -183,16 +188,26 @@ pub fn run(a: VerifyArgs) -> Result<Outcome> {
     if a.backward && a.precision != Precision::F32 {
         bail!("the backward pass runs in exact f32 only (--precision fast is for the forward)");
     }
-    let tolerance = a.tolerance.unwrap_or(match a.precision {
-        Precision::F32 => 1e-5,
-        Precision::Fast => 1e-3,
-    });
+    // A result rounded once to its dtype errs by at most the unit roundoff relative to each element, so by at most
+    // that in relative L2 too.
+    let roundoff = match a.dtype {
+        DType::F32 => 0.0,
+        DType::F16 => 2f64.powi(-11),
+        DType::BF16 => 2f64.powi(-8),
+    };
+    let tolerance = a.tolerance.unwrap_or(
+        roundoff
+            + match a.precision {
+                Precision::F32 => 1e-5,
+                Precision::Fast => 1e-3,
+            },
+    );
     let mut opts = GpuOptions::from_env()?;
     opts.poison_outputs = true;
     let ctx = GpuContext::with_options(opts)?;
     let software = ctx.adapter_info().device_type == wgpu::DeviceType::Cpu;
     if !a.json {
-        println!("adapter: {} ({:?})", ctx.adapter_info().name, ctx.adapter_info().backend);
+        println!("adapter: {} ({:?}), {} tensors", ctx.adapter_info().name, ctx.adapter_info().backend, a.dtype);
     }
     let mut failed = 0;
     for case in cases.iter_mut() {
@@ -213,7 +228,7 @@ pub fn run(a: VerifyArgs) -> Result<Outcome> {
             println!(
                 "{}",
                 json!({"case": case.name, "input": shape.input_dims(), "output": shape.output_dims(), "seed": seed,
-                       "precision": a.precision, "kernel": r.kernel, "arithmetic": r.arithmetic, "check": r.mode, "checks": checks, "all_finite": r.all_finite, "gpu_s": r.gpu_s,
+                       "precision": a.precision, "dtype": a.dtype, "kernel": r.kernel, "arithmetic": r.arithmetic, "check": r.mode, "checks": checks, "all_finite": r.all_finite, "gpu_s": r.gpu_s,
                        "reference_s": r.reference_s, "ok": ok})
             );
         } else {
@@ -256,9 +271,10 @@ struct CaseResult {
 
 fn verify_case(ctx: &GpuContext, case: &Case, seed: u64, a: &VerifyArgs) -> Result<CaseResult> {
     let shape = shape_of(case)?;
-    let input = Tensor::uniform(shape.input_dims(), -1.0, 1.0, seed)?;
-    let weight = Tensor::uniform(shape.weight_dims(), -1.0, 1.0, seed ^ 1)?;
-    let bias = case.bias.then(|| Tensor::uniform(vec![shape.out_channels], -1.0, 1.0, seed ^ 2)).transpose()?;
+    let random = |dims, seed| Ok::<_, convt::ConvtError>(Tensor::uniform(dims, -1.0, 1.0, seed)?.to_dtype(a.dtype));
+    let input = random(shape.input_dims(), seed)?;
+    let weight = random(shape.weight_dims(), seed ^ 1)?;
+    let bias = case.bias.then(|| random(vec![shape.out_channels], seed ^ 2)).transpose()?;
     let t = Instant::now();
     let (out, strategy) = crate::host::forward(ctx, a.precision, &input, &weight, bias.as_ref(), &case.params)?;
     let gpu_s = t.elapsed().as_secs_f64();
@@ -310,10 +326,11 @@ pub fn sample_positions(dims: &[usize], count: usize, seed: u64) -> Vec<(usize, 
 
 fn verify_backward(ctx: &GpuContext, case: &Case, seed: u64, a: &VerifyArgs) -> Result<CaseResult> {
     let shape = shape_of(case)?;
-    let input = Tensor::uniform(shape.input_dims(), -1.0, 1.0, seed)?;
-    let weight = Tensor::uniform(shape.weight_dims(), -1.0, 1.0, seed ^ 1)?;
-    let bias = case.bias.then(|| Tensor::uniform(vec![shape.out_channels], -1.0, 1.0, seed ^ 2)).transpose()?;
-    let grad_output = Tensor::uniform(shape.output_dims(), -1.0, 1.0, seed ^ 4)?;
+    let random = |dims, seed| Ok::<_, convt::ConvtError>(Tensor::uniform(dims, -1.0, 1.0, seed)?.to_dtype(a.dtype));
+    let input = random(shape.input_dims(), seed)?;
+    let weight = random(shape.weight_dims(), seed ^ 1)?;
+    let bias = case.bias.then(|| random(vec![shape.out_channels], seed ^ 2)).transpose()?;
+    let grad_output = random(shape.output_dims(), seed ^ 4)?;
     let t = Instant::now();
     let g = crate::host::backward(ctx, &input, &weight, bias.as_ref(), &grad_output, &case.params)?;
     let gpu_s = t.elapsed().as_secs_f64();
