@@ -126,7 +126,7 @@ impl TensorFile {
         let what = || format!("tensor `{name}` of {}", self.path.display());
         let mut values = filled_vec(raw.len() / dtype.size(), 0f32, what)?;
         dtype.decode(raw, &mut values);
-        Ok(Tensor::new(shape.clone(), values)?.to_dtype(*dtype))
+        Tensor::of_dtype(shape.clone(), values, *dtype)
     }
 
     /// The dtype of the tensor called `name`, if the file has one.

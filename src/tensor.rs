@@ -29,13 +29,20 @@ impl Tensor {
         Ok(Self { shape, data, dtype: DType::F32 })
     }
 
-    /// The same values as `dtype` (`tensor.to(dtype)`), each rounded to it.
+    /// The same values as `dtype` (`tensor.to(dtype)`), each rounded to it (nothing to round into f32 or into the
+    /// tensor's own dtype).
     pub fn to_dtype(mut self, dtype: DType) -> Self {
-        if dtype != DType::F32 {
+        if dtype != DType::F32 && dtype != self.dtype {
             self.data.iter_mut().for_each(|v| *v = dtype.round(*v));
         }
         self.dtype = dtype;
         self
+    }
+
+    /// A tensor of `dtype` from `data` that already holds values of it (decoded from that dtype's bytes), so
+    /// nothing is rounded again.
+    pub(crate) fn of_dtype(shape: impl Into<Vec<usize>>, data: Vec<f32>, dtype: DType) -> Result<Self> {
+        Ok(Self { dtype, ..Self::new(shape, data)? })
     }
 
     pub fn dtype(&self) -> DType {
@@ -76,8 +83,7 @@ impl Tensor {
 
     /// The same data under another shape of the same number of elements.
     pub fn reshape(self, shape: impl Into<Vec<usize>>) -> Result<Self> {
-        let dtype = self.dtype;
-        Ok(Self::new(shape, self.data)?.to_dtype(dtype))
+        Self::of_dtype(shape, self.data, self.dtype)
     }
 }
 

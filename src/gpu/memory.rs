@@ -347,14 +347,11 @@ impl GpuTensor {
         let numel = checked_numel(shape)?;
         let planes = numel.checked_div(plane_elems).unwrap_or(0);
         let per_chunk = chunk_planes(ctx.binding_limit(), planes_per_row, plane_elems, shape)?;
+        (numel as u64).checked_mul(4).ok_or(ConvtError::SizeOverflow { shape: shape.to_vec() })?;
+        // The bytes of the chunks made below: `full` whole ones and the rest.
         let chunk_bytes = |n: usize| ((n * plane_elems * dtype.size()) as u64).next_multiple_of(4);
-        let bytes = (numel as u64).checked_mul(4).ok_or(ConvtError::SizeOverflow { shape: shape.to_vec() })?;
-        let bytes = if dtype == DType::F32 {
-            bytes
-        } else {
-            let full = planes / per_chunk.max(1);
-            chunk_bytes(per_chunk) * full as u64 + chunk_bytes(planes - full * per_chunk.max(1))
-        };
+        let full = planes / per_chunk.max(1);
+        let bytes = chunk_bytes(per_chunk) * full as u64 + chunk_bytes(planes - full * per_chunk.max(1));
         ctx.pool.reserve(bytes, ctx.memory_budget(), &|| format!("a tensor of size {shape:?}"))?;
         let reservation = Reservation { pool: &ctx.pool, bytes };
         let t = ctx.scoped(|| {
@@ -447,7 +444,7 @@ impl GpuTensor {
             let bytes = c.buffer.size();
             read_back(ctx, &c.buffer, bytes, |view| self.dtype.decode(&view[..dst.len() * self.dtype.size()], dst))?;
         }
-        Ok(Tensor::new(self.shape.clone(), data)?.to_dtype(self.dtype))
+        Tensor::of_dtype(self.shape.clone(), data, self.dtype)
     }
 
     pub fn shape(&self) -> &[usize] {

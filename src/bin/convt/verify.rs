@@ -271,7 +271,7 @@ struct CaseResult {
 
 fn verify_case(ctx: &GpuContext, case: &Case, seed: u64, a: &VerifyArgs) -> Result<CaseResult> {
     let shape = shape_of(case)?;
-    let random = |dims, seed| Ok::<_, convt::ConvtError>(Tensor::uniform(dims, -1.0, 1.0, seed)?.to_dtype(a.dtype));
+    let random = |dims, seed| random_tensor(dims, seed, a.dtype);
     let input = random(shape.input_dims(), seed)?;
     let weight = random(shape.weight_dims(), seed ^ 1)?;
     let bias = case.bias.then(|| random(vec![shape.out_channels], seed ^ 2)).transpose()?;
@@ -304,6 +304,11 @@ fn verify_case(ctx: &GpuContext, case: &Case, seed: u64, a: &VerifyArgs) -> Resu
     })
 }
 
+/// Values drawn from U(-1, 1) with `seed`, rounded to `dtype`.
+fn random_tensor(dims: Vec<usize>, seed: u64, dtype: DType) -> convt::Result<Tensor> {
+    Ok(Tensor::uniform(dims, -1.0, 1.0, seed)?.to_dtype(dtype))
+}
+
 /// Whether the check compares every element (else sampled ones).
 fn full_check(shape: &ConvShape, a: &VerifyArgs) -> bool {
     match a.check {
@@ -326,7 +331,7 @@ pub fn sample_positions(dims: &[usize], count: usize, seed: u64) -> Vec<(usize, 
 
 fn verify_backward(ctx: &GpuContext, case: &Case, seed: u64, a: &VerifyArgs) -> Result<CaseResult> {
     let shape = shape_of(case)?;
-    let random = |dims, seed| Ok::<_, convt::ConvtError>(Tensor::uniform(dims, -1.0, 1.0, seed)?.to_dtype(a.dtype));
+    let random = |dims, seed| random_tensor(dims, seed, a.dtype);
     let input = random(shape.input_dims(), seed)?;
     let weight = random(shape.weight_dims(), seed ^ 1)?;
     let bias = case.bias.then(|| random(vec![shape.out_channels], seed ^ 2)).transpose()?;
