@@ -262,7 +262,65 @@ fn gemm_staged_rate(
         return Err(ConvtError::InvalidArgument(format!("the GEMM yardstick needs {groups} workgroups in one row")));
     }
     let ms = time_passes(ctx, &pipeline, &[&a, &b, &c], (groups, 1), warmup, runs)?;
+    if global_loads && stage_copy {
+        check_gemm(ctx, &c)?;
+    }
     Ok(2.0 * (n as f64).powi(3) / (ms * 1e-3) / 1e12)
+}
+
+/// The value `f16_buffer` puts at element `i`, as f64.
+fn pattern_value(i: u64) -> f64 {
+    let v = half::f16::from_f32(0.5 + ((i % (1 << 20)) % 61) as f32 / 128.0);
+    f64::from(v.to_f32())
+}
+
+/// Checks that the second yardstick computed C = A B (A[k][m], B[k][n] both `f16_buffer`'s pattern): a few rows of
+/// C, read back, against float64 sums. A rate counts only if the kernel it timed computes the product.
+fn check_gemm(ctx: &GpuContext, c: &wgpu::Buffer) -> Result<()> {
+    let n = GEMM_SIZE as u64;
+    let (rows, cols) = ([0u64, 1, 777, n - 1], 256u64);
+    let readback = scoped(ctx, || {
+        ctx.device().create_buffer(&wgpu::BufferDescriptor {
+            label: Some("convt ceiling check"),
+            size: rows.len() as u64 * cols * 4,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        })
+    })?;
+    let mut encoder = ctx.device().create_command_encoder(&Default::default());
+    for (r, &m) in rows.iter().enumerate() {
+        // Columns n - cols .. n of row m: the last block column, whose tiles run last.
+        encoder.copy_buffer_to_buffer(c, (m * n + n - cols) * 4, &readback, r as u64 * cols * 4, cols * 4);
+    }
+    ctx.queue().submit([encoder.finish()]);
+    let (tx, rx) = std::sync::mpsc::channel();
+    readback.map_async(wgpu::MapMode::Read, .., move |r| {
+        let _ = tx.send(r);
+    });
+    wait(ctx)?;
+    rx.recv()
+        .map_err(|e| ConvtError::Gpu(format!("reading the GEMM yardstick back: {e}")))?
+        .map_err(|e| ConvtError::Gpu(format!("reading the GEMM yardstick back: {e}")))?;
+    let view = readback.get_mapped_range(..).map_err(|e| ConvtError::Gpu(e.to_string()))?;
+    let got: Vec<f32> = bytemuck::cast_slice(&view).to_vec();
+    drop(view);
+    readback.unmap();
+    let (mut err, mut norm) = (0.0f64, 0.0f64);
+    for (r, &m) in rows.iter().enumerate() {
+        for j in 0..cols {
+            let col = n - cols + j;
+            let want: f64 = (0..n).map(|k| pattern_value(k * n + m) * pattern_value(k * n + col)).sum();
+            err += (f64::from(got[r * cols as usize + j as usize]) - want).powi(2);
+            norm += want * want;
+        }
+    }
+    let rel = (err / norm).sqrt();
+    if rel.is_nan() || rel > 1e-4 {
+        return Err(ConvtError::Gpu(format!(
+            "the GEMM yardstick computed a wrong product (relative L2 error {rel:.1e})"
+        )));
+    }
+    Ok(())
 }
 
 /// A storage buffer of `count` f16 values in [0.5, 1) (whole 16-byte units).
