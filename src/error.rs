@@ -70,7 +70,8 @@ pub enum ConvtError {
     TooLargeForBinding { what: String, bytes: u64, limit: u64 },
     #[error(
         "no GPU adapter found{detail}. Install a Vulkan driver for your GPU, or Mesa's software Vulkan driver \
-             (Debian/Ubuntu: `apt-get install mesa-vulkan-drivers`), or run with --backend cpu"
+             (Debian/Ubuntu: `apt-get install mesa-vulkan-drivers`), or use the CPU reference (`convt::cpu`; \
+             `convt forward` and `convt backward` take `--backend cpu`)"
     )]
     NoAdapter { detail: String },
     #[error("the GPU is out of memory: {0}")]

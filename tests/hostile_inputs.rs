@@ -699,13 +699,20 @@ fn output_tensor_of_the_wrong_shape_is_a_shape_mismatch() {
 fn convt_with_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_convt"));
     cmd.args(args).env_remove("RUST_LOG").env("RUST_BACKTRACE", "1");
-    for var in ["CONVT_ADAPTER", "CONVT_BACKEND", "CONVT_STRATEGY", "CONVT_MAX_BINDING_BYTES", "CONVT_SHADER_CHECKS"] {
+    for var in [
+        "CONVT_ADAPTER",
+        "CONVT_BACKEND",
+        "CONVT_STRATEGY",
+        "CONVT_MAX_BINDING_BYTES",
+        "CONVT_SHADER_CHECKS",
+        "WGPU_BACKEND",
+        "WGPU_ADAPTER_NAME",
+        // The CLI keeps Mesa's Wayland noise off stderr itself (its `main`), which the one-line checks see.
+        "XDG_RUNTIME_DIR",
+    ] {
         cmd.env_remove(var);
     }
     cmd.envs(env.iter().copied());
-    if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
-        cmd.env("XDG_RUNTIME_DIR", std::env::temp_dir());
-    }
     cmd.output().expect("convt runs")
 }
 
@@ -762,8 +769,8 @@ fn cli_no_adapter_fails_naming_the_adapter_but_the_cpu_backend_still_works() {
     let found = stderr.split("(found: ").nth(1).and_then(|r| r.split("). Install").next()).unwrap_or("");
     let expected = format!(
         "error: no GPU adapter found whose name contains `no-such-gpu` (found: {found}). Install a Vulkan driver for \
-         your GPU, or Mesa's software Vulkan driver (Debian/Ubuntu: `apt-get install mesa-vulkan-drivers`), or run \
-         with --backend cpu"
+         your GPU, or Mesa's software Vulkan driver (Debian/Ubuntu: `apt-get install mesa-vulkan-drivers`), or use \
+         the CPU reference (`convt::cpu`; `convt forward` and `convt backward` take `--backend cpu`)"
     );
     fails_with(&args, &env, &expected, true);
     assert!(!out_path.exists());
@@ -777,14 +784,67 @@ fn cli_no_adapter_fails_naming_the_adapter_but_the_cpu_backend_still_works() {
     assert!(out_path.exists());
 }
 
+/// wgpu's own variables choose the backend and the adapter where convt's are unset; `--adapter` takes a number
+/// from `convt info`'s list or part of a name; and no driver noise reaches stderr, XDG_RUNTIME_DIR unset or not.
+#[test]
+fn cli_takes_wgpus_environment_and_the_adapter_option() {
+    let info = |args: &[&str], env: &[(&str, &str)]| {
+        let out = convt_with_env(args, env);
+        let what = describe(args, &out);
+        assert_eq!(out.status.code(), Some(0), "{what}");
+        assert!(out.stderr.is_empty(), "{what}");
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap_or_else(|e| panic!("{e}: {what}"))
+    };
+    let plain = info(&["info", "--json"], &[]);
+    let first = plain["adapters"][0]["name"].as_str().expect("an adapter").to_string();
+    assert_eq!(plain["chosen"]["name"], first.as_str());
+    // The first adapter by number, and by part of its name (in another case), from either place.
+    let part = first[..first.len().min(6)].to_uppercase();
+    for (args, env) in [
+        (vec!["--adapter", "0", "info", "--json"], vec![]),
+        (vec!["info", "--json", "--adapter", part.as_str()], vec![]),
+        (vec!["info", "--json"], vec![("WGPU_ADAPTER_NAME", part.as_str())]),
+    ] {
+        assert_eq!(info(&args, &env)["chosen"]["name"], first.as_str(), "{args:?} {env:?}");
+    }
+    // Linux has no Metal: WGPU_BACKEND is honoured, and CONVT_BACKEND comes first.
+    if cfg!(target_os = "linux") {
+        let out = convt_with_env(&["info"], &[("WGPU_BACKEND", "metal")]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.starts_with("error: no GPU adapter found for backends"), "{stderr}");
+        let both = info(&["info", "--json"], &[("WGPU_BACKEND", "metal"), ("CONVT_BACKEND", "vulkan,gl")]);
+        assert_eq!(both["chosen"]["name"], first.as_str());
+    }
+    let found = plain["adapters"].as_array().map_or(0, |a| a.len());
+    let refused = |args: &[&str], env: &[(&str, &str)], start: &str| {
+        let out = convt_with_env(args, env);
+        let what = describe(args, &out);
+        assert_eq!(out.status.code(), Some(2), "{what}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(stderr.lines().count(), 1, "{what}");
+        assert!(stderr.starts_with(start), "{what}");
+    };
+    refused(&["--adapter", "99", "info"], &[], &format!("error: no GPU adapter found at index 99 (found {found}: "));
+    refused(
+        &["info"],
+        &[("WGPU_ADAPTER_NAME", "no-such-gpu")],
+        "error: no GPU adapter found whose name contains `no-such-gpu`",
+    );
+}
+
 #[test]
 fn cli_bad_environment_settings_fail_naming_the_value() {
     let dir = common::TempDir::new("cli-env");
     let tensors = cli_problem(&dir);
     let out_path = dir.path("out.safetensors");
     let args = ["forward", "--tensors", s(&tensors), "--out", s(&out_path)];
-    let cases: [(&str, &str, &str); 4] = [
+    let cases: [(&str, &str, &str); 5] = [
         ("CONVT_BACKEND", "cuda", "error: unknown GPU backend `cuda` (expected vulkan, metal, dx12, gl or all)"),
+        (
+            "WGPU_BACKEND",
+            "cuda",
+            "error: WGPU_BACKEND: unknown GPU backend `cuda` (expected vulkan, metal, dx12, gl or all)",
+        ),
         ("CONVT_MAX_BINDING_BYTES", "lots", "error: CONVT_MAX_BINDING_BYTES must be a byte count, got `lots`"),
         ("CONVT_SHADER_CHECKS", "maybe", "error: CONVT_SHADER_CHECKS must be `checked` or `trusted`, got `maybe`"),
         ("CONVT_STRATEGY", "fastest", "error: CONVT_STRATEGY `fastest` is not one of direct, "),

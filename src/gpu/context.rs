@@ -27,9 +27,12 @@ pub enum ShaderChecks {
 /// Options for [`GpuContext::with_options`]. [`GpuOptions::from_env`] reads them from the environment.
 #[derive(Debug, Clone, Default)]
 pub struct GpuOptions {
-    /// Backends to consider (`CONVT_BACKEND=vulkan|metal|dx12|gl`, comma separated); all by default.
+    /// Backends to consider (`CONVT_BACKEND=vulkan|metal|dx12|gl`, comma separated, else wgpu's own
+    /// `WGPU_BACKEND`); all by default.
     pub backends: Option<wgpu::Backends>,
-    /// Choose the first adapter whose name contains this text, case-insensitive (`CONVT_ADAPTER`).
+    /// The adapter: a number picks that entry of [`list_adapters`] (the order `convt info` numbers them in, which
+    /// tells identical GPUs apart); any other text the first adapter whose name contains it, case-insensitive
+    /// (`CONVT_ADAPTER`, else wgpu's own `WGPU_ADAPTER_NAME`; the CLI's `--adapter`).
     pub adapter: Option<String>,
     /// Cap on the bytes of one storage binding, below the adapter's own limit (`CONVT_MAX_BINDING_BYTES`).
     /// Used to exercise the splitting of large tensors on small test problems.
@@ -74,13 +77,18 @@ impl GpuOptions {
         Ok(backends)
     }
 
+    /// Options from the environment: `CONVT_*` variables, and wgpu's `WGPU_BACKEND` and `WGPU_ADAPTER_NAME` where
+    /// convt's own (`CONVT_BACKEND`, `CONVT_ADAPTER`) are not set.
     pub fn from_env() -> Result<Self> {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
         let mut opts = Self::default();
         if let Some(b) = var("CONVT_BACKEND") {
             opts.backends = Some(Self::parse_backends(&b)?);
+        } else if let Some(b) = var("WGPU_BACKEND") {
+            opts.backends =
+                Some(Self::parse_backends(&b).map_err(|e| ConvtError::InvalidArgument(format!("WGPU_BACKEND: {e}")))?);
         }
-        opts.adapter = var("CONVT_ADAPTER");
+        opts.adapter = var("CONVT_ADAPTER").or_else(|| var("WGPU_ADAPTER_NAME"));
         if let Some(v) = var("CONVT_MAX_BINDING_BYTES") {
             let bytes = v.trim().parse::<u64>().map_err(|_| {
                 ConvtError::InvalidArgument(format!("CONVT_MAX_BINDING_BYTES must be a byte count, got `{v}`"))
@@ -234,14 +242,19 @@ impl GpuContext {
         let found: Vec<String> =
             adapters.iter().map(|a| format!("{} ({:?})", a.get_info().name, a.get_info().backend)).collect();
         let adapter = match &options.adapter {
-            Some(want) => {
-                let want = want.to_lowercase();
-                adapters.into_iter().find(|a| a.get_info().name.to_lowercase().contains(&want)).ok_or_else(|| {
-                    ConvtError::NoAdapter {
-                        detail: format!(" whose name contains `{want}` (found: {})", found.join(", ")),
-                    }
-                })?
-            }
+            Some(want) => match want.trim().parse::<usize>() {
+                Ok(index) => adapters.into_iter().nth(index).ok_or_else(|| ConvtError::NoAdapter {
+                    detail: format!(" at index {index} (found {}: {})", found.len(), found.join(", ")),
+                })?,
+                Err(_) => {
+                    let want = want.to_lowercase();
+                    adapters.into_iter().find(|a| a.get_info().name.to_lowercase().contains(&want)).ok_or_else(
+                        || ConvtError::NoAdapter {
+                            detail: format!(" whose name contains `{want}` (found: {})", found.join(", ")),
+                        },
+                    )?
+                }
+            },
             None => adapters.into_iter().next().ok_or_else(|| ConvtError::NoAdapter {
                 detail: match options.backends {
                     Some(b) => format!(" for backends {b:?}"),

@@ -5,7 +5,29 @@ use std::path::Path;
 use clap::Args;
 use convt::io::{OutputFile, TensorFile};
 use convt::suite::{self, Case};
-use convt::{ConvTranspose2dOptions, DType, Tensor};
+use convt::{ConvTranspose2dOptions, DType, GpuContext, GpuOptions, Tensor};
+
+/// The global `--adapter`, set once by `main`.
+static ADAPTER: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+
+/// Records the global `--adapter` (called once, by `main`).
+pub fn set_adapter(adapter: Option<String>) {
+    let _ = ADAPTER.set(adapter);
+}
+
+/// The GPU options of every subcommand: the environment's (`GpuOptions::from_env`), with `--adapter` over them.
+pub fn gpu_options() -> convt::Result<GpuOptions> {
+    let mut opts = GpuOptions::from_env()?;
+    if let Some(adapter) = ADAPTER.get().cloned().flatten() {
+        opts.adapter = Some(adapter);
+    }
+    Ok(opts)
+}
+
+/// A context with [`gpu_options`].
+pub fn gpu_context() -> convt::Result<GpuContext> {
+    GpuContext::with_options(gpu_options()?)
+}
 
 /// Parses `N` (both axes) or `H,W` into a pair; negative values pass through so the library can reject them
 /// with PyTorch's message.

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
-use convt::{DType, GpuContext, Tensor};
+use convt::{DType, Tensor};
 
 use crate::args::{open_problem, ConvArgs, Problem};
 use crate::forward::Backend;
@@ -47,7 +47,7 @@ pub fn run(a: BackwardArgs) -> Result<Outcome> {
             }
         }
         Backend::Gpu => {
-            let ctx = GpuContext::new()?;
+            let ctx = crate::args::gpu_context()?;
             crate::host::backward(&ctx, input, weight, bias, grad_output, &params)?
         }
     };

@@ -356,7 +356,7 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
     }
     // The JSON file's path is checked before anything is measured.
     let json_out = a.json.as_deref().map(|p| OutputFile::create(p, &[])).transpose()?;
-    let ctx = GpuContext::new()?;
+    let ctx = crate::args::gpu_context()?;
     let info = ctx.adapter_info().clone();
     eprintln!("adapter: {} ({:?}, driver {} {})", info.name, info.backend, info.driver, info.driver_info);
     let ceil: Option<Ceilings> = if a.ceilings {

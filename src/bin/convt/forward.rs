@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::{Args, ValueEnum};
-use convt::{DType, GpuContext, Precision};
+use convt::{DType, Precision};
 
 use crate::args::{open_problem, ConvArgs, Problem};
 use crate::Outcome;
@@ -48,7 +48,7 @@ pub fn run(a: ForwardArgs) -> Result<Outcome> {
     let output = match a.backend {
         Backend::Cpu => convt::cpu::conv_transpose2d(input, weight, bias, &params)?.to_dtype(dtype),
         Backend::Gpu => {
-            let ctx = GpuContext::new()?;
+            let ctx = crate::args::gpu_context()?;
             let (output, strategy) = crate::host::forward(&ctx, a.precision, input, weight, bias, &params)?;
             eprintln!("ran {} ({}) on {}", strategy.name(), strategy.arithmetic(), ctx.adapter_info().name);
             output

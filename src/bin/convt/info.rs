@@ -3,7 +3,7 @@
 use anyhow::Result;
 use clap::Args;
 use convt::gpu::{list_adapters, AdapterSummary};
-use convt::{GpuContext, GpuOptions};
+use convt::GpuContext;
 use serde_json::json;
 
 use crate::Outcome;
@@ -16,7 +16,7 @@ pub struct InfoArgs {
 }
 
 pub fn run(a: InfoArgs) -> Result<Outcome> {
-    let opts = GpuOptions::from_env()?;
+    let opts = crate::args::gpu_options()?;
     let found: Vec<AdapterSummary> = list_adapters(&opts).iter().map(|a| AdapterSummary::from(&a.get_info())).collect();
     let ctx = GpuContext::with_options(opts)?;
     let chosen = AdapterSummary::from(ctx.adapter_info());
@@ -47,9 +47,9 @@ pub fn run(a: InfoArgs) -> Result<Outcome> {
         println!("{}", json!({ "adapters": found, "chosen": chosen, "limits": limits, "features": features }));
         return Ok(Outcome::Ok);
     }
-    println!("adapters found:");
-    for s in &found {
-        println!("  {} ({}, {}, driver {} {})", s.name, s.backend, s.device_type, s.driver, s.driver_info);
+    println!("adapters found (--adapter takes the number or part of the name):");
+    for (i, s) in found.iter().enumerate() {
+        println!("  {i}: {} ({}, {}, driver {} {})", s.name, s.backend, s.device_type, s.driver, s.driver_info);
     }
     println!("chosen: {} ({}, {})", chosen.name, chosen.backend, chosen.device_type);
     println!("driver: {} {}", chosen.driver, chosen.driver_info);

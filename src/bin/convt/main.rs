@@ -18,6 +18,10 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(name = "convt", version, about = "PyTorch's ConvTranspose2d as WGSL compute shaders on wgpu")]
 struct Cli {
+    /// The GPU adapter: its number in `convt info`'s list, or text its name contains (default: CONVT_ADAPTER, else
+    /// WGPU_ADAPTER_NAME, else the first listed). The backends: CONVT_BACKEND or WGPU_BACKEND.
+    #[arg(long, global = true, value_name = "NAME|INDEX")]
+    adapter: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -53,8 +57,17 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
+    // Mesa's drivers connect to a Wayland display while wgpu lists adapters, and libwayland prints "error:
+    // XDG_RUNTIME_DIR is invalid or not set" for each one where the variable is unset (a server, a container):
+    // noise that looks like convt's own errors. There is no display to find then; the temporary directory
+    // silences it. Set here, before any other thread exists.
+    #[cfg(target_os = "linux")]
+    if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
+        std::env::set_var("XDG_RUNTIME_DIR", std::env::temp_dir());
+    }
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let cli = Cli::parse();
+    args::set_adapter(cli.adapter);
     let result = match cli.command {
         Command::Info(a) => info::run(a),
         Command::Forward(a) => forward::run(a),

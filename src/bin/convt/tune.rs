@@ -8,7 +8,7 @@ use clap::Args;
 use convt::gpu::tune::{self, Pass as TunePass, TuneCache, TuneEntry, TuneKey};
 use convt::gpu::{GradInputKernel, GradWeightKernel, Strategy};
 use convt::suite::Case;
-use convt::{GpuContext, GpuOptions, Precision};
+use convt::{GpuContext, Precision};
 
 use crate::bench::{median, BackwardKernels, Candidate, Pass, Prepared};
 use crate::Outcome;
@@ -50,7 +50,7 @@ pub fn run(a: TuneArgs) -> Result<Outcome> {
     if a.backward && a.precision != Precision::F32 {
         anyhow::bail!("the backward pass runs in exact f32 only: tune it without --precision fast");
     }
-    let mut opts = GpuOptions::from_env()?;
+    let mut opts = crate::args::gpu_options()?;
     opts.strategy = None;
     let path = a
         .cache

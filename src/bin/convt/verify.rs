@@ -11,7 +11,7 @@ use anyhow::{bail, Result};
 use clap::{Args, ValueEnum};
 use convt::gpu::GradInputKernel;
 use convt::suite::Case;
-use convt::{cpu, ConvShape, DType, ErrorStats, GpuContext, GpuOptions, Precision, Tensor};
+use convt::{cpu, ConvShape, DType, ErrorStats, GpuContext, Precision, Tensor};
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
@@ -202,7 +202,7 @@ pub fn run(a: VerifyArgs) -> Result<Outcome> {
                 Precision::Fast => 1e-3,
             },
     );
-    let mut opts = GpuOptions::from_env()?;
+    let mut opts = crate::args::gpu_options()?;
     opts.poison_outputs = true;
     let ctx = GpuContext::with_options(opts)?;
     let software = ctx.adapter_info().device_type == wgpu::DeviceType::Cpu;
