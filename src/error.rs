@@ -51,6 +51,15 @@ pub enum ConvtError {
          ({out_h} x {out_w})"
     )]
     OutputTooSmall { in_h: usize, in_w: usize, out_h: i64, out_w: i64 },
+    /// An `output_size` of the wrong length (PyTorch's message).
+    #[error("ConvTranspose2D: for {input_dims}D input, output_size must have 2 or {input_dims} elements (got {got})")]
+    OutputSizeLength { input_dims: usize, got: usize },
+    /// An `output_size` no output_padding reaches (PyTorch's message).
+    #[error(
+        "requested an output size of {requested:?}, but valid sizes range from {min:?} to {max:?} (for an input of \
+         {input_hw:?})"
+    )]
+    OutputSizeUnreachable { requested: Vec<usize>, min: [i64; 2], max: [i64; 2], input_hw: [usize; 2] },
     #[error(
         "output size is too large: input size per channel ({in_h} x {in_w}) gives calculated output size per channel \
          ({out_h} x {out_w}), more than can be addressed"

@@ -113,6 +113,13 @@ impl ConvTranspose2d {
         crate::cpu::conv_transpose2d(input, &self.weight, self.bias.as_ref(), &self.params)
     }
 
+    /// [`Self::forward_cpu`] with PyTorch's `output_size` (`[H, W]` or the whole output shape): the output_padding
+    /// that reaches it replaces the layer's for this call ([`ConvTranspose2dOptions::for_output_size`]).
+    pub fn forward_cpu_with_output_size(&self, input: &Tensor, output_size: &[usize]) -> Result<Tensor> {
+        let params = self.params.for_output_size(input.shape(), self.weight.shape(), output_size)?;
+        crate::cpu::conv_transpose2d(input, &self.weight, self.bias.as_ref(), &params)
+    }
+
     /// The gradients with respect to the input, the weight and the bias (when the layer has one) given the
     /// gradient of the output, on the CPU reference (f64 accumulation).
     pub fn backward_cpu(&self, input: &Tensor, grad_output: &Tensor) -> Result<Gradients> {
@@ -255,11 +262,22 @@ impl ConvTranspose2d {
     /// Runs on the GPU: upload the input, run, read back. For several calls, keep the weights resident with
     /// [`Self::to_gpu`].
     pub fn forward(&self, ctx: &GpuContext, input: &Tensor) -> Result<Tensor> {
+        self.forward_as(ctx, input, &self.params)
+    }
+
+    /// [`Self::forward`] with PyTorch's `output_size` (`[H, W]` or the whole output shape): the output_padding that
+    /// reaches it replaces the layer's for this call ([`ConvTranspose2dOptions::for_output_size`]).
+    pub fn forward_with_output_size(&self, ctx: &GpuContext, input: &Tensor, output_size: &[usize]) -> Result<Tensor> {
+        let params = self.params.for_output_size(input.shape(), self.weight.shape(), output_size)?;
+        self.forward_as(ctx, input, &params)
+    }
+
+    fn forward_as(&self, ctx: &GpuContext, input: &Tensor, params: &ConvTranspose2dOptions) -> Result<Tensor> {
         let bias = self.bias.as_ref();
-        self.params.resolve(input.shape(), self.weight.shape(), bias.map(|b| b.shape()))?;
+        params.resolve(input.shape(), self.weight.shape(), bias.map(|b| b.shape()))?;
         let (x, w) = (GpuTensor::upload(ctx, input)?, GpuTensor::upload(ctx, &self.weight)?);
         let b = bias.map(|b| GpuTensor::upload(ctx, b)).transpose()?;
-        gpu::conv_transpose2d(ctx, &x, &w, b.as_ref(), &self.params)?.download(ctx)
+        gpu::conv_transpose2d(ctx, &x, &w, b.as_ref(), params)?.download(ctx)
     }
 
     /// The layer with its weights uploaded once, for GPU-resident inputs and outputs.
@@ -287,9 +305,20 @@ pub struct GpuConvTranspose2d<'c> {
 impl GpuConvTranspose2d<'_> {
     /// GPU tensor in, GPU tensor out: chain layers without reading back in between.
     pub fn forward(&self, input: &GpuTensor) -> Result<GpuTensor> {
-        let shape = self.params.resolve(input.shape(), self.weight.shape(), self.bias.as_ref().map(|b| b.shape()))?;
+        self.forward_as(input, &self.params)
+    }
+
+    /// [`Self::forward`] with PyTorch's `output_size` (`[H, W]` or the whole output shape): the output_padding that
+    /// reaches it replaces the layer's for this call ([`ConvTranspose2dOptions::for_output_size`]).
+    pub fn forward_with_output_size(&self, input: &GpuTensor, output_size: &[usize]) -> Result<GpuTensor> {
+        let params = self.params.for_output_size(input.shape(), self.weight.shape(), output_size)?;
+        self.forward_as(input, &params)
+    }
+
+    fn forward_as(&self, input: &GpuTensor, params: &ConvTranspose2dOptions) -> Result<GpuTensor> {
+        let shape = params.resolve(input.shape(), self.weight.shape(), self.bias.as_ref().map(|b| b.shape()))?;
         let output = GpuTensor::empty_with(self.ctx, &shape.output_dims_as_given(), input.dtype())?;
-        self.forward_into(input, &output, None)?;
+        self.forward_into_as(input, &output, None, params)?;
         Ok(output)
     }
 
@@ -302,9 +331,19 @@ impl GpuConvTranspose2d<'_> {
         output: &GpuTensor,
         timer: Option<(&gpu::GpuTimer, u32)>,
     ) -> Result<gpu::Strategy> {
+        self.forward_into_as(input, output, timer, &self.params)
+    }
+
+    fn forward_into_as(
+        &self,
+        input: &GpuTensor,
+        output: &GpuTensor,
+        timer: Option<(&gpu::GpuTimer, u32)>,
+        params: &ConvTranspose2dOptions,
+    ) -> Result<gpu::Strategy> {
         let bias = self.bias.as_ref();
-        let shape = self.params.resolve(input.shape(), self.weight.shape(), bias.map(|b| b.shape()))?;
-        let strategy = gpu::select::forward(self.ctx, &shape, bias.is_some(), self.params.precision);
+        let shape = params.resolve(input.shape(), self.weight.shape(), bias.map(|b| b.shape()))?;
+        let strategy = gpu::select::forward(self.ctx, &shape, bias.is_some(), params.precision);
         let prepared = self.prepared.get(self.ctx, strategy, &shape, &self.weight)?;
         let weight = Weight { tensor: &self.weight, prepared: prepared.as_deref() };
         gpu::forward_prepared(self.ctx, strategy, &shape, input, weight, bias, output, timer)?;

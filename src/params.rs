@@ -141,6 +141,39 @@ impl ConvTranspose2dOptions {
         out
     }
 
+    /// PyTorch's `forward(input, output_size=...)`: these options with the output_padding that makes the output of
+    /// `input` and `weight` (as [`Self::resolve`] takes them) `output_size`, which is `[H, W]` or the whole output
+    /// shape (its last two taken). As in PyTorch, each axis reaches the sizes from the output without padding to
+    /// `stride - 1` more, whatever output_padding the options held; others are an
+    /// [`ConvtError::OutputSizeUnreachable`] naming the range.
+    pub fn for_output_size(&self, input: &[usize], weight: &[usize], output_size: &[usize]) -> Result<Self> {
+        if !(3..=4).contains(&input.len()) {
+            return Err(ConvtError::InputRank { shape: input.to_vec() });
+        }
+        let size: [usize; 2] = match output_size.len() {
+            2 => [output_size[0], output_size[1]],
+            n if n == input.len() => [output_size[n - 2], output_size[n - 1]],
+            got => return Err(ConvtError::OutputSizeLength { input_dims: input.len(), got }),
+        };
+        let unpadded = Self { output_padding: [0, 0], ..*self };
+        unpadded.validate()?;
+        let ([_, _, kh, kw], _) = unpadded.check_weight(weight, None)?;
+        let input_hw = [input[input.len() - 2], input[input.len() - 1]];
+        let min = unpadded.output_size_wide(input_hw, [kh, kw]);
+        let max = [0, 1].map(|a| min[a].saturating_add(self.stride[a] as i128 - 1));
+        if (0..2).any(|a| (size[a] as i128) < min[a] || size[a] as i128 > max[a]) {
+            let clamp = |v: [i128; 2]| v.map(|v| v.clamp(i64::MIN as i128, i64::MAX as i128) as i64);
+            return Err(ConvtError::OutputSizeUnreachable {
+                requested: output_size.to_vec(),
+                min: clamp(min),
+                max: clamp(max),
+                input_hw,
+            });
+        }
+        // Within [min, min + stride - 1]: the difference fits i64 (stride does).
+        Ok(Self { output_padding: [0, 1].map(|a| (size[a] as i128 - min[a]) as i64), ..*self })
+    }
+
     /// Checks a weight `[Cin, Cout/groups, kH, kW]` and optional bias `[Cout]` against these options (which must
     /// already be valid); returns the weight's dimensions and `Cout`.
     pub fn check_weight(&self, weight: &[usize], bias: Option<&[usize]>) -> Result<([usize; 4], usize)> {

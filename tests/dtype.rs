@@ -283,14 +283,14 @@ fn mixed_dtypes_are_refused_naming_the_tensor() {
     let (x, w, b) = p.tensors();
     let up = |t: &Tensor| GpuTensor::upload(ctx, t).unwrap();
     let (x16, w32, b32) = (up(&x.clone().to_dtype(DType::F16)), up(&w), up(b.as_ref().unwrap()));
-    let e = gpu::conv_transpose2d(ctx, &x16, &w32, Some(&b32), &p.params).err().expect("refused");
+    let e = gpu::conv_transpose2d(ctx, &x16, &w32, Some(&b32), &p.params).expect_err("refused");
     assert!(matches!(e, ConvtError::DTypeMismatch { expected: DType::F16, actual: DType::F32, .. }), "{e:?}");
     assert_eq!(
         e.to_string(),
         "expected the weight of dtype f16 (the input's), but got f32: convert it with `to_dtype`"
     );
     let w16 = up(&w.to_dtype(DType::F16));
-    let e = gpu::conv_transpose2d(ctx, &x16, &w16, Some(&b32), &p.params).err().expect("refused");
+    let e = gpu::conv_transpose2d(ctx, &x16, &w16, Some(&b32), &p.params).expect_err("refused");
     assert!(e.to_string().starts_with("expected the bias of dtype f16"), "{e}");
     // An output of another dtype.
     let y32 = GpuTensor::empty(ctx, &p.shape().output_dims_as_given()).unwrap();

@@ -183,7 +183,7 @@ fn a_software_adapter_has_a_memory_budget_by_default() {
         let budget = ctx.memory_budget().expect("a budget on a CPU adapter");
         assert!(budget > 0);
         // A tensor far beyond any machine's memory (4 TiB): refused before anything is allocated.
-        let e = convt::GpuTensor::empty(ctx, &[1 << 14, 64, 1024, 1024]).err().expect("refused");
+        let e = convt::GpuTensor::empty(ctx, &[1 << 14, 64, 1024, 1024]).expect_err("refused");
         assert!(matches!(e, convt::ConvtError::OutOfMemory(_)), "{e}");
         normal_call_works(ctx);
     }

@@ -518,7 +518,7 @@ fn plane_larger_than_the_binding_limit_is_too_large_for_binding() {
 
     // A 5 x 5 input plane is 100 bytes.
     let x = rand(&[1, 1, 5, 5], 1);
-    let e = GpuTensor::upload(&ctx, &x).err().expect("upload must fail");
+    let e = GpuTensor::upload(&ctx, &x).expect_err("upload must fail");
     assert!(
         matches!(&e, ConvtError::TooLargeForBinding { bytes: 100, limit: 64, what } if what.contains("[1, 1, 5, 5]")),
         "{e:?}"

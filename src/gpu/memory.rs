@@ -263,6 +263,16 @@ pub struct GpuTensor {
     version: std::sync::atomic::AtomicU64,
 }
 
+impl std::fmt::Debug for GpuTensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuTensor")
+            .field("shape", &self.shape)
+            .field("dtype", &self.dtype)
+            .field("chunks", &self.chunks.len())
+            .finish()
+    }
+}
+
 /// The source of tensor versions: each write takes a number no tensor had before.
 static VERSIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 

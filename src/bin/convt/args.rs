@@ -66,6 +66,10 @@ pub struct ConvArgs {
     /// Number of blocked connections from input to output channels [default: 1].
     #[arg(long, allow_hyphen_values = true)]
     pub groups: Option<i64>,
+    /// The output's H,W, as PyTorch's `forward(input, output_size=...)`: the output_padding that reaches it
+    /// (each axis takes the size without padding up to stride - 1 more); instead of --output-padding.
+    #[arg(long, value_parser = parse_pair, allow_hyphen_values = true)]
+    pub output_size: Option<[i64; 2]>,
 }
 
 impl ConvArgs {
@@ -82,6 +86,21 @@ impl ConvArgs {
         }
     }
 
+    /// The options for an input and weight of these sizes: [`Self::params`], with the output_padding that
+    /// --output-size asks for where it is given.
+    pub fn params_for(&self, input: &[usize], weight: &[usize]) -> anyhow::Result<ConvTranspose2dOptions> {
+        let params = self.params();
+        let Some(size) = self.output_size else { return Ok(params) };
+        if self.output_padding.is_some() {
+            anyhow::bail!("--output-size sets the output padding: it cannot be combined with --output-padding");
+        }
+        let size = match size.map(usize::try_from) {
+            [Ok(h), Ok(w)] => [h, w],
+            _ => anyhow::bail!("--output-size must be non-negative, got {size:?}"),
+        };
+        Ok(params.for_output_size(input, weight, &size)?)
+    }
+
     /// The flags given on the command line, by name.
     pub fn given(&self) -> Vec<&'static str> {
         [
@@ -90,6 +109,7 @@ impl ConvArgs {
             ("--output-padding", self.output_padding.is_some()),
             ("--dilation", self.dilation.is_some()),
             ("--groups", self.groups.is_some()),
+            ("--output-size", self.output_size.is_some()),
         ]
         .into_iter()
         .filter_map(|(name, given)| given.then_some(name))

@@ -34,7 +34,7 @@ pub fn run(a: BackwardArgs) -> Result<Outcome> {
     let Problem { out, input, weight, bias, grad_output, dtype } = open_problem(&a.tensors, &a.out, a.dtype, true)?;
     let (input, weight, bias) = (&input, &weight, bias.as_ref());
     let Some(grad_output) = grad_output.as_ref() else { anyhow::bail!("{}: no `grad_output`", a.tensors.display()) };
-    let params = a.conv.params();
+    let params = a.conv.params_for(input.shape(), weight.shape())?;
     // Validate before touching the GPU, so bad input fails fast and the same way on both backends.
     params.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?.check_grad_output(grad_output.shape())?;
     let grads = match a.backend {

@@ -42,7 +42,7 @@ pub struct ForwardArgs {
 pub fn run(a: ForwardArgs) -> Result<Outcome> {
     let Problem { out, input, weight, bias, dtype, .. } = open_problem(&a.tensors, &a.out, a.dtype, false)?;
     let (input, weight, bias) = (&input, &weight, bias.as_ref());
-    let params = a.conv.params();
+    let params = a.conv.params_for(input.shape(), weight.shape())?;
     // Validate before touching the GPU, so bad input fails fast and the same way on both backends.
     let shape = params.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?;
     let output = match a.backend {

@@ -136,7 +136,7 @@ fn shape_case(a: &VerifyArgs) -> Result<Option<Case>> {
     if cout % params.groups as usize != 0 {
         bail!(convt::ConvtError::OutChannelsNotDivisible { out_channels: cout, groups: params.groups });
     }
-    Ok(Some(Case {
+    let mut case = Case {
         name: "custom",
         batch: a.batch.unwrap_or(1),
         in_channels: cin,
@@ -145,7 +145,9 @@ fn shape_case(a: &VerifyArgs) -> Result<Option<Case>> {
         kernel: to_usize(kernel, "--kernel")?,
         params,
         bias: a.bias,
-    }))
+    };
+    case.params = a.conv.params_for(&case.input_dims(), &case.weight_dims())?;
+    Ok(Some(case))
 }
 
 /// --samples as a count (at most every element of a tensor is compared).
