@@ -7,8 +7,9 @@
 #                                    too, a crate of its own);
 #                                 2. every test at full size (CONVT_TEST_TIER=full): all property cases, every
 #                                    kernel on every fixture, the fuzz targets for 30 s each;
-#                                 3. the training example (it fails unless the GPU-trained layer recovers the hidden
-#                                    one);
+#                                 3. the examples that check themselves: training (it fails unless the GPU-trained
+#                                    layer recovers the hidden one) and an application's own device (it fails unless
+#                                    convt's result, read by the application's pass, matches the reference);
 #                                 4. the fast tier of the tests that use the GPU again, through wgpu's GL backend on
 #                                    Mesa's software OpenGL with wgpu's shader runtime checks on (skip it with
 #                                    CONVT_SECOND_BACKEND=none).
@@ -55,6 +56,7 @@ fi
 step "full tier (first backend)"
 CONVT_TEST_TIER=full cargo test --release "$@"
 cargo run --release --example train_hidden -- --steps 300 --out target/train_hidden.safetensors
+cargo run --release --example own_device
 
 if [ "$SECOND_BACKEND" = "gl" ]; then
   # The second pass also runs the kernels with wgpu's runtime checks on (the first runs them trusted, the

@@ -83,6 +83,9 @@ pub enum ConvtError {
              `convt forward` and `convt backward` take `--backend cpu`)"
     )]
     NoAdapter { detail: String },
+    /// An application's device without what convt needs ([`crate::GpuContext::from_wgpu`]).
+    #[error("the device lacks limits convt needs: {missing}; request at least wgpu::Limits::default() for these")]
+    DeviceLacks { missing: String },
     #[error("the GPU is out of memory: {0}")]
     OutOfMemory(String),
     #[error("the GPU device was lost: {0}")]
@@ -109,7 +112,8 @@ pub enum ConvtError {
     #[error("{path}: tensor `{name}` not found (found: {found})")]
     MissingTensor { path: PathBuf, name: String, found: String },
     #[error(
-        "{path}: tensor `{name}` has dtype {dtype}, but convt reads F32, F16 and BF16 tensors only (save it with `tensor.float()`)"
+        "{path}: tensor `{name}` has dtype {dtype}, but convt reads float tensors only (F32, F16, BF16; F64, F8_E4M3 \
+         and F8_E5M2 as f32)"
     )]
     DType { path: PathBuf, name: String, dtype: String },
     #[error("expected {what} of dtype {expected} (the input's), but got {actual}: convert it with `to_dtype`")]

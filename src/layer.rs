@@ -280,10 +280,11 @@ impl ConvTranspose2d {
         gpu::conv_transpose2d(ctx, &x, &w, b.as_ref(), params)?.download(ctx)
     }
 
-    /// The layer with its weights uploaded once, for GPU-resident inputs and outputs.
-    pub fn to_gpu<'c>(&self, ctx: &'c GpuContext) -> Result<GpuConvTranspose2d<'c>> {
+    /// The layer with its weights uploaded once, for GPU-resident inputs and outputs. It keeps a clone of `ctx`
+    /// (a reference count), so it can be stored and moved to other threads freely.
+    pub fn to_gpu(&self, ctx: &GpuContext) -> Result<GpuConvTranspose2d> {
         Ok(GpuConvTranspose2d {
-            ctx,
+            ctx: ctx.clone(),
             params: self.params,
             weight: GpuTensor::upload(ctx, &self.weight)?,
             bias: self.bias.as_ref().map(|b| GpuTensor::upload(ctx, b)).transpose()?,
@@ -293,8 +294,8 @@ impl ConvTranspose2d {
 }
 
 /// A [`ConvTranspose2d`] whose weights live on the GPU.
-pub struct GpuConvTranspose2d<'c> {
-    ctx: &'c GpuContext,
+pub struct GpuConvTranspose2d {
+    ctx: GpuContext,
     params: ConvTranspose2dOptions,
     weight: GpuTensor,
     bias: Option<GpuTensor>,
@@ -302,7 +303,7 @@ pub struct GpuConvTranspose2d<'c> {
     prepared: PreparedWeights,
 }
 
-impl GpuConvTranspose2d<'_> {
+impl GpuConvTranspose2d {
     /// GPU tensor in, GPU tensor out: chain layers without reading back in between.
     pub fn forward(&self, input: &GpuTensor) -> Result<GpuTensor> {
         self.forward_as(input, &self.params)
@@ -317,7 +318,7 @@ impl GpuConvTranspose2d<'_> {
 
     fn forward_as(&self, input: &GpuTensor, params: &ConvTranspose2dOptions) -> Result<GpuTensor> {
         let shape = params.resolve(input.shape(), self.weight.shape(), self.bias.as_ref().map(|b| b.shape()))?;
-        let output = GpuTensor::empty_with(self.ctx, &shape.output_dims_as_given(), input.dtype())?;
+        let output = GpuTensor::empty_with(&self.ctx, &shape.output_dims_as_given(), input.dtype())?;
         self.forward_into_as(input, &output, None, params)?;
         Ok(output)
     }
@@ -343,23 +344,23 @@ impl GpuConvTranspose2d<'_> {
     ) -> Result<gpu::Strategy> {
         let bias = self.bias.as_ref();
         let shape = params.resolve(input.shape(), self.weight.shape(), bias.map(|b| b.shape()))?;
-        let strategy = gpu::select::forward(self.ctx, &shape, bias.is_some(), params.precision);
-        let prepared = self.prepared.get(self.ctx, strategy, &shape, &self.weight)?;
+        let strategy = gpu::select::forward(&self.ctx, &shape, bias.is_some(), params.precision);
+        let prepared = self.prepared.get(&self.ctx, strategy, &shape, &self.weight)?;
         let weight = Weight { tensor: &self.weight, prepared: prepared.as_deref() };
-        gpu::forward_prepared(self.ctx, strategy, &shape, input, weight, bias, output, timer)?;
+        gpu::forward_prepared(&self.ctx, strategy, &shape, input, weight, bias, output, timer)?;
         Ok(strategy)
     }
 
     /// The three gradients given the gradient of the output, on the GPU.
     pub fn backward(&self, input: &GpuTensor, grad_output: &GpuTensor) -> Result<GpuGradients> {
-        gpu::conv_transpose2d_backward(self.ctx, input, &self.weight, self.bias.as_ref(), grad_output, &self.params)
+        gpu::conv_transpose2d_backward(&self.ctx, input, &self.weight, self.bias.as_ref(), grad_output, &self.params)
     }
 
     /// One step of plain gradient descent on the GPU: `w -= lr * grad_weight`, `b -= lr * grad_bias`.
     pub fn sgd_step(&mut self, grads: &GpuGradients, lr: f32) -> Result<()> {
-        gpu::elementwise::axpby(self.ctx, -lr, &grads.grad_weight, 1.0, &self.weight)?;
+        gpu::elementwise::axpby(&self.ctx, -lr, &grads.grad_weight, 1.0, &self.weight)?;
         match (&self.bias, &grads.grad_bias) {
-            (Some(b), Some(gb)) => gpu::elementwise::axpby(self.ctx, -lr, gb, 1.0, b),
+            (Some(b), Some(gb)) => gpu::elementwise::axpby(&self.ctx, -lr, gb, 1.0, b),
             (None, None) => Ok(()),
             _ => Err(ConvtError::InvalidArgument("grad_bias must be given exactly when the layer has a bias".into())),
         }
@@ -375,8 +376,8 @@ impl GpuConvTranspose2d<'_> {
     /// The layer with its current parameters read back to the host (e.g. to save them).
     pub fn to_host(&self) -> Result<ConvTranspose2d> {
         ConvTranspose2d::from_weights(
-            self.weight.download(self.ctx)?,
-            self.bias.as_ref().map(|b| b.download(self.ctx)).transpose()?,
+            self.weight.download(&self.ctx)?,
+            self.bias.as_ref().map(|b| b.download(&self.ctx)).transpose()?,
             self.params,
         )
     }

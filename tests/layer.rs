@@ -9,7 +9,7 @@ use convt::{ConvTranspose2d, ConvTranspose2dOptions, ErrorStats, GpuTensor, Prec
 
 /// The layer's output for `x` against the f64 reference from its current weights, within the tolerance of the
 /// kernel's precision.
-fn check(layer: &convt::GpuConvTranspose2d<'_>, ctx: &convt::GpuContext, strategy: Strategy, x: &Tensor, what: &str) {
+fn check(layer: &convt::GpuConvTranspose2d, ctx: &convt::GpuContext, strategy: Strategy, x: &Tensor, what: &str) {
     let xg = GpuTensor::upload(ctx, x).unwrap();
     let host = layer.to_host().unwrap();
     let shape = host.options().resolve(x.shape(), host.weight().shape(), host.bias().map(|b| b.shape())).unwrap();

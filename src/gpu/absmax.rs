@@ -59,14 +59,7 @@ pub(crate) fn encode_slots(
                     stride: workgroups as u32 * WORKGROUP_SIZE,
                     _pad: 0,
                 };
-                dispatch_buffers(
-                    ctx,
-                    pass,
-                    &pipeline,
-                    bytemuck::bytes_of(&p),
-                    &[&c.buffer, &maxima],
-                    (workgroups as u32, 1),
-                );
+                dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&p), &[&c, &maxima], (workgroups as u32, 1));
             }
         }
         Ok(maxima)

@@ -203,6 +203,18 @@ pub fn coop_f16_supported(adapter: &wgpu::Adapter) -> bool {
         })
 }
 
+/// The compute limits convt needs of a device: wgpu's defaults for these (`wgpu::Limits::default()`), which every
+/// kernel's default tile fits, and which the test suite runs convt at ([`GpuContext::from_wgpu`] checks them).
+pub const REQUIRED_LIMITS: wgpu::Limits = wgpu::Limits {
+    max_compute_invocations_per_workgroup: 256,
+    max_compute_workgroup_size_x: 256,
+    max_compute_workgroup_storage_size: 16384,
+    max_storage_buffers_per_shader_stage: 8,
+    max_compute_workgroups_per_dimension: 65535,
+    max_bind_groups: 4,
+    ..wgpu::Limits::downlevel_webgl2_defaults()
+};
+
 /// Errors that wgpu reports outside an error scope (and device loss) land here, to be returned by the next call.
 #[derive(Default)]
 struct DeviceHealth {
@@ -210,7 +222,22 @@ struct DeviceHealth {
     uncaptured: Option<String>,
 }
 
-pub struct GpuContext {
+/// The GPU context: the device and queue convt runs on, with the caches every call reuses. Make one per process and
+/// share it: cloning is a reference count, and clones (on any thread) share the device, the caches and the tuning
+/// cache. [`GpuContext::new`] opens a device of its own; [`GpuContext::from_wgpu`] runs on an application's.
+#[derive(Clone)]
+pub struct GpuContext(Arc<ContextState>);
+
+impl std::ops::Deref for GpuContext {
+    type Target = ContextState;
+    fn deref(&self) -> &ContextState {
+        &self.0
+    }
+}
+
+/// What a [`GpuContext`] shares among its clones.
+#[doc(hidden)]
+pub struct ContextState {
     pub(crate) device: wgpu::Device,
     pub(crate) queue: wgpu::Queue,
     adapter: wgpu::Adapter,
@@ -229,6 +256,8 @@ pub struct GpuContext {
     /// never pooled, so any number of calls may bind it at once.
     pub(crate) unused_binding: wgpu::Buffer,
     tuned: crate::gpu::tune::TuneCache,
+    /// Whether the tensor-core kernels run here ([`GpuContext::has_coop_f16`]).
+    coop: bool,
 }
 
 impl GpuContext {
@@ -289,17 +318,91 @@ impl GpuContext {
             ..Default::default()
         }))
         .map_err(|e| ConvtError::Gpu(format!("could not open device on {}: {e}", info.name)))?;
+        Self::on_device(adapter, device, queue, options, true)
+    }
 
+    /// A context on an application's own wgpu device, so that convt's tensors and the application's buffers live
+    /// on one device and pass between them without copies ([`crate::GpuTensor::from_buffer`],
+    /// [`crate::GpuTensor::buffer`]). `adapter` is the one `device` was requested from. `options` apply as in
+    /// [`Self::with_options`], but for `backends` and `adapter`, which the application has chosen.
+    ///
+    /// What the device must offer is checked here: the compute limits of [`REQUIRED_LIMITS`] (wgpu's defaults
+    /// meet them), else [`ConvtError::DeviceLacks`] names each one missing. Features are optional, and convt uses
+    /// those the device was opened with: `SHADER_F16` for precision `fast` without tensor cores,
+    /// `EXPERIMENTAL_COOPERATIVE_MATRIX` with `SHADER_F16` (on an adapter with 16x16x16 f16 products and
+    /// subgroups of 32) for the tensor-core kernels, `TIMESTAMP_QUERY` for [`crate::GpuTimer`]. Larger limits
+    /// (storage binding size, workgroup memory) let convt bind larger tensors and run larger tiles.
+    ///
+    /// The device's error handler and device-lost callback stay the application's: convt installs neither, and
+    /// takes its own errors from error scopes around its calls.
+    pub fn from_wgpu(
+        adapter: wgpu::Adapter,
+        device: wgpu::Device,
+        queue: wgpu::Queue,
+        options: GpuOptions,
+    ) -> Result<Self> {
+        let have = device.limits();
+        let need = REQUIRED_LIMITS;
+        let missing: Vec<String> = [
+            (
+                "max_compute_invocations_per_workgroup",
+                need.max_compute_invocations_per_workgroup,
+                have.max_compute_invocations_per_workgroup,
+            ),
+            ("max_compute_workgroup_size_x", need.max_compute_workgroup_size_x, have.max_compute_workgroup_size_x),
+            (
+                "max_compute_workgroup_storage_size",
+                need.max_compute_workgroup_storage_size,
+                have.max_compute_workgroup_storage_size,
+            ),
+            (
+                "max_storage_buffers_per_shader_stage",
+                need.max_storage_buffers_per_shader_stage,
+                have.max_storage_buffers_per_shader_stage,
+            ),
+            (
+                "max_compute_workgroups_per_dimension",
+                need.max_compute_workgroups_per_dimension,
+                have.max_compute_workgroups_per_dimension,
+            ),
+            ("max_bind_groups", need.max_bind_groups, have.max_bind_groups),
+        ]
+        .into_iter()
+        .filter(|(_, need, have)| have < need)
+        .map(|(name, need, have)| format!("{name} {need} (it has {have})"))
+        .collect();
+        if !missing.is_empty() {
+            return Err(ConvtError::DeviceLacks { missing: missing.join(", ") });
+        }
+        Self::on_device(adapter, device, queue, options, false)
+    }
+
+    /// The context on an opened device; `own`: convt opened it, and installs its error handler and device-lost
+    /// callback (on an application's device those belong to the application).
+    fn on_device(
+        adapter: wgpu::Adapter,
+        device: wgpu::Device,
+        queue: wgpu::Queue,
+        options: GpuOptions,
+        own: bool,
+    ) -> Result<Self> {
+        let info = adapter.get_info();
+        let limits = device.limits();
         let health = Arc::new(Mutex::new(DeviceHealth::default()));
-        let h = health.clone();
-        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
-            log::error!("convt: uncaptured wgpu error: {e}");
-            lock(&h).uncaptured.get_or_insert_with(|| e.to_string());
-        }));
-        let h = health.clone();
-        device.set_device_lost_callback(move |reason, message| {
-            lock(&h).lost.get_or_insert_with(|| format!("{reason:?}: {message}"));
-        });
+        if own {
+            let h = health.clone();
+            device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+                log::error!("convt: uncaptured wgpu error: {e}");
+                lock(&h).uncaptured.get_or_insert_with(|| e.to_string());
+            }));
+            let h = health.clone();
+            device.set_device_lost_callback(move |reason, message| {
+                lock(&h).lost.get_or_insert_with(|| format!("{reason:?}: {message}"));
+            });
+        }
+        let coop =
+            device.features().contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SHADER_F16)
+                && coop_f16_supported(&adapter);
 
         let adapter_limit = limits.max_storage_buffer_binding_size.min(limits.max_buffer_size);
         let binding_limit = options.max_binding_bytes.map_or(adapter_limit, |m| m.min(adapter_limit)) & !3;
@@ -319,7 +422,7 @@ impl GpuContext {
             _ => None,
         });
         let unused_binding = memory::plain_buffer(&device, "convt unused binding", 16, memory::STORAGE);
-        Ok(Self {
+        Ok(Self(Arc::new(ContextState {
             unused_binding,
             device,
             queue,
@@ -335,7 +438,8 @@ impl GpuContext {
             pool: BufferPool::default(),
             uniforms: Uniforms::default(),
             tuned,
-        })
+            coop,
+        })))
     }
 
     /// Whether the device runs f16 shaders (`SHADER_F16`).
@@ -343,9 +447,10 @@ impl GpuContext {
         self.device.features().contains(wgpu::Features::SHADER_F16)
     }
 
-    /// Whether the device runs the cooperative-matrix kernels (see [`coop_f16_supported`]).
+    /// Whether the device runs the cooperative-matrix kernels: opened with cooperative matrices and f16, on an
+    /// adapter that has what they need (see [`coop_f16_supported`]).
     pub fn has_coop_f16(&self) -> bool {
-        self.device.features().contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SHADER_F16)
+        self.coop
     }
 
     pub fn adapter_info(&self) -> &wgpu::AdapterInfo {

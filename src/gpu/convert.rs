@@ -45,7 +45,7 @@ pub(crate) fn encode(
             let words = if dst.dtype() == DType::F32 { count } else { count.div_ceil(2) };
             let g = grid(ctx, words.div_ceil(WORKGROUP_SIZE));
             let p = Params { count: count as u32, dispatch_width: g.0, _pad: [0; 2] };
-            dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&p), &[&a.buffer, &b.buffer], g);
+            dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&p), &[&a, &b], g);
         }
         Ok(())
     })

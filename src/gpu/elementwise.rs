@@ -40,7 +40,7 @@ pub fn axpby(ctx: &GpuContext, a: f32, x: &GpuTensor, b: f32, y: &GpuTensor) -> 
                 let len = cy.planes * y.plane_elems();
                 let grid = grid(ctx, len.div_ceil(WORKGROUP_SIZE));
                 let p = Params { a, b, len: len as u32, dispatch_width: grid.0 };
-                dispatch_buffers(ctx, &mut pass, &pipeline, bytemuck::bytes_of(&p), &[&cx.buffer, &cy.buffer], grid);
+                dispatch_buffers(ctx, &mut pass, &pipeline, bytemuck::bytes_of(&p), &[&cx, &cy], grid);
             }
             Ok(())
         })?;

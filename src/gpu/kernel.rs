@@ -98,17 +98,47 @@ pub(crate) fn fill_markers(template: &str, parts: &[(&str, &str)]) -> String {
     })
 }
 
+/// What a kernel binds: a whole buffer of convt's own, or a tensor's chunk (which in a view of an application's
+/// buffer starts at an offset).
+pub(crate) trait Bindable {
+    /// The buffer, the offset of the bytes bound and their count.
+    fn range(&self) -> (&wgpu::Buffer, u64, u64);
+    /// The binding of those bytes.
+    fn resource(&self) -> wgpu::BindingResource<'_> {
+        let (buffer, offset, bytes) = self.range();
+        wgpu::BindingResource::Buffer(wgpu::BufferBinding { buffer, offset, size: std::num::NonZeroU64::new(bytes) })
+    }
+}
+
+impl<T: Bindable + ?Sized> Bindable for &T {
+    fn range(&self) -> (&wgpu::Buffer, u64, u64) {
+        (**self).range()
+    }
+}
+
+impl Bindable for wgpu::Buffer {
+    fn range(&self) -> (&wgpu::Buffer, u64, u64) {
+        (self, 0, self.size())
+    }
+}
+
+impl Bindable for crate::gpu::memory::PooledBuffer {
+    fn range(&self) -> (&wgpu::Buffer, u64, u64) {
+        (self, 0, self.size())
+    }
+}
+
 /// The weight and bias buffers of one call (the bias binding exists even without a bias: the shader's
 /// HAS_BIAS constant keeps it unread, and the context's placeholder is bound there).
 pub(crate) struct Operands<'a> {
-    pub weight: &'a wgpu::Buffer,
-    bias: &'a wgpu::Buffer,
+    pub weight: &'a dyn Bindable,
+    bias: &'a dyn Bindable,
 }
 
 impl<'a> Operands<'a> {
     /// `weight` is the weight's buffer as the kernel reads it (the tensor's own, or a packed copy).
-    pub fn new(ctx: &'a GpuContext, weight: &'a wgpu::Buffer, bias: Option<&'a GpuTensor>) -> Result<Self> {
-        let bias = match bias {
+    pub fn new(ctx: &'a GpuContext, weight: &'a dyn Bindable, bias: Option<&'a GpuTensor>) -> Result<Self> {
+        let bias: &dyn Bindable = match bias {
             Some(b) => b.single_buffer("bias", ctx)?,
             None => &ctx.unused_binding,
         };
@@ -116,7 +146,7 @@ impl<'a> Operands<'a> {
     }
 
     /// The forward shaders' bindings 1 to 4: input, weight, bias, output.
-    pub fn buffers<'b>(&'b self, input: &'b wgpu::Buffer, output: &'b wgpu::Buffer) -> Vec<&'b wgpu::Buffer> {
+    pub fn buffers<'b>(&'b self, input: &'b dyn Bindable, output: &'b dyn Bindable) -> Vec<&'b dyn Bindable> {
         vec![input, self.weight, self.bias, output]
     }
 }
@@ -152,9 +182,9 @@ pub(crate) fn dispatch(
     pass: &mut wgpu::ComputePass<'_>,
     pipeline: &wgpu::ComputePipeline,
     uniform: &[u8],
-    input: &wgpu::Buffer,
+    input: &dyn Bindable,
     ops: &Operands<'_>,
-    output: &wgpu::Buffer,
+    output: &dyn Bindable,
     grid: (u32, u32),
 ) {
     dispatch_buffers(ctx, pass, pipeline, uniform, &ops.buffers(input, output), grid);
@@ -167,7 +197,7 @@ pub(crate) fn dispatch_buffers(
     pass: &mut wgpu::ComputePass<'_>,
     pipeline: &wgpu::ComputePipeline,
     uniform: &[u8],
-    buffers: &[&wgpu::Buffer],
+    buffers: &[&dyn Bindable],
     (width, height): (u32, u32),
 ) {
     bind_buffers(ctx, pass, pipeline, uniform, buffers);
@@ -180,17 +210,12 @@ pub(crate) fn bind_buffers(
     pass: &mut wgpu::ComputePass<'_>,
     pipeline: &wgpu::ComputePipeline,
     uniform: &[u8],
-    buffers: &[&wgpu::Buffer],
+    buffers: &[&dyn Bindable],
 ) {
     let uniform = ctx.uniforms.get(&ctx.device, uniform);
     let entries: Vec<wgpu::BindGroupEntry<'_>> =
         std::iter::once(wgpu::BindGroupEntry { binding: 0, resource: uniform.as_entire_binding() })
-            .chain(
-                buffers
-                    .iter()
-                    .zip(1..)
-                    .map(|(b, i)| wgpu::BindGroupEntry { binding: i, resource: b.as_entire_binding() }),
-            )
+            .chain(buffers.iter().zip(1..).map(|(b, i)| wgpu::BindGroupEntry { binding: i, resource: b.resource() }))
             .collect();
     let bind_group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
         label: None,
@@ -207,8 +232,8 @@ pub(crate) fn dispatch_weight_prep(
     ctx: &GpuContext,
     pass: &mut wgpu::ComputePass<'_>,
     pipeline: &wgpu::ComputePipeline,
-    src: &wgpu::Buffer,
-    dst: &wgpu::Buffer,
+    src: &dyn Bindable,
+    dst: &dyn Bindable,
     values: usize,
     workgroup_size: u32,
 ) -> Result<()> {
@@ -218,8 +243,8 @@ pub(crate) fn dispatch_weight_prep(
             label: Some("convt weight preparation"),
             layout: &pipeline.get_bind_group_layout(0),
             entries: &[
-                wgpu::BindGroupEntry { binding: 0, resource: src.as_entire_binding() },
-                wgpu::BindGroupEntry { binding: 1, resource: dst.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 0, resource: src.resource() },
+                wgpu::BindGroupEntry { binding: 1, resource: dst.resource() },
             ],
         });
         pass.set_pipeline(pipeline);

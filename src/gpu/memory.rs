@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, Weak};
 use crate::dtype::DType;
 use crate::error::{ConvtError, Result};
 use crate::gpu::context::{lock, GpuContext};
+use crate::gpu::kernel::Bindable;
 use crate::params::checked_numel;
 use crate::tensor::Tensor;
 
@@ -239,15 +240,38 @@ impl Uniforms {
     }
 }
 
+/// The alignment of a tensor view's offset ([`GpuTensor::from_buffer`]): 256 bytes, wgpu's default
+/// `min_storage_buffer_offset_alignment` and the largest any adapter asks for.
+pub const VIEW_ALIGNMENT: u64 = 256;
+
 pub(crate) const STORAGE: wgpu::BufferUsages =
     wgpu::BufferUsages::STORAGE.union(wgpu::BufferUsages::COPY_DST).union(wgpu::BufferUsages::COPY_SRC);
 
 /// A run of consecutive planes stored in one buffer.
 pub struct Chunk {
-    pub(crate) buffer: PooledBuffer,
+    // Private: kernels bind a chunk through `Bindable`, which keeps its offset (a view's chunk does not start at 0).
+    buffer: PooledBuffer,
+    /// Where the chunk's bytes start in `buffer`: 0 but in a view of an application's buffer
+    /// ([`GpuTensor::from_buffer`]).
+    pub(crate) offset: u64,
+    /// The chunk's bytes: its planes' values, rounded up to whole 4-byte words.
+    pub(crate) bytes: u64,
     /// Index of the first plane (in `[N*C]` order) held by this chunk.
     pub first_plane: usize,
     pub planes: usize,
+}
+
+impl Chunk {
+    /// Encodes zeroing the chunk's bytes.
+    pub(crate) fn clear(&self, encoder: &mut wgpu::CommandEncoder) {
+        encoder.clear_buffer(&self.buffer, self.offset, Some(self.bytes));
+    }
+}
+
+impl Bindable for Chunk {
+    fn range(&self) -> (&wgpu::Buffer, u64, u64) {
+        (&self.buffer, self.offset, self.bytes)
+    }
 }
 
 /// A tensor resident on the GPU, split into chunks that each fit one storage binding.
@@ -334,7 +358,7 @@ impl GpuTensor {
             for c in &t.chunks {
                 let values = &tensor.data()[c.first_plane * t.plane_elems..][..c.planes * t.plane_elems];
                 if t.dtype == DType::F32 && cfg!(target_endian = "little") {
-                    ctx.queue.write_buffer(&c.buffer, 0, bytemuck::cast_slice(values));
+                    ctx.queue.write_buffer(&c.buffer, c.offset, bytemuck::cast_slice(values));
                     continue;
                 }
                 // In pieces of at most 4 MiB of encoded values (an even count, so each ends on a word).
@@ -342,12 +366,93 @@ impl GpuTensor {
                     bytes.clear();
                     t.dtype.encode(piece, &mut bytes);
                     bytes.resize(bytes.len().next_multiple_of(4), 0);
-                    ctx.queue.write_buffer(&c.buffer, (i << 21) as u64 * t.dtype.size() as u64, &bytes);
+                    ctx.queue.write_buffer(&c.buffer, c.offset + (i << 21) as u64 * t.dtype.size() as u64, &bytes);
                 }
             }
             Ok(())
         })?;
         Ok(t)
+    }
+
+    /// A tensor over an application's buffer, in place: the `shape` values of `dtype` (row-major, NCHW) from byte
+    /// `offset` of `buffer`, which convt then reads and writes without copying (a result written into such a view
+    /// lands in the application's buffer). `buffer` must belong to the context's device (a context made with
+    /// [`GpuContext::from_wgpu`]), have the usages `STORAGE`, `COPY_SRC` and `COPY_DST`, and hold the tensor's
+    /// bytes, rounded up to whole 4-byte words, from `offset`; `offset` must be a multiple of 256 (the largest
+    /// storage-binding alignment adapters ask for), and the tensor must fit one storage binding
+    /// ([`GpuContext::binding_limit`]). The view holds a reference to the buffer, not a copy.
+    ///
+    /// A layer's prepared weight is reused while convt has not written the weight ([`crate::GpuConvTranspose2d`]);
+    /// writes the application makes to a view are not seen, so a view given to a layer as its weight must not be
+    /// written from outside while the layer uses it.
+    pub fn from_buffer(
+        ctx: &GpuContext,
+        buffer: &wgpu::Buffer,
+        offset: u64,
+        shape: &[usize],
+        dtype: DType,
+    ) -> Result<Self> {
+        let numel = checked_numel(shape)?;
+        let (_, plane_elems) = plane_layout(shape);
+        let bytes = (numel as u64)
+            .checked_mul(dtype.size() as u64)
+            .ok_or(ConvtError::SizeOverflow { shape: shape.to_vec() })?
+            .next_multiple_of(4);
+        let need = STORAGE;
+        if !buffer.usage().contains(need) {
+            return Err(ConvtError::InvalidArgument(format!(
+                "a tensor view needs a buffer with the usages {need:?}; this one has {:?}",
+                buffer.usage()
+            )));
+        }
+        if !offset.is_multiple_of(VIEW_ALIGNMENT) {
+            return Err(ConvtError::InvalidArgument(format!(
+                "a tensor view's offset must be a multiple of {VIEW_ALIGNMENT} bytes, got {offset}"
+            )));
+        }
+        if offset.checked_add(bytes).is_none_or(|end| end > buffer.size()) {
+            return Err(ConvtError::InvalidArgument(format!(
+                "a tensor of size {shape:?} ({dtype}) needs {bytes} bytes from offset {offset}, but the buffer holds {}",
+                buffer.size()
+            )));
+        }
+        if bytes > ctx.binding_limit() {
+            return Err(ConvtError::TooLargeForBinding {
+                what: format!("a tensor view of size {shape:?}"),
+                bytes,
+                limit: ctx.binding_limit(),
+            });
+        }
+        let planes = numel.checked_div(plane_elems).unwrap_or(0);
+        let chunks = if planes == 0 {
+            Vec::new()
+        } else {
+            let buffer = PooledBuffer { buffer: Some(buffer.clone()), pool: Weak::new(), reusable: false };
+            vec![Chunk { buffer, offset, bytes, first_plane: 0, planes }]
+        };
+        Ok(Self {
+            shape: shape.to_vec(),
+            dtype,
+            plane_elems,
+            chunks,
+            pool: Weak::new(),
+            reserved: 0,
+            version: VERSIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed).into(),
+        })
+    }
+
+    /// The buffer holding this tensor and the byte offset its values start at, for a tensor held in one storage
+    /// binding (every tensor up to [`GpuContext::binding_limit`] bytes; `None` for a larger one, split over several
+    /// buffers, and for an empty one): its values packed in its dtype, row-major (NCHW), rounded up to whole 4-byte
+    /// words. An application's own passes can read (or write) it in place. The buffer returns to convt's pool when
+    /// the tensor is dropped, so keep the tensor while the application uses it. A layer's weight changed this way
+    /// is not seen by the weight the layer prepared from it: change a layer's weight through convt
+    /// ([`GpuTensor::copy_to`], [`crate::GpuConvTranspose2d::sgd_step`]).
+    pub fn buffer(&self) -> Option<(&wgpu::Buffer, u64)> {
+        match self.chunks.as_slice() {
+            [c] => Some((&c.buffer, c.offset)),
+            _ => None,
+        }
     }
 
     /// An uninitialised tensor. A half-precision tensor's chunks hold the same planes as an f32 tensor of its
@@ -370,7 +475,7 @@ impl GpuTensor {
             while first < planes {
                 let n = per_chunk.min(planes - first);
                 let buffer = ctx.pool.get(&ctx.device, chunk_bytes(n), STORAGE);
-                chunks.push(Chunk { buffer, first_plane: first, planes: n });
+                chunks.push(Chunk { buffer, offset: 0, bytes: chunk_bytes(n), first_plane: first, planes: n });
                 first += n;
             }
             Ok(Self {
@@ -389,8 +494,9 @@ impl GpuTensor {
     }
 
     /// A number that changes whenever convt writes this tensor (every function that takes it as an output does),
-    /// and that no other tensor ever had: what a prepared weight ([`crate::gpu::plan`]) was made from. The
-    /// tensor's buffers are not reachable from outside convt, so no write escapes it.
+    /// and that no other tensor ever had: what a prepared weight ([`crate::gpu::plan`]) was made from. Writes made
+    /// outside convt (through [`GpuTensor::buffer`], or to the buffer under a view) do not change it: the documents
+    /// of both say so.
     pub(crate) fn version(&self) -> u64 {
         self.version.load(std::sync::atomic::Ordering::Acquire)
     }
@@ -407,16 +513,16 @@ impl GpuTensor {
     pub fn fill(&self, ctx: &GpuContext, value: f32) -> Result<()> {
         self.mark_written();
         const PIECE: u64 = 1 << 24; // bytes per write: 16 MiB of host memory at most
-        let largest = self.chunks.iter().map(|c| c.buffer.size()).max().unwrap_or(0);
+        let largest = self.chunks.iter().map(|c| c.bytes).max().unwrap_or(0);
         let mut piece = Vec::new();
         self.dtype.encode(&vec![value; (PIECE.min(largest) as usize).div_ceil(self.dtype.size())], &mut piece);
         ctx.scoped(|| {
             for c in &self.chunks {
-                let bytes = c.buffer.size();
+                let bytes = c.bytes;
                 let mut done = 0;
                 while done < bytes {
                     let n = PIECE.min(bytes - done);
-                    ctx.queue.write_buffer(&c.buffer, done, &piece[..n as usize]);
+                    ctx.queue.write_buffer(&c.buffer, c.offset + done, &piece[..n as usize]);
                     done += n;
                 }
             }
@@ -437,7 +543,7 @@ impl GpuTensor {
             let mut encoder = ctx.device.create_command_encoder(&Default::default());
             // Equal shapes have equal chunks.
             for (a, b) in self.chunks.iter().zip(&dst.chunks) {
-                encoder.copy_buffer_to_buffer(&a.buffer, 0, &b.buffer, 0, a.buffer.size());
+                encoder.copy_buffer_to_buffer(&a.buffer, a.offset, &b.buffer, b.offset, a.bytes);
             }
             ctx.queue.submit([encoder.finish()]);
             Ok(())
@@ -451,8 +557,7 @@ impl GpuTensor {
         let mut data = crate::tensor::filled_vec(self.numel(), 0f32, || format!("a tensor of size {:?}", self.shape))?;
         for c in &self.chunks {
             let dst = &mut data[c.first_plane * self.plane_elems..][..c.planes * self.plane_elems];
-            let bytes = c.buffer.size();
-            read_back(ctx, &c.buffer, bytes, |view| self.dtype.decode(&view[..dst.len() * self.dtype.size()], dst))?;
+            read_back(ctx, c.range(), |view| self.dtype.decode(&view[..dst.len() * self.dtype.size()], dst))?;
         }
         Tensor::of_dtype(self.shape.clone(), data, self.dtype)
     }
@@ -482,10 +587,10 @@ impl GpuTensor {
         self.plane_elems
     }
 
-    /// The single buffer of a tensor that must sit in one binding (weights, bias), or an error naming it.
-    pub(crate) fn single_buffer(&self, what: &str, ctx: &GpuContext) -> Result<&wgpu::Buffer> {
+    /// The single chunk of a tensor that must sit in one binding (weights, bias), or an error naming it.
+    pub(crate) fn single_buffer(&self, what: &str, ctx: &GpuContext) -> Result<&Chunk> {
         match self.chunks.as_slice() {
-            [c] => Ok(&c.buffer),
+            [c] => Ok(c),
             _ => Err(ConvtError::TooLargeForBinding {
                 what: format!("{what} of size {:?}", self.shape),
                 bytes: self.numel() as u64 * self.dtype.size() as u64,
@@ -499,14 +604,13 @@ impl GpuTensor {
 /// mapped bytes to `read`.
 pub(crate) fn read_back<T>(
     ctx: &GpuContext,
-    buffer: &wgpu::Buffer,
-    bytes: u64,
+    (buffer, offset, bytes): (&wgpu::Buffer, u64, u64),
     read: impl FnOnce(&[u8]) -> T,
 ) -> Result<T> {
     let mut staging = ctx.scoped(|| {
         let staging = ctx.pool.get(&ctx.device, bytes, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
         let mut encoder = ctx.device.create_command_encoder(&Default::default());
-        encoder.copy_buffer_to_buffer(buffer, 0, &staging, 0, bytes);
+        encoder.copy_buffer_to_buffer(buffer, offset, &staging, 0, bytes);
         ctx.queue.submit([encoder.finish()]);
         Ok(staging)
     })?;

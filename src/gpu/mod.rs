@@ -26,7 +26,7 @@ use forward::{coop, coop_nhwc, direct, gemm, rows, winograd};
 pub use backward::grad_input::GradInputKernel;
 pub use backward::grad_weight::GradWeightKernel;
 pub use backward::{conv_transpose2d_backward, conv_transpose2d_backward_into, GpuGradients};
-pub use context::{list_adapters, AdapterSummary, GpuContext, GpuOptions, ShaderChecks};
+pub use context::{list_adapters, AdapterSummary, GpuContext, GpuOptions, ShaderChecks, REQUIRED_LIMITS};
 pub use memory::GpuTensor;
 pub use timing::GpuTimer;
 
@@ -231,7 +231,7 @@ impl Strategy {
         drop(f32_weight);
         // The f16 kernels' weight scale: its largest magnitude, read once here instead of found on every call.
         let max_bits = match maxima {
-            Some(m) => Some(memory::read_back(ctx, &m, 8, |b| bytemuck::cast_slice::<u8, u32>(b)[1])?),
+            Some(m) => Some(memory::read_back(ctx, (&m, 0, 8), |b| bytemuck::cast_slice::<u8, u32>(b)[1])?),
             None => None,
         };
         Ok(Some(plan::PreparedWeight { buffer, max_bits, _reserved: reserved }))

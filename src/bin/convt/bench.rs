@@ -117,7 +117,7 @@ enum Outputs {
 }
 
 /// A case's tensors on the GPU, ready to time one pass.
-pub struct Prepared<'c> {
+pub struct Prepared {
     pub case: Case,
     pub pass: Pass,
     /// The forward's precision when no strategy is given (the selector's choice at it).
@@ -128,7 +128,7 @@ pub struct Prepared<'c> {
     bias: Option<GpuTensor>,
     outputs: Outputs,
     /// The forward as a layer with these weights (`--layer`): timed instead of the functional call.
-    layer: Option<GpuConvTranspose2d<'c>>,
+    layer: Option<GpuConvTranspose2d>,
 }
 
 /// The backward's kernels where a caller gives them (`None`: the selector's).
@@ -165,10 +165,10 @@ impl InputSet {
     }
 }
 
-impl<'c> Prepared<'c> {
+impl Prepared {
     /// Random inputs U(0,1) (and for the backward grad_output U(-1,1)), several sets when small enough to sit in
     /// cache, weight and bias U(-0.1,0.1), and the outputs of a case's `pass`, all of `dtype`.
-    pub fn new(ctx: &'c GpuContext, case: &Case, pass: Pass, dtype: DType) -> Result<Self> {
+    pub fn new(ctx: &GpuContext, case: &Case, pass: Pass, dtype: DType) -> Result<Self> {
         let shape = case.params.resolve(
             &case.input_dims(),
             &case.weight_dims(),
@@ -206,7 +206,7 @@ impl<'c> Prepared<'c> {
     }
 
     /// Times the forward as a layer of these weights at `precision` from now on.
-    pub fn as_layer(&mut self, ctx: &'c GpuContext, precision: Precision) -> Result<()> {
+    pub fn as_layer(&mut self, ctx: &GpuContext, precision: Precision) -> Result<()> {
         let weight = self.weight.download(ctx)?;
         let bias = self.bias.as_ref().map(|b| b.download(ctx)).transpose()?;
         let mut layer = ConvTranspose2d::from_weights(weight, bias, self.case.params)?;

@@ -57,7 +57,7 @@ pub(crate) fn encode(
                 one: 1.0,
                 _pad: [0; 3],
             };
-            dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &[&c.buffer, gb], grid);
+            dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &[&c, gb], grid);
         }
         Ok(())
     })

@@ -268,8 +268,8 @@ fn encode_gather(
             let grid = grid(ctx, (s.samples.len() * (b1 - b0) * pixels).div_ceil(WORKGROUP_SIZE as usize));
             // The shader's `Slice` is the gather kernels' (go_* and gi_* for in_* and out_*).
             let u = SliceUniform::new(s, (b0, b1), grid.0);
-            let go = &grad_output.chunks()[s.in_chunk].buffer;
-            let gi = &grad_input.chunks()[s.out_chunk].buffer;
+            let go = &grad_output.chunks()[s.in_chunk];
+            let gi = &grad_input.chunks()[s.out_chunk];
             dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &[go, weight, gi], grid);
         }
         Ok(())

@@ -304,7 +304,7 @@ pub(crate) fn encode(
                 let partial = partial_sums(ctx, in_flight, slots * elems);
                 let g = grid(ctx, rows.workgroups(shape));
                 let u = RowsUniform { n_count: shape.batch as u32, dispatch_width: g.0, _pad: [0; 2] };
-                let (x, go) = (&input.chunks()[0].buffer, &grad_output.chunks()[0].buffer);
+                let (x, go) = (&input.chunks()[0], &grad_output.chunks()[0]);
                 dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &[x, go, &partial], g);
                 let g = grid(ctx, elems.div_ceil(REDUCE_WORKGROUP_SIZE));
                 let r = ReduceUniform { elems: elems as u32, splits: slots as u32, accumulate: 0, dispatch_width: g.0 };
@@ -344,8 +344,8 @@ pub(crate) fn encode(
                 dispatch_width: g.0,
                 _pad: 0,
             };
-            let x = &input.chunks()[s.in_chunk].buffer;
-            let go = &grad_output.chunks()[s.out_chunk].buffer;
+            let x = &input.chunks()[s.in_chunk];
+            let go = &grad_output.chunks()[s.out_chunk];
             dispatch_buffers(ctx, pass, &gemm, bytemuck::bytes_of(&u), &[x, go, &partial], g);
             let g = grid(ctx, elems.div_ceil(REDUCE_WORKGROUP_SIZE));
             let r = ReduceUniform {

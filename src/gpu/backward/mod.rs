@@ -145,10 +145,10 @@ pub fn conv_transpose2d_backward_into(
     // Reductions split over several slices add up in place, from zero; an empty batch sums nothing: zero.
     let empty = shape.batch == 0;
     if empty || grad_weight::accumulates(&shape, input, grad_output) {
-        encoder.clear_buffer(gw_out.single_buffer("grad_weight", ctx)?, 0, None);
+        gw_out.single_buffer("grad_weight", ctx)?.clear(&mut encoder);
     }
     if let Some(gb) = gb_out.filter(|_| empty || grad_bias::accumulates(grad_output)) {
-        encoder.clear_buffer(gb.single_buffer("grad_bias", ctx)?, 0, None);
+        gb.single_buffer("grad_bias", ctx)?.clear(&mut encoder);
     }
     {
         let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {

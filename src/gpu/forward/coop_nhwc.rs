@@ -805,7 +805,7 @@ fn encode_preparation(
             })
             .collect();
         for (c, igrid, u) in &chunks {
-            dispatch_buffers(ctx, pass, &first, bytemuck::bytes_of(u), &[&c.buffer, &xp, &maxima, &guess], *igrid);
+            dispatch_buffers(ctx, pass, &first, bytemuck::bytes_of(u), &[&c, &xp, &maxima, &guess], *igrid);
         }
         let counts: Vec<u32> = chunks.iter().flat_map(|(_, (x, y), _)| [*x, *y, 1]).collect();
         let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::INDIRECT | wgpu::BufferUsages::COPY_SRC;
@@ -815,7 +815,7 @@ fn encode_preparation(
         let u = CheckParams { chunks: chunks.len() as u32, _pad: [0; 3] };
         dispatch_buffers(ctx, pass, &check, bytemuck::bytes_of(&u), &[&maxima, &counts, &guess], (1, 1));
         for (i, (c, _, u)) in chunks.iter().enumerate() {
-            bind_buffers(ctx, pass, &fixup, bytemuck::bytes_of(u), &[&c.buffer, &xp, &maxima, &guess]);
+            bind_buffers(ctx, pass, &fixup, bytemuck::bytes_of(u), &[&c, &xp, &maxima, &guess]);
             pass.dispatch_workgroups_indirect(&counts, (12 * i) as u64);
         }
 
@@ -877,7 +877,7 @@ pub(crate) fn encode(
                     n_tiles: n_tiles as u32,
                     _pad: [0; 3],
                 };
-                let mut buffers = ops.buffers(&xp, &c.buffer);
+                let mut buffers = ops.buffers(&xp, &c);
                 buffers.push(&maxima);
                 dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &buffers, mgrid);
             }
@@ -1168,7 +1168,7 @@ mod tests {
                 let halves = |bytes: Vec<u8>| -> Vec<f64> {
                     bytes.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f64()).collect()
                 };
-                let read = |b: &wgpu::Buffer| read_back(ctx, b, b.size(), <[u8]>::to_vec).unwrap();
+                let read = |b: &wgpu::Buffer| read_back(ctx, (b, 0, b.size()), <[u8]>::to_vec).unwrap();
                 let maxima: Vec<u32> = bytemuck::cast_slice(&read(&prepared.maxima)).to_vec();
                 let (got_x, got_w) = (halves(read(&prepared.input)), halves(read(&prepared.weight)));
                 let (want_x, want_w) = expected_operands(&tile, &shape, &x, &w);

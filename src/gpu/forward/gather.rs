@@ -105,8 +105,8 @@ pub(crate) fn encode<S: FnOnce() -> String, W: Fn(usize, usize) -> usize>(
             let (b0, b1) = channel_blocks(shape.out_per_group(), kernel.block, &s.oc);
             let grid = grid(ctx, (kernel.workgroups)(s.samples.len(), b1 - b0));
             let u = SliceUniform::new(s, (b0, b1), grid.0);
-            let input = &input.chunks()[s.in_chunk].buffer;
-            let out = &output.chunks()[s.out_chunk].buffer;
+            let input = &input.chunks()[s.in_chunk];
+            let out = &output.chunks()[s.out_chunk];
             dispatch(ctx, pass, &pipeline, bytemuck::bytes_of(&u), input, &ops, out, grid);
         }
         Ok(())

@@ -34,7 +34,7 @@ fn pack_weights(
     pass: &mut wgpu::ComputePass<'_>,
 ) -> Result<PooledBuffer> {
     let src = weight.single_buffer("weight", ctx)?;
-    let packed = ctx.pool.get(&ctx.device, src.size(), STORAGE);
+    let packed = ctx.pool.get(&ctx.device, src.bytes, STORAGE);
     let module = ctx.module(PACK_SHADER_NAME, PACK_SHADER)?;
     let (rows, taps) = (shape.in_channels * shape.out_per_group(), shape.kernel[0] * shape.kernel[1]);
     let consts = [
@@ -563,10 +563,12 @@ pub(crate) fn encode(
                     _pad: [0; 2],
                     phases: table,
                 };
-                let input = &input.chunks()[s.in_chunk].buffer;
-                let out = &output.chunks()[s.out_chunk].buffer;
+                let input = &input.chunks()[s.in_chunk];
+                let out = &output.chunks()[s.out_chunk];
                 let mut buffers = ops.buffers(input, out);
-                buffers.extend(maxima.as_ref());
+                if let Some(m) = maxima.as_ref() {
+                    buffers.push(m);
+                }
                 dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &buffers, grid);
             }
         }
@@ -644,8 +646,9 @@ mod tests {
                     pack_weights(&ctx, &shape, &wg, take_max.then_some(&maxima), &mut pass).unwrap()
                 };
                 ctx.queue.submit([encoder.finish()]);
-                let read =
-                    |b: &wgpu::Buffer, bytes| crate::gpu::memory::read_back(&ctx, b, bytes, <[u8]>::to_vec).unwrap();
+                let read = |b: &wgpu::Buffer, bytes| {
+                    crate::gpu::memory::read_back(&ctx, (b, 0, bytes), <[u8]>::to_vec).unwrap()
+                };
                 let got: Vec<f32> = bytemuck::cast_slice(&read(&packed, (4 * n) as u64)).to_vec();
                 for (i, (g, want)) in got.iter().zip((0..n).map(|i| data[(i % rows) * taps + i / rows])).enumerate() {
                     assert!(g.to_bits() == want.to_bits(), "{weight:?} seed {seed}: packed[{i}] = {g}, want {want}");

@@ -883,8 +883,8 @@ pub(crate) fn encode(
                 group_count: (g1 - g0) as u32,
                 _pad: [0; 2],
             };
-            let input = &input.chunks()[s.in_chunk].buffer;
-            let out = &output.chunks()[s.out_chunk].buffer;
+            let input = &input.chunks()[s.in_chunk];
+            let out = &output.chunks()[s.out_chunk];
             let mut buffers = ops.buffers(input, out);
             buffers.push(raw_weight);
             dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &buffers, grid);
