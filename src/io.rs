@@ -31,8 +31,39 @@ pub struct TensorFile {
     metadata: HashMap<String, String>,
 }
 
-/// A tensor of a file: (dtype, shape, data offsets within the data section).
-type Entry = (DType, Vec<usize>, (usize, usize));
+/// A tensor of a file: (how its values are stored, shape, data offsets within the data section).
+type Entry = (Stored, Vec<usize>, (usize, usize));
+
+/// How a file stores a tensor's values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stored {
+    /// In one of convt's dtypes, read as they are.
+    Native(DType),
+    /// In another float dtype, converted to f32 (rounded to nearest even) when read: F64, and PyTorch's float8
+    /// dtypes F8_E4M3 (`torch.float8_e4m3fn`) and F8_E5M2 (`torch.float8_e5m2`), whose values f32 holds exactly.
+    ToF32(Dtype),
+    /// In a dtype convt does not compute with (integers, booleans, microscaling formats): the file opens, and the
+    /// tensor is an error only when asked for by name (a model's state_dict holds such counters, e.g. BatchNorm's
+    /// `num_batches_tracked`).
+    Other(Dtype),
+}
+
+/// f32 of an F8_E4M3 (`float8_e4m3fn`) value: 4 exponent bits (bias 7), 3 mantissa bits, no infinities, NaN
+/// at all bits of exponent and mantissa set.
+fn f8_e4m3_to_f32(b: u8) -> f32 {
+    let sign = if b & 0x80 != 0 { -1.0 } else { 1.0 };
+    let (exp, man) = (i32::from((b >> 3) & 0xf), f32::from(b & 0x7));
+    sign * match (exp, b & 0x7f) {
+        (_, 0x7f) => f32::NAN,
+        (0, _) => man / 8.0 * 2f32.powi(-6),
+        _ => (1.0 + man / 8.0) * 2f32.powi(exp - 7),
+    }
+}
+
+/// f32 of an F8_E5M2 (`float8_e5m2`) value: the high byte of an IEEE f16.
+fn f8_e5m2_to_f32(b: u8) -> f32 {
+    half::f16::from_bits(u16::from(b) << 8).to_f32()
+}
 
 /// A file's bytes: mapped for a regular file, read for anything else (a pipe, a device).
 #[derive(Debug)]
@@ -52,7 +83,9 @@ impl std::ops::Deref for FileBytes {
 }
 
 impl TensorFile {
-    /// Opens a safetensors file and checks its header; every tensor must be F32, F16 or BF16. A regular file is mapped into
+    /// Opens a safetensors file and checks its header. Tensors of F32, F16 and BF16 are read as they are; F64,
+    /// F8_E4M3 and F8_E5M2 ones as f32; tensors of other dtypes (integers, booleans) are an error only when asked
+    /// for by name, so a model's state_dict opens whatever counters it holds. A regular file is mapped into
     /// memory, not read: only the tensors later taken with [`Self::get`] are read. (Changing the file while it
     /// is open is not supported, as with any memory-mapped reader.)
     pub fn load(path: impl AsRef<Path>) -> Result<Self> {
@@ -70,8 +103,8 @@ impl TensorFile {
         Self::parse(bytes, path)
     }
 
-    /// Parses safetensors bytes held in memory; `path` only names the source in errors. Every tensor must be
-    /// F32, F16 or BF16; a file that breaks the format is a [`ConvtError::TensorFile`] whose message names the offending
+    /// Parses safetensors bytes held in memory; `path` only names the source in errors. Dtypes as in
+    /// [`Self::load`]; a file that breaks the format is a [`ConvtError::TensorFile`] whose message names the offending
     /// values (header length, tensor, dtype, shape, data offsets, file size).
     pub fn from_bytes(bytes: &[u8], path: &Path) -> Result<Self> {
         let mut owned = filled_vec(bytes.len(), 0u8, || format!("a copy of {}", path.display()))?;
@@ -100,10 +133,11 @@ impl TensorFile {
         let mut entries = BTreeMap::new();
         for (name, info) in infos {
             let dtype = match info.dtype {
-                Dtype::F32 => DType::F32,
-                Dtype::F16 => DType::F16,
-                Dtype::BF16 => DType::BF16,
-                other => return Err(ConvtError::DType { path: path.into(), name, dtype: format!("{other:?}") }),
+                Dtype::F32 => Stored::Native(DType::F32),
+                Dtype::F16 => Stored::Native(DType::F16),
+                Dtype::BF16 => Stored::Native(DType::BF16),
+                d @ (Dtype::F64 | Dtype::F8_E4M3 | Dtype::F8_E5M2) => Stored::ToF32(d),
+                other => Stored::Other(other),
             };
             let (start, end) = info.data_offsets;
             if start > end || end > data_len {
@@ -124,14 +158,49 @@ impl TensorFile {
         })?;
         let raw = &self.bytes[self.data_start + start..self.data_start + end];
         let what = || format!("tensor `{name}` of {}", self.path.display());
-        let mut values = filled_vec(raw.len() / dtype.size(), 0f32, what)?;
-        dtype.decode(raw, &mut values);
-        Tensor::of_dtype(shape.clone(), values, *dtype)
+        match *dtype {
+            Stored::Native(dtype) => {
+                let mut values = filled_vec(raw.len() / dtype.size(), 0f32, what)?;
+                dtype.decode(raw, &mut values);
+                Tensor::of_dtype(shape.clone(), values, dtype)
+            }
+            Stored::ToF32(stored) => {
+                let values: Vec<f32> = match stored {
+                    Dtype::F64 => {
+                        let mut v = filled_vec(raw.len() / 8, 0f32, what)?;
+                        for (o, b) in v.iter_mut().zip(raw.chunks_exact(8)) {
+                            *o = f64::from_le_bytes(b.try_into().unwrap_or_default()) as f32;
+                        }
+                        v
+                    }
+                    Dtype::F8_E4M3 | Dtype::F8_E5M2 => {
+                        let f = if stored == Dtype::F8_E4M3 { f8_e4m3_to_f32 } else { f8_e5m2_to_f32 };
+                        let mut v = filled_vec(raw.len(), 0f32, what)?;
+                        for (o, &b) in v.iter_mut().zip(raw) {
+                            *o = f(b);
+                        }
+                        v
+                    }
+                    other => return Err(self.dtype_error(name, other)),
+                };
+                Tensor::new(shape.clone(), values)
+            }
+            Stored::Other(other) => Err(self.dtype_error(name, other)),
+        }
     }
 
-    /// The dtype of the tensor called `name`, if the file has one.
+    fn dtype_error(&self, name: &str, dtype: Dtype) -> ConvtError {
+        ConvtError::DType { path: self.path.clone(), name: name.into(), dtype: format!("{dtype:?}") }
+    }
+
+    /// The dtype the tensor called `name` has once read (F64 and float8 tensors are read as f32), if the file has
+    /// one that convt reads.
     pub fn dtype(&self, name: &str) -> Option<DType> {
-        self.entries.get(name).map(|e| e.0)
+        self.entries.get(name).and_then(|e| match e.0 {
+            Stored::Native(d) => Some(d),
+            Stored::ToF32(_) => Some(DType::F32),
+            Stored::Other(_) => None,
+        })
     }
 
     /// The tensor called `name` if the file has one.

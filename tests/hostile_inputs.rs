@@ -329,19 +329,25 @@ fn duplicate_tensor_names_in_a_header_are_rejected() {
 // Safetensors files: dtypes (F32, F16, BF16 only) and the file itself
 // ---------------------------------------------------------------------------------------------------------
 
+/// Files holding tensors of dtypes convt does not compute with open; such a tensor is a DType error naming the
+/// tensor and its dtype when asked for by name (a model's state_dict holds integer counters beside its weights).
 #[test]
-fn other_precisions_are_dtype_errors_naming_the_tensor_and_dtype() {
+fn other_dtypes_are_dtype_errors_naming_the_tensor_and_dtype_when_read() {
     use safetensors::Dtype;
     let dir = common::TempDir::new("precision");
     for (dtype, name) in [
-        (Dtype::F64, "F64"),
         (Dtype::I32, "I32"),
         (Dtype::I64, "I64"),
         (Dtype::U8, "U8"),
         (Dtype::BOOL, "BOOL"),
-        (Dtype::F8_E4M3, "F8_E4M3"),
+        (Dtype::F8_E8M0, "F8_E8M0"),
+        (Dtype::F4, "F4"),
     ] {
-        let (path, e) = load_err(&dir, &format!("{name}.safetensors"), &file_of_dtype(dtype, "weight", &[4, 2, 3, 3]));
+        let path = dir.path(&format!("{name}.safetensors"));
+        std::fs::write(&path, file_of_dtype(dtype, "weight", &[4, 2, 3, 2])).unwrap();
+        let file = TensorFile::load(&path).unwrap();
+        assert_eq!(file.dtype("weight"), None, "{name}");
+        let e = file.get("weight").unwrap_err();
         assert!(
             matches!(&e, ConvtError::DType { path: p, name: n, dtype: d } if *p == path && n == "weight" && d == name),
             "{name}: {e:?}"
@@ -349,31 +355,51 @@ fn other_precisions_are_dtype_errors_naming_the_tensor_and_dtype() {
         assert_eq!(
             e.to_string(),
             format!(
-                "{}: tensor `weight` has dtype {name}, but convt reads F32, F16 and BF16 tensors only (save it with `tensor.float()`)",
+                "{}: tensor `weight` has dtype {name}, but convt reads float tensors only (F32, F16, BF16; F64, \
+                 F8_E4M3 and F8_E5M2 as f32)",
                 path.display()
             )
         );
     }
 }
 
+/// F64 and PyTorch's float8 tensors read as f32: F64 rounded to nearest, float8 exactly.
 #[test]
-fn one_unreadable_tensor_among_readable_ones_is_named_deterministically() {
+fn f64_and_float8_tensors_read_as_f32() {
     use safetensors::tensor::TensorView;
     use safetensors::Dtype;
-    let dir = common::TempDir::new("mixed");
-    let f32s = vec![0u8; 16];
-    let doubles = vec![0u8; 32];
+    let dir = common::TempDir::new("float-dtypes");
+    let doubles = [1.0f64, -2.5, 1.0 + f64::EPSILON, 1e300, f64::NAN, 1.0 / 3.0];
+    let f64_bytes: Vec<u8> = doubles.iter().flat_map(|v| v.to_le_bytes()).collect();
+    // float8_e4m3fn: 1.0, the largest (448), the smallest subnormal (2^-9), -0.0, NaN, 0.875 (subnormal-adjacent).
+    let e4m3 = [0x38u8, 0x7e, 0x01, 0x80, 0x7f, 0x36];
+    // float8_e5m2: the high byte of an f16: 1.0, 57344 (largest finite), inf, 2^-16 (smallest subnormal), -2.0, NaN.
+    let e5m2 = [0x3cu8, 0x7b, 0x7c, 0x01, 0xc0, 0x7e];
     let views = vec![
-        ("input", TensorView::new(Dtype::F16, vec![1, 1, 2, 4], &f32s).unwrap()),
-        ("weight", TensorView::new(Dtype::F64, vec![1, 1, 2, 2], &doubles).unwrap()),
-        ("bias", TensorView::new(Dtype::F64, vec![4], &doubles).unwrap()),
+        ("d", TensorView::new(Dtype::F64, vec![2, 3], &f64_bytes).unwrap()),
+        ("e4m3", TensorView::new(Dtype::F8_E4M3, vec![6], &e4m3).unwrap()),
+        ("e5m2", TensorView::new(Dtype::F8_E5M2, vec![6], &e5m2).unwrap()),
+        ("num_batches_tracked", TensorView::new(Dtype::I64, vec![], &[7u8, 0, 0, 0, 0, 0, 0, 0]).unwrap()),
     ];
-    let bytes = safetensors::serialize(views, None).unwrap();
-    // Two f64 tensors: the first by name, on every run (the header's map has no order).
-    for _ in 0..5 {
-        let (_, e) = load_err(&dir, "mixed.safetensors", &bytes);
-        assert!(matches!(&e, ConvtError::DType { name, dtype, .. } if name == "bias" && dtype == "F64"), "{e:?}");
-    }
+    let path = dir.path("floats.safetensors");
+    std::fs::write(&path, safetensors::serialize(views, None).unwrap()).unwrap();
+    let file = TensorFile::load(&path).unwrap();
+    let bits = |t: &Tensor| t.data().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    let d = file.get("d").unwrap();
+    assert_eq!((d.shape(), d.dtype()), (&[2usize, 3][..], convt::DType::F32));
+    let want: Vec<f32> = vec![1.0, -2.5, 1.0, f32::INFINITY, f32::NAN, 1.0 / 3.0];
+    assert_eq!(bits(&d)[..4], bits(&Tensor::new(vec![6], want.clone()).unwrap())[..4]);
+    assert!(d.data()[4].is_nan());
+    assert_eq!(d.data()[5], want[5]);
+    let e4 = file.get("e4m3").unwrap();
+    assert_eq!(e4.data()[..4], [1.0, 448.0, 2f32.powi(-9), -0.0]);
+    assert!(e4.data()[3].is_sign_negative() && e4.data()[4].is_nan());
+    assert_eq!(e4.data()[5], 0.875);
+    let e5 = file.get("e5m2").unwrap();
+    assert_eq!(e5.data()[..5], [1.0, 57344.0, f32::INFINITY, 2f32.powi(-16), -2.0]);
+    assert!(e5.data()[5].is_nan());
+    assert_eq!(file.dtype("d"), Some(convt::DType::F32));
+    assert!(matches!(file.get("num_batches_tracked"), Err(ConvtError::DType { .. })));
 }
 
 #[test]
@@ -908,13 +934,14 @@ fn cli_output_too_large_fails_naming_the_sizes() {
 fn cli_unsupported_precision_fails_naming_the_tensor() {
     let dir = common::TempDir::new("cli-f16");
     let path = dir.path("half.safetensors");
-    std::fs::write(&path, file_of_dtype(safetensors::Dtype::F64, "input", &[1, 2, 3, 3])).unwrap();
+    std::fs::write(&path, file_of_dtype(safetensors::Dtype::I64, "input", &[1, 2, 3, 3])).unwrap();
     let out_path = dir.path("out.safetensors");
     fails_with(
         &["forward", "--tensors", s(&path), "--out", s(&out_path)],
         &[],
         &format!(
-            "error: {}: tensor `input` has dtype F64, but convt reads F32, F16 and BF16 tensors only (save it with `tensor.float()`)",
+            "error: {}: tensor `input` has dtype I64, but convt reads float tensors only (F32, F16, BF16; F64, F8_E4M3 \
+             and F8_E5M2 as f32)",
             path.display()
         ),
         true,

@@ -139,6 +139,65 @@ fn one_layer_of_a_model_state_dict_loads_by_prefix() {
     assert_eq!((layer.in_channels(), layer.out_channels()), (6, 4));
 }
 
+/// A model's state_dict as PyTorch saves it: BatchNorm's int64 counter, an f64 layer, f16 layers. One layer loads
+/// by prefix (the library and the CLI's --weights/--prefix), converted from its dtype; the other tensors are
+/// ignored; a tensor of another dtype is an error only when it is the one asked for.
+#[test]
+fn a_model_checkpoint_of_mixed_dtypes_gives_one_layer_by_prefix() {
+    use safetensors::tensor::{Dtype, TensorView};
+    let dir = common::TempDir::new("model-checkpoint");
+    let w = Tensor::uniform(vec![6, 2, 3, 3], -1.0, 1.0, common::fresh_seed()).unwrap();
+    let b = Tensor::uniform(vec![4], -1.0, 1.0, common::fresh_seed()).unwrap();
+    let f64_bytes = |t: &Tensor| t.data().iter().flat_map(|&v| f64::from(v).to_le_bytes()).collect::<Vec<u8>>();
+    let half_bytes =
+        |t: &Tensor| t.data().iter().flat_map(|&v| half::f16::from_f32(v).to_le_bytes()).collect::<Vec<u8>>();
+    let (wd, bd) = (f64_bytes(&w), f64_bytes(&b));
+    let other = Tensor::uniform(vec![8, 6, 3, 3], -1.0, 1.0, 5).unwrap();
+    let oh = half_bytes(&other);
+    let counter = 11i64.to_le_bytes();
+    let views = vec![
+        ("decoder.3.weight", TensorView::new(Dtype::F64, vec![6, 2, 3, 3], &wd).unwrap()),
+        ("decoder.3.bias", TensorView::new(Dtype::F64, vec![4], &bd).unwrap()),
+        ("decoder.1.weight", TensorView::new(Dtype::F16, vec![8, 6, 3, 3], &oh).unwrap()),
+        ("decoder.2.num_batches_tracked", TensorView::new(Dtype::I64, vec![], &counter).unwrap()),
+    ];
+    let model = dir.path("model.safetensors");
+    std::fs::write(&model, safetensors::serialize(views, None).unwrap()).unwrap();
+    let options = ConvTranspose2dOptions::default().stride(2).padding(1).groups(2);
+    let layer = ConvTranspose2d::from_state_dict_prefixed(&model, "decoder.3.", options).unwrap();
+    // f64 values of f32 ones read back exactly.
+    assert_eq!(layer.weight(), &w);
+    assert_eq!(layer.bias(), Some(&b));
+    let e = ConvTranspose2d::from_state_dict_prefixed(&model, "decoder.2.", options).unwrap_err();
+    assert!(e.to_string().contains("`decoder.2.weight`"), "{e}");
+
+    // The CLI: the input from one file, the layer from the model by prefix.
+    let x = Tensor::uniform(vec![2, 6, 5, 4], -1.0, 1.0, common::fresh_seed()).unwrap();
+    let inputs = dir.path("x.safetensors");
+    save_tensors(&inputs, &[("input", &x)], None).unwrap();
+    let out = dir.path("y.safetensors");
+    let (i, m, o) = (inputs.to_str().unwrap(), model.to_str().unwrap(), out.to_str().unwrap());
+    let flags = ["--stride", "2", "--padding", "1", "--groups", "2"];
+    let mut args = vec!["forward", "--tensors", i, "--weights", m, "--prefix", "decoder.3.", "--out", o];
+    args.extend(flags);
+    common::cli::convt_ok(&args);
+    let got = TensorFile::load(&out).unwrap().get("output").unwrap();
+    let want = layer.forward_cpu(&x).unwrap();
+    assert!(rel_l2(&got, &want) <= common::F32_TOLERANCE, "{}", rel_l2(&got, &want));
+    // A prefix the model lacks names what it holds; the output is not written.
+    std::fs::remove_file(&out).unwrap();
+    let mut args = vec!["forward", "--tensors", i, "--weights", m, "--prefix", "encoder.", "--out", o];
+    args.extend(flags);
+    let line = common::cli::convt_fails(&args, &["encoder.weight", "decoder.3.weight"]);
+    assert!(line.contains("decoder.2.num_batches_tracked"), "{line}");
+    assert!(!out.exists());
+    // --weights may not be the output.
+    let mut args = vec!["forward", "--tensors", i, "--weights", m, "--prefix", "decoder.3.", "--out", m];
+    args.extend(flags);
+    common::cli::convt_fails(&args, &[]);
+    assert!(TensorFile::load(&model).unwrap().contains("decoder.3.weight"), "the model file is untouched");
+}
+
 #[test]
 fn layer_backward_on_gpu_matches_cpu_and_sgd_steps_the_parameters() {
     let ctx = common::ctx();

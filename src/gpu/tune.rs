@@ -1,7 +1,8 @@
 //! The autotuner's persistent cache: the fastest kernel measured for a [`TuneKey`] (adapter, driver, pass,
 //! precision, bucketed shape), written by `convt tune` and read by [`crate::gpu::select`]. A JSON file; its location is
-//! `GpuOptions::tune_cache` (`CONVT_TUNE_CACHE`), by default `$XDG_CACHE_HOME/convt/tune.json` or
-//! `~/.cache/convt/tune.json`. A missing or unreadable cache only means the heuristic decides.
+//! `GpuOptions::tune_cache` (`CONVT_TUNE_CACHE`), by default `convt/tune.json` in the platform's cache directory
+//! (the `dirs` crate: `$XDG_CACHE_HOME` or `~/.cache` on Linux, `~/Library/Caches` on macOS, the local app data
+//! folder on Windows). A missing or unreadable cache only means the heuristic decides.
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -48,12 +49,9 @@ impl TuneEntry {
     }
 }
 
-/// The default cache location.
+/// The default cache location: `convt/tune.json` in the platform's cache directory (`None` where it has none).
 pub fn default_path() -> Option<PathBuf> {
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
-    Some(base.join("convt").join("tune.json"))
+    Some(dirs::cache_dir()?.join("convt").join("tune.json"))
 }
 
 /// The pass a tuning entry is for.

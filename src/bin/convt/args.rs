@@ -163,18 +163,44 @@ pub struct Problem {
     pub dtype: DType,
 }
 
-/// Checks `out` (it must not be `tensors` itself, nor a device, pipe or directory), then reads `input`,
-/// `weight`, the optional `bias` and, for the backward, `grad_output` from `tensors`. They are computed in
-/// `dtype` where it is given (each converted to it), else in the dtype they share in the file.
-pub fn open_problem(tensors: &Path, out: &Path, dtype: Option<DType>, backward: bool) -> anyhow::Result<Problem> {
-    let out = OutputFile::create(out, &[tensors])?;
+/// Where the layer's parameters come from: `--weights FILE` (a model's state_dict, say) and `--prefix P` (one
+/// layer of it: the tensors `{P}weight` and `{P}bias`).
+#[derive(Args, Debug, Clone)]
+pub struct WeightArgs {
+    /// Read `weight` and `bias` from this safetensors file (e.g. a model's state_dict saved with
+    /// `safetensors.torch.save_file(model.state_dict(), FILE)`) instead of --tensors. Float tensors of any dtype
+    /// load (F64 and float8 as f32); the file's other tensors are ignored.
+    #[arg(long)]
+    pub weights: Option<std::path::PathBuf>,
+    /// The layer's name prefix in the weights' file, as in its state_dict: `--prefix decoder.3.` reads
+    /// `decoder.3.weight` and `decoder.3.bias`.
+    #[arg(long, default_value = "")]
+    pub prefix: String,
+}
+
+/// Checks `out` (it must not be `tensors` or the weights' file, nor a device, pipe or directory), then reads
+/// `input` and, for the backward, `grad_output` from `tensors`, and `{prefix}weight` with the optional
+/// `{prefix}bias` from the weights' file (`tensors` unless --weights names another). They are computed in `dtype`
+/// where it is given (each converted to it), else in the dtype they share.
+pub fn open_problem(
+    tensors: &Path,
+    weights: &WeightArgs,
+    out: &Path,
+    dtype: Option<DType>,
+    backward: bool,
+) -> anyhow::Result<Problem> {
+    let weights_path = weights.weights.as_deref().unwrap_or(tensors);
+    let out = OutputFile::create(out, &[tensors, weights_path])?;
     let file = TensorFile::load(tensors)?;
-    let (input, weight, bias) = (file.get("input")?, file.get("weight")?, file.get_optional("bias")?);
+    let weights_file = if weights.weights.is_some() { Some(TensorFile::load(weights_path)?) } else { None };
+    let wfile = weights_file.as_ref().unwrap_or(&file);
+    let (weight_name, bias_name) = (format!("{}weight", weights.prefix), format!("{}bias", weights.prefix));
+    let (input, weight, bias) = (file.get("input")?, wfile.get(&weight_name)?, wfile.get_optional(&bias_name)?);
     let grad_output = if backward { Some(file.get("grad_output")?) } else { None };
     let named = [
         ("input", Some(&input)),
-        ("weight", Some(&weight)),
-        ("bias", bias.as_ref()),
+        (weight_name.as_str(), Some(&weight)),
+        (bias_name.as_str(), bias.as_ref()),
         ("grad_output", grad_output.as_ref()),
     ];
     let named: Vec<(&str, &Tensor)> = named.into_iter().filter_map(|(n, t)| Some((n, t?))).collect();

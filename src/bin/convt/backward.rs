@@ -7,14 +7,15 @@ use anyhow::Result;
 use clap::Args;
 use convt::{DType, Tensor};
 
-use crate::args::{open_problem, ConvArgs, Problem};
+use crate::args::{open_problem, ConvArgs, Problem, WeightArgs};
 use crate::forward::Backend;
 use crate::Outcome;
 
 #[derive(Args, Debug)]
 pub struct BackwardArgs {
-    /// Safetensors file with tensors `input` [N,Cin,H,W] (or [Cin,H,W]), `weight` [Cin,Cout/G,kH,kW],
-    /// optional `bias` [Cout], and `grad_output` (the output's size), all F32, F16 or BF16.
+    /// Safetensors file with tensors `input` [N,Cin,H,W] (or [Cin,H,W]), `weight` [Cin,Cout/G,kH,kW], optional
+    /// `bias` [Cout] (or those from --weights), and `grad_output` (the output's size), float tensors of one dtype
+    /// (F64 and float8 read as f32).
     #[arg(long)]
     tensors: PathBuf,
     /// Where to write the tensors `grad_input`, `grad_weight` and (with a bias) `grad_bias`, in the inputs' dtype.
@@ -24,6 +25,8 @@ pub struct BackwardArgs {
     #[arg(long)]
     dtype: Option<DType>,
     #[command(flatten)]
+    weights: WeightArgs,
+    #[command(flatten)]
     conv: ConvArgs,
     /// Where to compute: the GPU (wgpu) or the CPU reference (f64 accumulation).
     #[arg(long, value_enum, default_value = "gpu")]
@@ -31,7 +34,8 @@ pub struct BackwardArgs {
 }
 
 pub fn run(a: BackwardArgs) -> Result<Outcome> {
-    let Problem { out, input, weight, bias, grad_output, dtype } = open_problem(&a.tensors, &a.out, a.dtype, true)?;
+    let Problem { out, input, weight, bias, grad_output, dtype } =
+        open_problem(&a.tensors, &a.weights, &a.out, a.dtype, true)?;
     let (input, weight, bias) = (&input, &weight, bias.as_ref());
     let Some(grad_output) = grad_output.as_ref() else { anyhow::bail!("{}: no `grad_output`", a.tensors.display()) };
     let params = a.conv.params_for(input.shape(), weight.shape())?;

@@ -6,7 +6,7 @@ use anyhow::Result;
 use clap::{Args, ValueEnum};
 use convt::{DType, Precision};
 
-use crate::args::{open_problem, ConvArgs, Problem};
+use crate::args::{open_problem, ConvArgs, Problem, WeightArgs};
 use crate::Outcome;
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -17,8 +17,8 @@ pub enum Backend {
 
 #[derive(Args, Debug)]
 pub struct ForwardArgs {
-    /// Safetensors file with tensors `input` [N,Cin,H,W] (or [Cin,H,W]), `weight` [Cin,Cout/G,kH,kW], optional
-    /// `bias` [Cout], all F32, F16 or BF16.
+    /// Safetensors file with tensors `input` [N,Cin,H,W] (or [Cin,H,W]), `weight` [Cin,Cout/G,kH,kW] and optional
+    /// `bias` [Cout] (or those from --weights), float tensors of one dtype (F64 and float8 read as f32).
     #[arg(long)]
     tensors: PathBuf,
     /// Where to write the tensor `output`, in the inputs' dtype.
@@ -27,6 +27,8 @@ pub struct ForwardArgs {
     /// Compute in this dtype (f32, f16, bf16), converting the file's tensors to it [default: the file's].
     #[arg(long)]
     dtype: Option<DType>,
+    #[command(flatten)]
+    weights: WeightArgs,
     #[command(flatten)]
     conv: ConvArgs,
     /// Where to compute: the GPU (wgpu) or the CPU reference (f64 accumulation).
@@ -40,7 +42,7 @@ pub struct ForwardArgs {
 }
 
 pub fn run(a: ForwardArgs) -> Result<Outcome> {
-    let Problem { out, input, weight, bias, dtype, .. } = open_problem(&a.tensors, &a.out, a.dtype, false)?;
+    let Problem { out, input, weight, bias, dtype, .. } = open_problem(&a.tensors, &a.weights, &a.out, a.dtype, false)?;
     let (input, weight, bias) = (&input, &weight, bias.as_ref());
     let params = a.conv.params_for(input.shape(), weight.shape())?;
     // Validate before touching the GPU, so bad input fails fast and the same way on both backends.

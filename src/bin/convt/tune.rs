@@ -26,7 +26,8 @@ pub struct TuneArgs {
     runs: u32,
     #[arg(long, default_value_t = 2)]
     warmup: u32,
-    /// The cache file (default: CONVT_TUNE_CACHE, else ~/.cache/convt/tune.json).
+    /// The cache file (default: CONVT_TUNE_CACHE, else convt/tune.json in the platform's cache directory, ~/.cache on
+    /// Linux).
     #[arg(long)]
     cache: Option<std::path::PathBuf>,
     /// Tune for this precision: `f32` times the exact strategies, `fast` those with f16 operands this adapter
@@ -118,7 +119,7 @@ pub fn run(a: TuneArgs) -> Result<Outcome> {
 /// the fastest of the second round.
 fn fastest(
     ctx: &GpuContext,
-    prepared: &Prepared<'_>,
+    prepared: &Prepared,
     a: &TuneArgs,
     label: &str,
     candidates: Vec<Candidate>,
