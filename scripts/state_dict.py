@@ -14,6 +14,16 @@ This script does both ends for the tests and the training example:
     python3 scripts/state_dict.py check FILE     # load a state_dict written by convt into nn.ConvTranspose2d
                                                  # (config from its "convt" metadata) and, with --io IO, check
                                                  # PyTorch's output on IO's input against IO's output
+    python3 scripts/state_dict.py model DIR      # a whole decoder's state_dict (BatchNorm counters and all, its
+                                                 # layers in f16 and f64): DIR/model.safetensors, and for its
+                                                 # layer `3.` DIR/layer3_io.safetensors (input, PyTorch's output);
+                                                 # prints the convt command that runs that one layer and the
+                                                 # check of its output
+
+A model's checkpoint needs no conversion for convt: save the state_dict as it is and name the layer by prefix.
+
+    save_file(model.state_dict(), "model.safetensors")
+    convt forward --tensors x.safetensors --weights model.safetensors --prefix 3. --stride 2 --padding 1 --out y.safetensors
 """
 import argparse
 import json
@@ -70,6 +80,39 @@ def check(path, io):
             raise SystemExit("mismatch")
 
 
+def model(out):
+    """A small decoder as a user would train it; its state_dict saved as it is (layers in mixed dtypes)."""
+    os.makedirs(out, exist_ok=True)
+    torch.manual_seed(11)
+    net = torch.nn.Sequential(
+        torch.nn.ConvTranspose2d(16, 8, 4, stride=2, padding=1),   # 0.
+        torch.nn.BatchNorm2d(8),                                    # 1. (num_batches_tracked: int64)
+        torch.nn.ReLU(),                                            # 2.
+        torch.nn.ConvTranspose2d(8, 4, 3, stride=2, padding=1, output_padding=1, groups=2),  # 3.
+    )
+    net[0].half()      # checkpoints mix dtypes: an f16 layer, an f64 one
+    net[3].double()
+    net.train()
+    with torch.no_grad():
+        net[1](torch.rand(4, 8, 6, 6))    # one step of BatchNorm statistics: num_batches_tracked = 1
+    state = {k: v.contiguous() for k, v in net.state_dict().items()}
+    save_file(state, os.path.join(out, "model.safetensors"))
+    x = torch.rand(2, 8, 7, 5, dtype=torch.float64) * 2 - 1
+    # convt reads the f64 layer as f32: the reference is the float64 output of those f32 values.
+    layer = net[3].float().double()
+    with torch.no_grad():
+        y = layer(x.float().double())
+    save_file({"input": x.float().contiguous(), "output": y.float().contiguous()},
+              os.path.join(out, "layer3_io.safetensors"))
+    print(f"wrote {out}/model.safetensors ({', '.join(f'{k} {v.dtype}' for k, v in state.items())})")
+    print("run layer 3. with convt and compare with PyTorch's output:")
+    print(f"  convt forward --tensors {out}/layer3_io.safetensors --weights {out}/model.safetensors --prefix 3. "
+          f"--stride 2 --padding 1 --output-padding 1 --groups 2 --out {out}/layer3_convt.safetensors")
+    print(f"  python3 -c \"from safetensors.torch import load_file as l; import torch; "
+          f"a = l('{out}/layer3_convt.safetensors')['output'].double(); b = l('{out}/layer3_io.safetensors')['output'].double(); "
+          f"print('relative L2', float(torch.linalg.vector_norm(a - b) / torch.linalg.vector_norm(b)))\"")
+
+
 def main():
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -78,9 +121,13 @@ def main():
     c = sub.add_parser("check")
     c.add_argument("file")
     c.add_argument("--io")
+    m = sub.add_parser("model")
+    m.add_argument("dir")
     a = ap.parse_args()
     if a.cmd == "export":
         export(a.dir)
+    elif a.cmd == "model":
+        model(a.dir)
     else:
         check(a.file, a.io)
 

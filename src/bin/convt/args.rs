@@ -135,6 +135,128 @@ pub fn positive(text: &str) -> Result<f64, String> {
     }
 }
 
+/// Which problems a subcommand runs: suite cases by name, or one shape given by flags (as `verify`, `bench` and
+/// `tune` take them), at a batch of one's choice.
+#[derive(Args, Debug, Clone)]
+pub struct ShapeArgs {
+    /// Suite case(s) (kb57 kb65 kb69 kb71 kb75 kb78 kb81 up2x dcgan, or `all`). Without a case and without a shape
+    /// given by flags, all nine.
+    #[arg(long, num_args = 1..)]
+    pub case: Vec<String>,
+    /// Override the batch size (of the cases, or of the shape given by flags, default 1).
+    #[arg(long)]
+    pub batch: Option<usize>,
+    /// A shape by flags (all four of --in-channels, --out-channels, --size and --kernel; the convolution options
+    /// and --bias go with them): input channels.
+    #[arg(long)]
+    pub in_channels: Option<usize>,
+    /// Output channels.
+    #[arg(long)]
+    pub out_channels: Option<usize>,
+    /// Input H,W (or N for both).
+    #[arg(long, value_parser = parse_pair)]
+    pub size: Option<[i64; 2]>,
+    /// Kernel H,W (or N for both).
+    #[arg(long, value_parser = parse_pair)]
+    pub kernel: Option<[i64; 2]>,
+    /// Add a bias (a shape given by flags).
+    #[arg(long)]
+    pub bias: bool,
+    #[command(flatten)]
+    pub conv: ConvArgs,
+}
+
+impl ShapeArgs {
+    /// The problems: the shape given by flags, or the suite cases named (all nine without a name), each at
+    /// --batch where given, every one checked to be a valid problem.
+    pub fn cases(&self) -> anyhow::Result<Vec<Case>> {
+        let mut cases = match self.shape_case()? {
+            Some(c) => vec![c],
+            None => parse_cases(&self.case)?,
+        };
+        for case in cases.iter_mut() {
+            if let Some(b) = self.batch {
+                *case = case.with_batch(b);
+            }
+            case.params.resolve(
+                &case.input_dims(),
+                &case.weight_dims(),
+                case.bias.then_some(&[case.out_channels][..]),
+            )?;
+        }
+        Ok(cases)
+    }
+
+    /// The shape given by flags, if any. A partial shape is refused with the flags it lacks; a shape (or any of
+    /// the options that go with one) together with --case is refused, since a suite case brings its own.
+    fn shape_case(&self) -> anyhow::Result<Option<Case>> {
+        let shape_flags = [
+            ("--in-channels", self.in_channels.is_some()),
+            ("--out-channels", self.out_channels.is_some()),
+            ("--size", self.size.is_some()),
+            ("--kernel", self.kernel.is_some()),
+        ];
+        let given: Vec<&str> = shape_flags.iter().filter(|f| f.1).map(|f| f.0).collect();
+        let missing: Vec<&str> = shape_flags.iter().filter(|f| !f.1).map(|f| f.0).collect();
+        let mut options = self.conv.given();
+        if self.bias {
+            options.push("--bias");
+        }
+        let flags: Vec<&str> = given.iter().chain(&options).copied().collect();
+        if !self.case.is_empty() && !flags.is_empty() {
+            anyhow::bail!(
+                "--case runs a suite case with its own shape: it cannot be combined with {}",
+                flags.join(", ")
+            );
+        }
+        if given.is_empty() {
+            if !options.is_empty() {
+                anyhow::bail!(
+                    "{} set the options of a shape given by flags: add {}",
+                    options.join(", "),
+                    missing.join(", ")
+                );
+            }
+            return Ok(None);
+        }
+        if !missing.is_empty() {
+            anyhow::bail!(
+                "a shape given by flags needs {}; missing: {}",
+                shape_flags.map(|f| f.0).join(", "),
+                missing.join(", ")
+            );
+        }
+        let (Some(cin), Some(cout), Some(size), Some(kernel)) =
+            (self.in_channels, self.out_channels, self.size, self.kernel)
+        else {
+            anyhow::bail!("a shape given by flags needs all four of its flags")
+        };
+        let to_usize = |v: [i64; 2], what: &str| -> anyhow::Result<[usize; 2]> {
+            match v.map(usize::try_from) {
+                [Ok(h), Ok(w)] => Ok([h, w]),
+                _ => anyhow::bail!("{what} must be non-negative, got {v:?}"),
+            }
+        };
+        let params = self.conv.params();
+        params.validate()?;
+        if cout % params.groups as usize != 0 {
+            anyhow::bail!(convt::ConvtError::OutChannelsNotDivisible { out_channels: cout, groups: params.groups });
+        }
+        let mut case = Case {
+            name: "custom",
+            batch: self.batch.unwrap_or(1),
+            in_channels: cin,
+            out_channels: cout,
+            in_hw: to_usize(size, "--size")?,
+            kernel: to_usize(kernel, "--kernel")?,
+            params,
+            bias: self.bias,
+        };
+        case.params = self.conv.params_for(&case.input_dims(), &case.weight_dims())?;
+        Ok(Some(case))
+    }
+}
+
 /// Suite cases by name; no names means all nine.
 pub fn parse_cases(names: &[String]) -> anyhow::Result<Vec<Case>> {
     if names.is_empty() || names.iter().any(|n| n == "all") {

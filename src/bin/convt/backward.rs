@@ -31,6 +31,9 @@ pub struct BackwardArgs {
     /// Where to compute: the GPU (wgpu) or the CPU reference (f64 accumulation).
     #[arg(long, value_enum, default_value = "gpu")]
     backend: Backend,
+    /// Print what was written as one JSON object on stdout (the same as the line on stderr).
+    #[arg(long)]
+    json: bool,
 }
 
 pub fn run(a: BackwardArgs) -> Result<Outcome> {
@@ -63,5 +66,17 @@ pub fn run(a: BackwardArgs) -> Result<Outcome> {
     out.write_tensors(&written, None)?;
     let list: Vec<String> = written.iter().map(|(name, t)| format!("{name} {:?} ({dtype})", t.shape())).collect();
     eprintln!("wrote {} to {}", list.join(", "), a.out.display());
+    if a.json {
+        let shapes: serde_json::Map<String, serde_json::Value> =
+            written.iter().map(|(name, t)| (name.to_string(), serde_json::json!(t.shape()))).collect();
+        let backend = match a.backend {
+            Backend::Cpu => "cpu",
+            Backend::Gpu => "gpu",
+        };
+        println!(
+            "{}",
+            serde_json::json!({"backend": backend, "wrote": shapes, "dtype": dtype.to_string(), "file": a.out.display().to_string()})
+        );
+    }
     Ok(Outcome::Ok)
 }

@@ -23,18 +23,15 @@ use crate::Outcome;
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// Cases to time (default: all nine).
-    #[arg(long, num_args = 1..)]
-    case: Vec<String>,
+    /// The problems: suite cases, or one shape given by flags.
+    #[command(flatten)]
+    shape: crate::args::ShapeArgs,
     /// Timed runs per case (the median is reported).
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..))]
     runs: u32,
     /// Untimed runs before timing.
     #[arg(long, default_value_t = 5)]
     warmup: u32,
-    /// Override every case's batch size (e.g. to run the suite on a small or software adapter).
-    #[arg(long)]
-    batch: Option<usize>,
     /// Measure the adapter's FMA and copy ceilings first and report each case against them.
     #[arg(long)]
     ceilings: bool,
@@ -347,7 +344,7 @@ pub fn median(mut v: Vec<f64>) -> f64 {
 }
 
 pub fn run(a: BenchArgs) -> Result<Outcome> {
-    let cases: Vec<Case> = crate::args::parse_cases(&a.case)?;
+    let cases: Vec<Case> = a.shape.cases()?;
     if a.runs == 0 {
         bail!("--runs must be at least 1");
     }
@@ -393,11 +390,7 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
         "{:<6} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>9}  algorithm",
         "case", "ms", "min ms", "TFLOP/s", "GB/s", "%FMA", "%copy", "rel L2"
     );
-    for case in &cases {
-        let case = match a.batch {
-            Some(b) => case.with_batch(b),
-            None => *case,
-        };
+    for &case in &cases {
         let mut prepared = Prepared::new(&ctx, &case, pass, a.dtype)?;
         prepared.precision = a.precision;
         if a.layer {

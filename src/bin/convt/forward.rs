@@ -39,6 +39,9 @@ pub struct ForwardArgs {
     /// its arithmetic are reported.
     #[arg(long, default_value = "f32")]
     precision: Precision,
+    /// Print what ran and what was written as one JSON object on stdout (the same as the lines on stderr).
+    #[arg(long)]
+    json: bool,
 }
 
 pub fn run(a: ForwardArgs) -> Result<Outcome> {
@@ -47,16 +50,29 @@ pub fn run(a: ForwardArgs) -> Result<Outcome> {
     let params = a.conv.params_for(input.shape(), weight.shape())?;
     // Validate before touching the GPU, so bad input fails fast and the same way on both backends.
     let shape = params.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?;
-    let output = match a.backend {
-        Backend::Cpu => convt::cpu::conv_transpose2d(input, weight, bias, &params)?.to_dtype(dtype),
+    let (output, ran) = match a.backend {
+        Backend::Cpu => {
+            let output = convt::cpu::conv_transpose2d(input, weight, bias, &params)?.to_dtype(dtype);
+            (output, serde_json::json!({"backend": "cpu"}))
+        }
         Backend::Gpu => {
             let ctx = crate::args::gpu_context()?;
             let (output, strategy) = crate::host::forward(&ctx, a.precision, input, weight, bias, &params)?;
             eprintln!("ran {} ({}) on {}", strategy.name(), strategy.arithmetic(), ctx.adapter_info().name);
-            output
+            let ran = serde_json::json!({
+                "backend": "gpu",
+                "adapter": ctx.adapter_info().name,
+                "kernel": strategy.name(),
+                "arithmetic": strategy.arithmetic().to_string(),
+            });
+            (output, ran)
         }
     };
     out.write_tensors(&[("output", &output)], None)?;
     eprintln!("wrote output {:?} ({dtype}) to {}", shape.output_dims_as_given(), a.out.display());
+    if a.json {
+        let written = serde_json::json!({"output": shape.output_dims_as_given(), "dtype": dtype.to_string()});
+        println!("{}", serde_json::json!({"ran": ran, "wrote": written, "file": a.out.display().to_string()}));
+    }
     Ok(Outcome::Ok)
 }

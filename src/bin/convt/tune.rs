@@ -15,12 +15,10 @@ use crate::Outcome;
 
 #[derive(Args, Debug)]
 pub struct TuneArgs {
-    /// Cases to tune (default: all nine).
-    #[arg(long, num_args = 1..)]
-    case: Vec<String>,
-    /// Override every case's batch size.
-    #[arg(long)]
-    batch: Option<usize>,
+    /// The problems: suite cases, or one shape given by flags (its tuned kernel serves the shapes of its
+    /// bucket: batch and input size rounded up to powers of two).
+    #[command(flatten)]
+    shape: crate::args::ShapeArgs,
     /// Timed runs per candidate (median).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
     runs: u32,
@@ -41,13 +39,17 @@ pub struct TuneArgs {
     /// grad_input and grad_weight keys.
     #[arg(long)]
     backward: bool,
+    /// Print one JSON object per tuned kernel choice (case, winner, its time, every candidate's first-round time)
+    /// instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Candidates timed a second time before the winner is chosen.
 const FINALISTS: usize = 3;
 
 pub fn run(a: TuneArgs) -> Result<Outcome> {
-    let cases: Vec<Case> = crate::args::parse_cases(&a.case)?;
+    let cases: Vec<Case> = a.shape.cases()?;
     if a.backward && a.precision != Precision::F32 {
         anyhow::bail!("the backward pass runs in exact f32 only: tune it without --precision fast");
     }
@@ -69,7 +71,7 @@ pub fn run(a: TuneArgs) -> Result<Outcome> {
     };
     eprintln!("adapter: {}; cache: {}; {what}", ctx.adapter_info().name, path.display());
     for case in &cases {
-        let case = a.batch.map_or(*case, |b| case.with_batch(b));
+        let case = *case;
         let pass = if a.backward { Pass::Backward } else { Pass::Forward };
         let prepared = Prepared::new(&ctx, &case, pass, convt::DType::F32)?;
         let shape = &prepared.shape;
@@ -126,7 +128,15 @@ fn fastest(
 ) -> Result<Option<(Candidate, f64)>> {
     let mut timed: Vec<(Candidate, f64)> = Vec::new();
     let mut line = label.to_string();
+    // Progress on stderr while the candidates are timed (drawn only where stderr is a terminal).
+    let bar = indicatif::ProgressBar::new((candidates.len() + FINALISTS.min(candidates.len())) as u64)
+        .with_style(
+            indicatif::ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {msg}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        )
+        .with_prefix(label.trim().to_string());
     for (i, candidate) in candidates.into_iter().enumerate() {
+        bar.set_message(candidate.name());
         // The GPU idled while the case's inputs were drawn (and clocked down): the first candidate warms it up for a
         // second; each other one keeps it busy for a fraction of that after its pipelines are built (the GPU idles
         // while the driver compiles them, and a kernel timed right after measured up to twice as slow).
@@ -140,20 +150,31 @@ fn fastest(
             // A candidate this adapter cannot run (a tile too large for it, say) is skipped.
             Err(e) => line += &format!("  {} skipped ({e})", candidate.name()),
         }
+        bar.inc(1);
     }
     timed.sort_by(|a, b| a.1.total_cmp(&b.1));
     let mut best: Option<(Candidate, f64)> = None;
     line += "\n       again:";
     for &(candidate, _) in timed.iter().take(FINALISTS) {
+        bar.set_message(format!("{} again", candidate.name()));
         let ms =
             median(prepared.time(ctx, Some(candidate), a.warmup, std::time::Duration::from_millis(250), a.runs)?);
+        bar.inc(1);
         line += &format!("  {} {:.3}", candidate.name(), ms);
         if best.is_none_or(|(_, b)| ms < b) {
             best = Some((candidate, ms));
         }
     }
+    bar.finish_and_clear();
     if let Some((candidate, ms)) = best {
-        println!("{line}\n       -> {} {:.3} ms", candidate.name(), ms);
+        if a.json {
+            let timings: Vec<serde_json::Value> =
+                timed.iter().map(|(c, ms)| serde_json::json!({"kernel": c.name(), "ms": ms})).collect();
+            let case = label.split_whitespace().collect::<Vec<_>>().join(" ");
+            println!("{}", serde_json::json!({"case": case, "winner": candidate.name(), "ms": ms, "timings": timings}));
+        } else {
+            println!("{line}\n       -> {} {:.3} ms", candidate.name(), ms);
+        }
     }
     Ok(best)
 }

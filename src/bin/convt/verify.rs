@@ -15,7 +15,7 @@ use convt::{cpu, ConvShape, DType, ErrorStats, GpuContext, Precision, Tensor};
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
-use crate::args::{non_negative, parse_pair, positive, ConvArgs};
+use crate::args::{non_negative, positive, ShapeArgs};
 use crate::Outcome;
 
 #[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]
@@ -30,13 +30,8 @@ pub enum Check {
 
 #[derive(Args, Debug)]
 pub struct VerifyArgs {
-    /// Suite case(s) to check (kb57 kb65 kb69 kb71 kb75 kb78 kb81 up2x dcgan, or `all`). Without a case and
-    /// without --in-channels, all cases are checked.
-    #[arg(long, num_args = 1..)]
-    case: Vec<String>,
-    /// Override the batch size (of a case or of the shape given by flags).
-    #[arg(long)]
-    batch: Option<usize>,
+    #[command(flatten)]
+    shape: ShapeArgs,
     /// Run cases at their full size even on a software adapter (otherwise they are scaled down to
     /// --max-gflop there).
     #[arg(long)]
@@ -44,24 +39,6 @@ pub struct VerifyArgs {
     /// On a software (CPU) adapter, scale cases down to about this many GFLOP (batch first, then H and W).
     #[arg(long, default_value = "2", value_parser = positive, allow_hyphen_values = true)]
     max_gflop: f64,
-    /// A shape by flags (all four of --in-channels, --out-channels, --size and --kernel; the convolution
-    /// options and --bias go with them): input channels.
-    #[arg(long)]
-    in_channels: Option<usize>,
-    /// Output channels.
-    #[arg(long)]
-    out_channels: Option<usize>,
-    /// Input H,W (or N for both).
-    #[arg(long, value_parser = parse_pair)]
-    size: Option<[i64; 2]>,
-    /// Kernel H,W (or N for both).
-    #[arg(long, value_parser = parse_pair)]
-    kernel: Option<[i64; 2]>,
-    /// Add a bias.
-    #[arg(long)]
-    bias: bool,
-    #[command(flatten)]
-    conv: ConvArgs,
     #[arg(long, value_enum, default_value = "auto")]
     check: Check,
     /// In auto mode, the largest problem (GFLOP) checked against the full reference.
@@ -94,62 +71,6 @@ pub struct VerifyArgs {
     backward: bool,
 }
 
-/// The shape given by flags, if any. A partial shape is refused with the flags it lacks; a shape (or any of the
-/// options that go with one) together with --case is refused, since a suite case brings its own.
-fn shape_case(a: &VerifyArgs) -> Result<Option<Case>> {
-    let shape_flags = [
-        ("--in-channels", a.in_channels.is_some()),
-        ("--out-channels", a.out_channels.is_some()),
-        ("--size", a.size.is_some()),
-        ("--kernel", a.kernel.is_some()),
-    ];
-    let given: Vec<&str> = shape_flags.iter().filter(|f| f.1).map(|f| f.0).collect();
-    let missing: Vec<&str> = shape_flags.iter().filter(|f| !f.1).map(|f| f.0).collect();
-    let mut options = a.conv.given();
-    if a.bias {
-        options.push("--bias");
-    }
-    let flags: Vec<&str> = given.iter().chain(&options).copied().collect();
-    if !a.case.is_empty() && !flags.is_empty() {
-        bail!("--case checks a suite case with its own shape: it cannot be combined with {}", flags.join(", "));
-    }
-    if given.is_empty() {
-        if !options.is_empty() {
-            bail!("{} set the options of a shape given by flags: add {}", options.join(", "), missing.join(", "));
-        }
-        return Ok(None);
-    }
-    if !missing.is_empty() {
-        bail!("a shape given by flags needs {}; missing: {}", shape_flags.map(|f| f.0).join(", "), missing.join(", "));
-    }
-    let (Some(cin), Some(cout), Some(size), Some(kernel)) = (a.in_channels, a.out_channels, a.size, a.kernel) else {
-        unreachable!("all four flags are given")
-    };
-    let to_usize = |v: [i64; 2], what: &str| -> Result<[usize; 2]> {
-        match v.map(usize::try_from) {
-            [Ok(h), Ok(w)] => Ok([h, w]),
-            _ => bail!("{what} must be non-negative, got {v:?}"),
-        }
-    };
-    let params = a.conv.params();
-    params.validate()?;
-    if cout % params.groups as usize != 0 {
-        bail!(convt::ConvtError::OutChannelsNotDivisible { out_channels: cout, groups: params.groups });
-    }
-    let mut case = Case {
-        name: "custom",
-        batch: a.batch.unwrap_or(1),
-        in_channels: cin,
-        out_channels: cout,
-        in_hw: to_usize(size, "--size")?,
-        kernel: to_usize(kernel, "--kernel")?,
-        params,
-        bias: a.bias,
-    };
-    case.params = a.conv.params_for(&case.input_dims(), &case.weight_dims())?;
-    Ok(Some(case))
-}
-
 /// --samples as a count (at most every element of a tensor is compared).
 fn sample_count(a: &VerifyArgs) -> usize {
     usize::try_from(a.samples).unwrap_or(usize::MAX)
@@ -176,17 +97,8 @@ fn shape_of(c: &Case) -> Result<ConvShape> {
 }
 
 pub fn run(a: VerifyArgs) -> Result<Outcome> {
-    let mut cases: Vec<Case> = match shape_case(&a)? {
-        Some(c) => vec![c],
-        None => crate::args::parse_cases(&a.case)?,
-    };
     // Every case, at the batch asked for, must be a valid problem before the GPU is touched.
-    for case in cases.iter_mut() {
-        if let Some(b) = a.batch {
-            *case = case.with_batch(b);
-        }
-        shape_of(case)?;
-    }
+    let mut cases = a.shape.cases()?;
     if a.backward && a.precision != Precision::F32 {
         bail!("the backward pass runs in exact f32 only (--precision fast is for the forward)");
     }
