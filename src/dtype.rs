@@ -15,6 +15,7 @@ use crate::error::ConvtError;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DType {
+    /// IEEE binary32, `torch.float32` (the default): 24 significant bits.
     #[default]
     F32,
     /// IEEE binary16: 11 significant bits, largest finite value 65504.

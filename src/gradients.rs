@@ -3,6 +3,8 @@
 
 use crate::tensor::Tensor;
 
+/// The gradients of a backward pass as host tensors ([`crate::ConvTranspose2d::backward`],
+/// [`crate::cpu::conv_transpose2d_backward`]); [`crate::GpuGradients`] holds them on the GPU.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Gradients {
     /// The input's size: `[N, Cin, H, W]` (or `[Cin, H, W]` for an unbatched input).

@@ -208,6 +208,7 @@ impl TensorFile {
         self.contains(name).then(|| self.get(name)).transpose()
     }
 
+    /// Whether the file has a tensor called `name`, of any dtype (even one convt does not read).
     pub fn contains(&self, name: &str) -> bool {
         self.entries.contains_key(name)
     }
@@ -222,6 +223,7 @@ impl TensorFile {
         self.entries.len()
     }
 
+    /// Whether the file holds no tensors.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }

@@ -88,22 +88,28 @@ impl ConvTranspose2d {
     pub fn precision(&self) -> Precision {
         self.params.precision
     }
+    /// Sets the forward's arithmetic on the GPU for later calls (see [`ConvTranspose2dOptions::precision`]).
     pub fn set_precision(&mut self, precision: Precision) {
         self.params.precision = precision;
     }
 
+    /// The layer's options; `bias` is true exactly when the layer holds a bias tensor.
     pub fn options(&self) -> &ConvTranspose2dOptions {
         &self.params
     }
+    /// The weight, `[Cin, Cout/groups, kH, kW]` (PyTorch's `layer.weight`).
     pub fn weight(&self) -> &Tensor {
         &self.weight
     }
+    /// The bias, `[Cout]`, or `None` for a layer built without one (PyTorch's `layer.bias`).
     pub fn bias(&self) -> Option<&Tensor> {
         self.bias.as_ref()
     }
+    /// Input channels, `Cin` (the weight's first dimension).
     pub fn in_channels(&self) -> usize {
         self.weight.shape()[0]
     }
+    /// Output channels, `Cout` (the weight's second dimension times `groups`).
     pub fn out_channels(&self) -> usize {
         self.weight.shape()[1] * self.params.groups as usize
     }
@@ -366,9 +372,11 @@ impl GpuConvTranspose2d {
         }
     }
 
+    /// The weight on the GPU, `[Cin, Cout/groups, kH, kW]`.
     pub fn weight(&self) -> &GpuTensor {
         &self.weight
     }
+    /// The bias on the GPU, `[Cout]`, or `None` for a layer without one.
     pub fn bias(&self) -> Option<&GpuTensor> {
         self.bias.as_ref()
     }
@@ -387,13 +395,22 @@ impl GpuConvTranspose2d {
 /// state_dict file's metadata so the layer can be rebuilt on either side (`scripts/state_dict.py`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LayerConfig {
+    /// `in_channels`: input channels, `Cin`.
     pub in_channels: usize,
+    /// `out_channels`: output channels, `Cout`.
     pub out_channels: usize,
+    /// `kernel_size`: the kernel's `[kH, kW]`.
     pub kernel_size: [usize; 2],
+    /// `stride`, `[height, width]` ([`ConvTranspose2dOptions::stride`]).
     pub stride: [i64; 2],
+    /// `padding`, `[height, width]` ([`ConvTranspose2dOptions::padding`]).
     pub padding: [i64; 2],
+    /// `output_padding`, `[height, width]` ([`ConvTranspose2dOptions::output_padding`]).
     pub output_padding: [i64; 2],
+    /// `groups` ([`ConvTranspose2dOptions::groups`]).
     pub groups: i64,
+    /// `bias`: whether the layer has a bias.
     pub bias: bool,
+    /// `dilation`, `[height, width]` ([`ConvTranspose2dOptions::dilation`]).
     pub dilation: [i64; 2],
 }

@@ -28,6 +28,8 @@
 //! a call would run, `gpu::tune` holds
 //! the tuning cache. docs/DESIGN.md describes the inside.
 
+#![warn(missing_docs)]
+
 pub mod cpu;
 mod dtype;
 mod error;

@@ -33,10 +33,19 @@ impl From<[i64; 2]> for Hw {
 /// Signed like PyTorch's, so the same rules reject the same values ([`ConvTranspose2dOptions::validate`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ConvTranspose2dOptions {
+    /// `[height, width]` step between the output positions of neighbouring input pixels (PyTorch's `stride`);
+    /// at least 1.
     pub stride: [i64; 2],
+    /// `[height, width]` rows and columns cropped from each side of the full output (PyTorch's `padding`; its
+    /// docs describe it as `dilation * (kernel - 1) - padding` zero-padding of the input); at least 0.
     pub padding: [i64; 2],
+    /// `[height, width]` extra output rows and columns added at the bottom and right (PyTorch's
+    /// `output_padding`); at least 0 and smaller than `max(stride, dilation)` on each axis.
     pub output_padding: [i64; 2],
+    /// `[height, width]` spacing between kernel taps (PyTorch's `dilation`); at least 1.
     pub dilation: [i64; 2],
+    /// Number of blocked connections from input to output channels (PyTorch's `groups`); at least 1 and must
+    /// divide both the input and the output channel counts.
     pub groups: i64,
     /// Whether a layer built with these options has a bias (`nn.ConvTranspose2d`'s `bias`). The functional calls
     /// take the bias tensor, or none, instead.
@@ -62,30 +71,37 @@ impl Default for ConvTranspose2dOptions {
 }
 
 impl ConvTranspose2dOptions {
+    /// Sets [`Self::bias`]: whether a layer built with these options has a bias.
     pub fn bias(mut self, bias: bool) -> Self {
         self.bias = bias;
         self
     }
+    /// Sets [`Self::precision`], the forward's arithmetic on the GPU.
     pub fn precision(mut self, precision: Precision) -> Self {
         self.precision = precision;
         self
     }
+    /// Sets [`Self::stride`]: one value for both axes, or a `(height, width)` pair.
     pub fn stride(mut self, v: impl Into<Hw>) -> Self {
         self.stride = v.into().0;
         self
     }
+    /// Sets [`Self::padding`]: one value for both axes, or a `(height, width)` pair.
     pub fn padding(mut self, v: impl Into<Hw>) -> Self {
         self.padding = v.into().0;
         self
     }
+    /// Sets [`Self::output_padding`]: one value for both axes, or a `(height, width)` pair.
     pub fn output_padding(mut self, v: impl Into<Hw>) -> Self {
         self.output_padding = v.into().0;
         self
     }
+    /// Sets [`Self::dilation`]: one value for both axes, or a `(height, width)` pair.
     pub fn dilation(mut self, v: impl Into<Hw>) -> Self {
         self.dilation = v.into().0;
         self
     }
+    /// Sets [`Self::groups`].
     pub fn groups(mut self, groups: i64) -> Self {
         self.groups = groups;
         self
@@ -275,25 +291,38 @@ pub fn checked_numel(dims: &[usize]) -> Result<usize> {
 /// One validated transposed-convolution problem: every size a kernel needs, as unsigned values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ConvShape {
+    /// Samples in the batch, `N` (1 for an unbatched input); may be 0.
     pub batch: usize,
+    /// Input channels, `Cin` (the weight's first dimension).
     pub in_channels: usize,
+    /// Output channels, `Cout` (the weight's second dimension times `groups`).
     pub out_channels: usize,
+    /// Channel groups; divides `in_channels` and `out_channels`.
     pub groups: usize,
+    /// The input's `[H, W]`, in pixels.
     pub in_hw: [usize; 2],
+    /// The output's `[Ho, Wo]`, in pixels ([`ConvTranspose2dOptions::output_size`]).
     pub out_hw: [usize; 2],
+    /// The kernel's `[kH, kW]`, in taps.
     pub kernel: [usize; 2],
+    /// [`ConvTranspose2dOptions::stride`], validated.
     pub stride: [usize; 2],
+    /// [`ConvTranspose2dOptions::padding`], validated.
     pub padding: [usize; 2],
+    /// [`ConvTranspose2dOptions::output_padding`], validated.
     pub output_padding: [usize; 2],
+    /// [`ConvTranspose2dOptions::dilation`], validated.
     pub dilation: [usize; 2],
     /// The input was `[Cin, H, W]`: the output is `[Cout, Ho, Wo]` (computed as a batch of one).
     pub unbatched: bool,
 }
 
 impl ConvShape {
+    /// Input channels per group, `Cin / groups`.
     pub fn in_per_group(&self) -> usize {
         self.in_channels / self.groups
     }
+    /// Output channels per group, `Cout / groups` (the weight's second dimension).
     pub fn out_per_group(&self) -> usize {
         self.out_channels / self.groups
     }

@@ -3,22 +3,34 @@
 
 use crate::params::ConvTranspose2dOptions;
 
+/// One benchmark problem: the sizes of a `[N, Cin, H, W]` input and a `[Cin, Cout/groups, kH, kW]` weight, and
+/// the options.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Case {
+    /// The case's name, which `convt verify --case` and [`find`] take (case-insensitive).
     pub name: &'static str,
+    /// Samples in the batch, `N`.
     pub batch: usize,
+    /// Input channels, `Cin`.
     pub in_channels: usize,
+    /// Output channels, `Cout`.
     pub out_channels: usize,
+    /// The input's `[H, W]`, in pixels.
     pub in_hw: [usize; 2],
+    /// The kernel's `[kH, kW]`, in taps.
     pub kernel: [usize; 2],
+    /// Stride, padding, output_padding, dilation and groups (f32 precision).
     pub params: ConvTranspose2dOptions,
+    /// Whether the problem has a bias `[Cout]` (the same value as `params.bias`).
     pub bias: bool,
 }
 
 impl Case {
+    /// The input's dimensions, `[N, Cin, H, W]`.
     pub fn input_dims(&self) -> Vec<usize> {
         vec![self.batch, self.in_channels, self.in_hw[0], self.in_hw[1]]
     }
+    /// The weight's dimensions, `[Cin, Cout/groups, kH, kW]`.
     pub fn weight_dims(&self) -> Vec<usize> {
         vec![self.in_channels, self.out_channels / self.params.groups as usize, self.kernel[0], self.kernel[1]]
     }

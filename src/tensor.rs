@@ -45,10 +45,12 @@ impl Tensor {
         Ok(Self { dtype, ..Self::new(shape, data)? })
     }
 
+    /// The dtype the values are stored in (f32 unless set with [`Tensor::to_dtype`] or read from a file).
     pub fn dtype(&self) -> DType {
         self.dtype
     }
 
+    /// An f32 tensor of `shape` filled with zeros (`torch.zeros`).
     pub fn zeros(shape: impl Into<Vec<usize>>) -> Result<Self> {
         let shape = shape.into();
         let n = checked_numel(&shape)?;
@@ -65,18 +67,24 @@ impl Tensor {
         Ok(Self { shape, data, dtype: DType::F32 })
     }
 
+    /// The dimensions, outermost first (`tensor.shape`).
     pub fn shape(&self) -> &[usize] {
         &self.shape
     }
+    /// The values in row-major order, as f32 whatever the dtype.
     pub fn data(&self) -> &[f32] {
         &self.data
     }
+    /// The values to write in place. Values written here are not rounded to the dtype until the tensor is stored
+    /// (in a file or on the GPU); [`Tensor::to_dtype`] rounds them at once.
     pub fn data_mut(&mut self) -> &mut [f32] {
         &mut self.data
     }
+    /// The values in row-major order, taking them out of the tensor.
     pub fn into_data(self) -> Vec<f32> {
         self.data
     }
+    /// The number of elements, the product of the dimensions (`tensor.numel()`).
     pub fn numel(&self) -> usize {
         self.data.len()
     }
@@ -174,9 +182,11 @@ fn cgroup_memory_left() -> Option<u64> {
 pub struct ErrorStats {
     /// ||result - reference||_2 / ||reference||_2 (the absolute L2 error when the reference is all zeros).
     pub rel_l2: f64,
+    /// The largest absolute difference between an element and its reference (infinity when `non_finite > 0`).
     pub max_abs: f64,
     /// Elements of the result that are NaN or infinite where the reference is finite (unwritten or broken).
     pub non_finite: usize,
+    /// The number of elements compared (the length of both slices).
     pub compared: usize,
 }
 

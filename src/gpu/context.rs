@@ -127,10 +127,15 @@ impl GpuOptions {
 /// What `convt info` shows of one adapter.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct AdapterSummary {
+    /// The adapter's name as the driver reports it ([`GpuOptions::adapter`] matches against it).
     pub name: String,
+    /// The wgpu backend, e.g. `Vulkan`.
     pub backend: String,
+    /// The kind of device, e.g. `DiscreteGpu` or `Cpu` (a software driver).
     pub device_type: String,
+    /// The driver's name.
     pub driver: String,
+    /// The driver's version and other details, as the driver reports them.
     pub driver_info: String,
 }
 
@@ -266,6 +271,9 @@ impl GpuContext {
         Self::with_options(GpuOptions::from_env()?)
     }
 
+    /// A context on the adapter `options` pick: the first of [`list_adapters`], or the one
+    /// [`GpuOptions::adapter`] names (else [`ConvtError::NoAdapter`]), with a device opened with the adapter's
+    /// own limits.
     pub fn with_options(options: GpuOptions) -> Result<Self> {
         let adapters = list_adapters(&options);
         let found: Vec<String> =
@@ -448,23 +456,28 @@ impl GpuContext {
     }
 
     /// Whether the device runs the cooperative-matrix kernels: opened with cooperative matrices and f16, on an
-    /// adapter that has what they need (see [`coop_f16_supported`]).
+    /// adapter that has what they need (f16 shaders, 16x16x16 f16 cooperative matrices, subgroups of 32).
     pub fn has_coop_f16(&self) -> bool {
         self.coop
     }
 
+    /// The adapter's name, backend, device type and driver.
     pub fn adapter_info(&self) -> &wgpu::AdapterInfo {
         &self.info
     }
+    /// The wgpu adapter the device was opened on.
     pub fn adapter(&self) -> &wgpu::Adapter {
         &self.adapter
     }
+    /// The options the context was made with.
     pub fn options(&self) -> &GpuOptions {
         &self.options
     }
+    /// The wgpu device convt runs on (shared with the application when made by [`Self::from_wgpu`]).
     pub fn device(&self) -> &wgpu::Device {
         &self.device
     }
+    /// The queue convt submits its work to.
     pub fn queue(&self) -> &wgpu::Queue {
         &self.queue
     }

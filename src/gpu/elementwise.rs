@@ -7,7 +7,9 @@ use crate::gpu::context::GpuContext;
 use crate::gpu::kernel::{dispatch_buffers, grid};
 use crate::gpu::memory::GpuTensor;
 
+/// The name under which [`SHADER`] is compiled and reported in errors (its path under `shaders/`).
 pub const SHADER_NAME: &str = "elementwise.wgsl";
+/// The WGSL source of `axpby` (`shaders/elementwise.wgsl`).
 pub const SHADER: &str = include_str!("../../shaders/elementwise.wgsl");
 const WORKGROUP_SIZE: usize = 256;
 

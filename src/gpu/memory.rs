@@ -562,9 +562,11 @@ impl GpuTensor {
         Tensor::of_dtype(self.shape.clone(), data, self.dtype)
     }
 
+    /// The dimensions, outermost first.
     pub fn shape(&self) -> &[usize] {
         &self.shape
     }
+    /// The dtype the values are stored in on the GPU.
     pub fn dtype(&self) -> DType {
         self.dtype
     }
@@ -577,9 +579,12 @@ impl GpuTensor {
             Err(ConvtError::DTypeMismatch { what: what.into(), expected, actual: self.dtype })
         }
     }
+    /// The number of elements, the product of the dimensions.
     pub fn numel(&self) -> usize {
         self.shape.iter().product()
     }
+    /// The runs of whole planes the tensor is stored in, one storage binding each: more than one only when the
+    /// tensor is larger than one binding may hold.
     pub fn chunks(&self) -> &[Chunk] {
         &self.chunks
     }

@@ -2,7 +2,7 @@
 //! forms) resolve the problem, ask [`select`] for each pass's kernel (forced option, tuning cache, heuristic) and
 //! encode it. The kernels: `forward/` (one module per algorithm, [`Strategy`] names them), `backward/` (one per
 //! gradient); what they share: `kernel` (bindings, dispatch), `slices` (splitting tensors larger than one binding),
-//! `plan` (weights prepared once for a layer), `memory` (the one place that creates GPU buffers). [`context`] holds
+//! `plan` (weights prepared once for a layer), `memory` (the one place that creates GPU buffers). `context` holds
 //! the device, pipelines and options, [`tune`] the tuning cache, [`elementwise`] what a training loop adds.
 
 pub(crate) mod absmax;
@@ -97,6 +97,8 @@ impl Strategy {
         Self::all().into_iter().find(|s| s.name() == name)
     }
 
+    /// The strategy's name, as `CONVT_STRATEGY`, the tuning cache, `convt bench` and `convt tune` spell it
+    /// (`direct`, or the algorithm and its tile); [`Strategy::from_name`] reads it back.
     pub fn name(&self) -> String {
         match self {
             Strategy::Direct => "direct".into(),
@@ -302,15 +304,21 @@ pub fn shader_sources() -> Vec<ShaderVariant> {
 /// [`GpuTimer`] slot that times the call's compute pass. The default leaves the choice to [`select`].
 #[derive(Clone, Copy, Default)]
 pub struct Run<'a> {
+    /// The forward kernel to run instead of the selector's choice; `None` lets [`select`] choose.
     pub kernel: Option<Strategy>,
+    /// A timer and the slot (below its [`GpuTimer::capacity`]) that records the call's compute pass.
     pub timer: Option<(&'a GpuTimer, u32)>,
 }
 
 /// [`Run`] for a backward call: grad_input's and grad_weight's kernels where the caller forces them.
 #[derive(Clone, Copy, Default)]
 pub struct BackwardRun<'a> {
+    /// The grad_input kernel to run instead of the selector's choice; `None` lets [`select`] choose.
     pub grad_input: Option<GradInputKernel>,
+    /// The grad_weight kernel to run instead of the selector's choice; `None` lets [`select`] choose.
     pub grad_weight: Option<GradWeightKernel>,
+    /// A timer and the slot (below its [`GpuTimer::capacity`]) that records the call's one compute pass (all three
+    /// gradients).
     pub timer: Option<(&'a GpuTimer, u32)>,
 }
 

@@ -149,8 +149,8 @@ pub fn grad_input(ctx: &GpuContext, shape: &ConvShape) -> GradInputKernel {
 
 /// grad_weight's kernel for `shape` with the input and grad_output in `chunks` bindings: the tuning cache's
 /// entry where it computes the shape here, else the rows kernel wherever it takes the shape (strided, small groups:
-/// it measured faster than the per-tap GEMM's 16-wide tile there, [`grad_weight::RowsKernel::for_shape`]), else
-/// the per-tap GEMM with [`grad_weight_tile`]. The forward's forced strategy does not apply: grad_weight has no
+/// it measured faster than the per-tap GEMM's 16-wide tile there, `grad_weight::RowsKernel::for_shape`), else
+/// the per-tap GEMM with `grad_weight_tile`. The forward's forced strategy does not apply: grad_weight has no
 /// kernel in common with it.
 pub fn grad_weight(ctx: &GpuContext, shape: &ConvShape, chunks: [usize; 2]) -> GradWeightKernel {
     let key = TuneKey::new(ctx.adapter_info(), Pass::GradWeight, shape, false, Precision::F32);

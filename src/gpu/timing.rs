@@ -5,6 +5,9 @@ use crate::error::{ConvtError, Result};
 use crate::gpu::context::GpuContext;
 use crate::gpu::memory::{map_for_reading, plain_buffer};
 
+/// GPU timestamp queries for `capacity` compute passes ([`Run::timer`](crate::Run::timer),
+/// [`BackwardRun::timer`](crate::BackwardRun::timer)): each slot holds the begin and end of one pass, and
+/// [`GpuTimer::read_ms`] turns them into milliseconds. Needs `wgpu::Features::TIMESTAMP_QUERY` on the context's device.
 pub struct GpuTimer {
     queries: wgpu::QuerySet,
     resolve: wgpu::Buffer,
@@ -41,6 +44,7 @@ impl GpuTimer {
         }
     }
 
+    /// The number of slots, numbered from 0.
     pub fn capacity(&self) -> u32 {
         self.capacity
     }

@@ -14,12 +14,14 @@ use crate::error::{ConvtError, Result};
 use crate::params::ConvShape;
 use crate::precision::Precision;
 
+/// The tuning cache's contents: the winner for each [`TuneKey`] (the JSON file's one object, `entries`).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct TuneCache {
     /// [`TuneKey`] text -> winner.
     pub entries: BTreeMap<String, TuneEntry>,
 }
 
+/// One tuned result: the fastest kernel `convt tune` measured for a key, and its time.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TuneEntry {
     /// The name of the fastest candidate: a `Strategy`'s, `GradInputKernel::cache_name`'s or a `GradWeightKernel`'s,
@@ -57,8 +59,11 @@ pub fn default_path() -> Option<PathBuf> {
 /// The pass a tuning entry is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Pass {
+    /// The forward convolution ([`crate::Strategy`]); written `forward`.
     Forward,
+    /// The gradient of the input ([`crate::GradInputKernel`]); written `grad_input`.
     GradInput,
+    /// The gradient of the weight ([`crate::GradWeightKernel`]); written `grad_weight`.
     GradWeight,
 }
 
@@ -78,18 +83,31 @@ impl std::fmt::Display for Pass {
 /// the kernels' fit and speed depend on them. Written into the cache file as its `Display` text.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct TuneKey {
+    /// The adapter, as `name | backend | driver driver_info`.
     pub adapter: String,
+    /// The pass the result is for.
     pub pass: Pass,
+    /// The precision the result is for.
     pub precision: Precision,
+    /// The batch size, `N`, rounded up to a power of two ([`bucket`]).
     pub batch: usize,
+    /// Input channels, `Cin`.
     pub in_channels: usize,
+    /// Output channels, `Cout`.
     pub out_channels: usize,
+    /// Channel groups.
     pub groups: usize,
+    /// The input's `[H, W]`, each rounded up to a power of two ([`bucket`]).
     pub in_hw: [usize; 2],
+    /// The kernel's `[kH, kW]`.
     pub kernel: [usize; 2],
+    /// The stride, `[height, width]`.
     pub stride: [usize; 2],
+    /// The padding, `[height, width]`.
     pub padding: [usize; 2],
+    /// The dilation, `[height, width]`.
     pub dilation: [usize; 2],
+    /// Whether the forward has a bias; always false for the backward passes, which do not depend on it.
     pub bias: bool,
 }
 

@@ -85,9 +85,11 @@ pub(crate) fn as_sampled_correlation(shape: &ConvShape) -> (ConvShape, Geometry)
 /// its `Run`) and returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum GradInputKernel {
-    /// The forward's exact GEMM or Winograd kernel on [`as_transposed_convolution`] (stride 1).
+    /// The forward's exact GEMM or Winograd kernel on the equivalent transposed convolution (stride 1, no
+    /// output_padding, padding at most `dilation * (kernel - 1)`), with the weight flipped.
     Transposed(Strategy),
-    /// The GEMM kernel with this exact (f32) tile on [`as_sampled_correlation`] (any stride).
+    /// The GEMM kernel with this exact (f32) tile on the sampled correlation of grad_output with the flipped
+    /// weight (any stride).
     Sampled(gemm::Tile),
     /// `shaders/backward/grad_input.wgsl`, the gather over grad_output (every option).
     Gather,
@@ -149,7 +151,7 @@ impl GradInputKernel {
     }
 
     /// The kernels that compute grad_input for `shape` on `ctx`'s device, as `convt tune --backward` times them:
-    /// where the shape has an equivalent transposed convolution (stride 1, see [`as_transposed_convolution`]) the
+    /// where the shape has an equivalent transposed convolution (stride 1, see [`GradInputKernel::Transposed`]) the
     /// forward's exact GEMM and Winograd strategies on it, elsewhere every exact GEMM tile on the sampled
     /// correlation; and the gather kernel.
     pub fn candidates(ctx: &GpuContext, shape: &ConvShape) -> Vec<GradInputKernel> {

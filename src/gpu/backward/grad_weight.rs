@@ -75,9 +75,9 @@ struct ReduceUniform {
 /// times.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum GradWeightKernel {
-    /// One GEMM per tap with square workgroup tiles of this many channels a side (one of [`TILES`]).
+    /// One GEMM per tap with square workgroup tiles of this many channels a side (16, 32 or 64).
     Taps(usize),
-    /// [`RowsKernel`]: a kernel row's taps from one pass over their grad_output rows (strided, small groups).
+    /// The rows kernel: a kernel row's taps from one pass over their grad_output rows (strided, small groups).
     Rows,
 }
 
@@ -101,7 +101,7 @@ impl GradWeightKernel {
     }
 
     /// Whether it computes grad_weight for `shape` on `ctx` with the input and grad_output in `chunks` bindings:
-    /// the per-tap GEMM always, the rows kernel where [`RowsKernel::for_shape`] takes the shape.
+    /// the per-tap GEMM always, the rows kernel where `RowsKernel::for_shape` takes the shape.
     pub fn computes(&self, ctx: &GpuContext, shape: &ConvShape, chunks: [usize; 2]) -> bool {
         match self {
             GradWeightKernel::Taps(tile) => TILES.contains(tile),

@@ -21,8 +21,11 @@ use crate::params::ConvTranspose2dOptions;
 
 /// The three gradients, resident on the GPU.
 pub struct GpuGradients {
+    /// The gradient of the input, of the input's size: `[N, Cin, H, W]` (or `[Cin, H, W]` for an unbatched input).
     pub grad_input: GpuTensor,
+    /// The gradient of the weight, `[Cin, Cout/groups, kH, kW]`.
     pub grad_weight: GpuTensor,
+    /// The gradient of the bias, `[Cout]`; `None` when there is no bias.
     pub grad_bias: Option<GpuTensor>,
 }
 
