@@ -18,6 +18,13 @@ from . import _convt
 
 __all__ = ["conv_transpose2d", "ConvTranspose2d", "info"]
 
+try:
+    from importlib.metadata import version as _version
+
+    __version__ = _version("convt")
+except Exception:  # run from a source tree that was not installed
+    __version__ = "unknown"
+
 # The dtypes that run as themselves on the GPU; every other floating dtype runs as float32.
 _NATIVE = {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16"}
 
@@ -34,6 +41,10 @@ def _to_numpy(x, what):
     try:
         return np.asarray(x)
     except Exception as e:  # the producer's own message says why (a GPU tensor, an unsupported dtype)
+        # A floating dtype numpy lacks (torch's bfloat16) is read as float32, as every such dtype computes.
+        is_float = getattr(x, "is_floating_point", None)
+        if callable(is_float) and is_float() and getattr(x, "device", None) is not None and str(x.device) == "cpu":
+            return np.asarray(x.float())
         raise TypeError(f"convt: cannot read {what} as a numpy array: {e}") from e
 
 

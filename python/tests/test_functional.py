@@ -203,3 +203,12 @@ def test_concurrent_calls_share_one_context(rng):
     with ThreadPoolExecutor(max_workers=4) as pool:
         errors = list(pool.map(call, problems))
     assert max(errors) <= F32_TOLERANCE
+
+
+def test_torch_bfloat16_reads_as_float32():
+    torch = pytest.importorskip("torch")
+    x = torch.randn(1, 2, 3, 3).bfloat16()
+    w = torch.randn(2, 2, 2, 2).bfloat16()
+    out = convt.conv_transpose2d(x, w, stride=2)
+    assert out.dtype == np.float32
+    assert rel_l2(out, reference(x.float().numpy(), w.float().numpy(), stride=2)) <= F32_TOLERANCE

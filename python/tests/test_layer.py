@@ -213,6 +213,23 @@ def test_torch_state_dict_loads():
     assert repr(layer) == repr(ref)
 
 
+def test_output_size_and_backward_match_torch_autograd():
+    torch = pytest.importorskip("torch")
+    args = dict(stride=(2, 3), padding=(1, 0), groups=2, dilation=(2, 1))
+    ref = torch.nn.ConvTranspose2d(4, 6, (3, 2), **args)
+    layer = convt.ConvTranspose2d(4, 6, (3, 2), **args)
+    layer.load_state_dict(ref.state_dict())
+    x = torch.randn(2, 4, 5, 4, requires_grad=True)
+    y = ref(x, output_size=[12, 13])
+    go = torch.randn_like(y)
+    y.backward(go)
+    assert rel_l2(layer(x, output_size=[12, 13]), y.detach().numpy()) <= F32_TOLERANCE
+    gi, gw, gb = layer.backward(x, go)
+    assert rel_l2(gi, x.grad.numpy()) <= F32_TOLERANCE
+    assert rel_l2(gw, ref.weight.grad.numpy()) <= F32_TOLERANCE
+    assert rel_l2(gb, ref.bias.grad.numpy()) <= F32_TOLERANCE
+
+
 def test_repr_is_pytorchs():
     assert repr(convt.ConvTranspose2d(16, 8, 3, stride=2, padding=1, output_padding=1)) == (
         "ConvTranspose2d(16, 8, kernel_size=(3, 3), stride=(2, 2), padding=(1, 1), output_padding=(1, 1))"
