@@ -6,9 +6,9 @@
 #   bash scripts/test_python.sh [pytest arguments]
 #
 # Works from a fresh clone on Debian/Ubuntu: installs python3's venv and pip when missing. The extension builds
-# into the same target directory as the library (CARGO_TARGET_DIR, else target/), so that dependencies compiled
-# for the library with the same versions and features are reused. The environment is kept between runs
-# (PYENV_DIR, default target/pyenv); the package is rebuilt and reinstalled every run.
+# into the library's target directory (CARGO_TARGET_DIR, else target/), where a dependency both builds compile
+# alike is compiled once. The environment is kept between runs (PYENV_DIR, default target/pyenv); the package
+# is rebuilt (incrementally) and reinstalled every run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
