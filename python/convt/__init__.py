@@ -1,0 +1,317 @@
+"""convt: PyTorch's ``ConvTranspose2d`` (every option) as WGSL compute shaders on wgpu.
+
+``conv_transpose2d`` is ``torch.nn.functional.conv_transpose2d`` and ``ConvTranspose2d`` is
+``torch.nn.ConvTranspose2d`` (forward, backward, state_dict), on numpy arrays or anything ``numpy.asarray``
+takes (CPU torch tensors included). Results are numpy arrays in the input's dtype. ``device="cpu"`` runs the
+library's float64 CPU reference instead of the GPU.
+
+Errors: invalid arguments, shapes and options raise ``ValueError``, exhausted memory ``MemoryError``, GPU and
+driver failures ``RuntimeError``; the messages are the library's (PyTorch's wording where PyTorch has one).
+"""
+
+import json
+import os
+
+import numpy as np
+
+from . import _convt
+
+__all__ = ["conv_transpose2d", "ConvTranspose2d", "info"]
+
+try:
+    from importlib.metadata import version as _version
+
+    __version__ = _version("convt")
+except Exception:  # run from a source tree that was not installed
+    __version__ = "unknown"
+
+# The dtypes that run as themselves on the GPU; every other floating dtype runs as float32.
+_NATIVE = {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16"}
+
+
+def _to_numpy(x, what):
+    """``x`` as a numpy array: through ``__array__`` (numpy arrays, CPU torch tensors, lists), else DLPack."""
+    if isinstance(x, np.ndarray):
+        return x
+    # A torch tensor that requires grad refuses ``__array__``; its values are what is wanted here.
+    if getattr(x, "requires_grad", False) and hasattr(x, "detach"):
+        x = x.detach()
+    if hasattr(x, "__dlpack__") and not hasattr(x, "__array__"):
+        return np.from_dlpack(x)
+    try:
+        return np.asarray(x)
+    except Exception as e:  # the producer's own message says why (a GPU tensor, an unsupported dtype)
+        # A floating dtype numpy lacks (torch's bfloat16) is read as float32, as every such dtype computes.
+        is_float = getattr(x, "is_floating_point", None)
+        if callable(is_float) and is_float() and getattr(x, "device", None) is not None and str(x.device) == "cpu":
+            return np.asarray(x.float())
+        raise TypeError(f"convt: cannot read {what} as a numpy array: {e}") from e
+
+
+def _is_float(dtype):
+    # numpy's floating kinds, plus extension float types (ml_dtypes' bfloat16) that convert to float32.
+    return dtype.kind == "f" or "float" in dtype.name
+
+
+def _float_input(x, what):
+    """``(float32 contiguous array, compute dtype code, result dtype)`` for a tensor argument."""
+    a = _to_numpy(x, what)
+    if not _is_float(a.dtype):
+        raise TypeError(f"convt: {what} must be a floating-point tensor, got dtype {a.dtype}")
+    code = _NATIVE.get(a.dtype, "f32")
+    return np.ascontiguousarray(a, dtype=np.float32), code, a.dtype
+
+
+def _operand(x, what):
+    """A weight, bias or gradient as float32; it takes the input's compute dtype inside the library."""
+    return _float_input(x, what)[0]
+
+
+def _pair(value, name):
+    """An int or a pair of ints as ``(h, w)``, as PyTorch's ``_pair`` takes them."""
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be an int or a pair of ints, got {value!r}")
+    if isinstance(value, (int, np.integer)):
+        return (int(value), int(value))
+    try:
+        items = tuple(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an int or a pair of ints, got {value!r}") from None
+    if len(items) == 1:
+        items = items * 2
+    if len(items) != 2 or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in items):
+        raise ValueError(f"{name} must be an int or a pair of ints, got {value!r}")
+    return (int(items[0]), int(items[1]))
+
+
+def _int(value, name):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    return int(value)
+
+
+def _result(out, dtype):
+    # The library returns float32 values; a float16 result's values are float16 ones, so the cast is exact.
+    return out if out.dtype == dtype else out.astype(dtype)
+
+
+def conv_transpose2d(
+    input,
+    weight,
+    bias=None,
+    stride=1,
+    padding=0,
+    output_padding=0,
+    groups=1,
+    dilation=1,
+    precision="f32",
+    device="gpu",
+):
+    """``torch.nn.functional.conv_transpose2d``: input ``[N, Cin, H, W]`` or ``[Cin, H, W]``, weight
+    ``[Cin, Cout/groups, kH, kW]``, optional bias ``[Cout]``; returns a numpy array in the input's dtype.
+
+    float32 and float16 inputs compute in their dtype (weight and bias are taken in it too); other floating
+    dtypes compute in float32. ``precision="fast"`` allows 1e-3 relative error for speed (f16 operands, f32
+    sums), like PyTorch's TF32. ``device="cpu"`` runs the float64 CPU reference.
+    """
+    x, code, dtype = _float_input(input, "input")
+    w = _operand(weight, "weight")
+    b = None if bias is None else _operand(bias, "bias")
+    out = _convt.conv_transpose2d(
+        x,
+        w,
+        b,
+        _pair(stride, "stride"),
+        _pair(padding, "padding"),
+        _pair(output_padding, "output_padding"),
+        _int(groups, "groups"),
+        _pair(dilation, "dilation"),
+        str(precision),
+        str(device),
+        code,
+    )
+    return _result(out, dtype)
+
+
+def _output_size(size):
+    if size is None:
+        return None
+    sizes = [_int(v, "output_size") for v in size]
+    if any(v < 0 for v in sizes):
+        raise ValueError(f"output_size must hold non-negative sizes, got {sizes}")
+    return sizes
+
+
+class ConvTranspose2d:
+    """``torch.nn.ConvTranspose2d``: the same arguments, the same initialisation (U(-b, b) with
+    b = 1/sqrt(out_channels/groups * kH * kW), drawn from ``seed``, random when None), the same state_dict.
+
+    ``weight`` and ``bias`` return copies (numpy float32); assign to them to change the parameters (the shape
+    must stay). A float16 input runs in float16, with the parameters rounded to it for that call, and gives a
+    float16 output. ``device="cpu"`` runs every call on the float64 CPU reference.
+    """
+
+    def __init__(
+        self,
+        in_channels,
+        out_channels,
+        kernel_size,
+        stride=1,
+        padding=0,
+        output_padding=0,
+        groups=1,
+        bias=True,
+        dilation=1,
+        precision="f32",
+        seed=None,
+        device="gpu",
+    ):
+        if seed is None:
+            seed = int.from_bytes(os.urandom(8), "little")
+        self._layer = _convt.ConvTranspose2d(
+            _int(in_channels, "in_channels"),
+            _int(out_channels, "out_channels"),
+            _pair(kernel_size, "kernel_size"),
+            _pair(stride, "stride"),
+            _pair(padding, "padding"),
+            _pair(output_padding, "output_padding"),
+            _int(groups, "groups"),
+            bool(bias),
+            _pair(dilation, "dilation"),
+            str(precision),
+            _int(seed, "seed") % (1 << 64),
+        )
+        if device not in ("gpu", "cpu"):
+            raise ValueError(f'device must be "gpu" or "cpu", got {device!r}')
+        self.device = device
+        (
+            self.in_channels,
+            self.out_channels,
+            self.kernel_size,
+            self.stride,
+            self.padding,
+            self.output_padding,
+            self.groups,
+            _,
+            self.dilation,
+        ) = self._layer.config()
+
+    @property
+    def weight(self):
+        """``[in_channels, out_channels/groups, kH, kW]``, float32 (a copy)."""
+        return self._layer.weight
+
+    @weight.setter
+    def weight(self, value):
+        self._layer.set_weight(_operand(value, "weight"))
+
+    @property
+    def bias(self):
+        """``[out_channels]`` float32 (a copy), or None for a layer built with ``bias=False``."""
+        return self._layer.bias
+
+    @bias.setter
+    def bias(self, value):
+        if value is None:
+            if self._layer.bias is None:
+                return
+            raise ValueError("cannot remove the bias of a layer built with one (build it with bias=False)")
+        self._layer.set_bias(_operand(value, "bias"))
+
+    @property
+    def precision(self):
+        """``"f32"`` (exact) or ``"fast"`` (1e-3 relative error allowed, like PyTorch's TF32)."""
+        return self._layer.precision
+
+    @precision.setter
+    def precision(self, value):
+        self._layer.precision = str(value)
+
+    def forward(self, input, output_size=None):
+        """The layer's output for ``input`` (``[N, Cin, H, W]`` or ``[Cin, H, W]``), in the input's dtype.
+        ``output_size`` is PyTorch's: ``[H, W]`` or the whole output shape, reached through output_padding."""
+        x, code, dtype = _float_input(input, "input")
+        out = self._layer.forward(x, code, self.device, _output_size(output_size))
+        return _result(out, dtype)
+
+    __call__ = forward
+
+    def backward(self, input, grad_output):
+        """``(grad_input, grad_weight, grad_bias)`` given the gradient of the output, as autograd computes them
+        (grad_bias is None without a bias). The output_padding is the one whose output has grad_output's size,
+        so a forward with ``output_size`` is differentiated as run. In the input's dtype."""
+        x, code, dtype = _float_input(input, "input")
+        go = _operand(grad_output, "grad_output")
+        gi, gw, gb = self._layer.backward(x, go, code, self.device)
+        return _result(gi, dtype), _result(gw, dtype), None if gb is None else _result(gb, dtype)
+
+    def parameters(self):
+        """The parameters as PyTorch lists them: weight, then bias when present."""
+        return [self.weight] + ([] if self.bias is None else [self.bias])
+
+    def state_dict(self):
+        """``{"weight": ..., "bias": ...}`` (no "bias" without one), float32 numpy arrays, PyTorch's keys."""
+        state = {"weight": self.weight}
+        if self.bias is not None:
+            state["bias"] = self.bias
+        return state
+
+    def load_state_dict(self, state_dict, strict=True):
+        """Loads ``weight`` and ``bias`` from a mapping of arrays or CPU torch tensors (e.g. a torch
+        ``state_dict()``). Sizes must match; with ``strict`` (PyTorch's default), keys must be exactly the
+        layer's. A ``ValueError`` names what is wrong, as PyTorch's message does."""
+        expected = set(self.state_dict())
+        given = set(state_dict)
+        missing = sorted(expected - given)
+        unexpected = sorted(given - expected)
+        errors = []
+        if strict and unexpected:
+            errors.append("Unexpected key(s) in state_dict: " + ", ".join(f'"{k}"' for k in unexpected) + ".")
+        if strict and missing:
+            errors.append("Missing key(s) in state_dict: " + ", ".join(f'"{k}"' for k in missing) + ".")
+        values = {}
+        for key in sorted(expected & given):
+            value = _to_numpy(state_dict[key], key)
+            current = getattr(self, key)
+            if tuple(value.shape) != current.shape:
+                errors.append(
+                    f"size mismatch for {key}: copying a param with shape {tuple(value.shape)} from checkpoint, "
+                    f"the shape in current model is {current.shape}."
+                )
+            else:
+                values[key] = value
+        if errors:
+            raise ValueError("Error(s) in loading state_dict for ConvTranspose2d:\n\t" + "\n\t".join(errors))
+        # Checked first, assigned after: a failed load leaves the layer as it was.
+        for key, value in values.items():
+            setattr(self, key, value)
+
+    def extra_repr(self):
+        """The argument list of ``repr``, as PyTorch's ``_ConvNd.extra_repr`` writes it."""
+        s = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}"
+        if self.padding != (0, 0):
+            s += f", padding={self.padding}"
+        if self.dilation != (1, 1):
+            s += f", dilation={self.dilation}"
+        if self.output_padding != (0, 0):
+            s += f", output_padding={self.output_padding}"
+        if self.groups != 1:
+            s += f", groups={self.groups}"
+        if self.bias is None:
+            s += ", bias=False"
+        if self.precision != "f32":
+            s += f", precision={self.precision!r}"
+        if self.device != "gpu":
+            s += f", device={self.device!r}"
+        return s
+
+    def __repr__(self):
+        return f"ConvTranspose2d({self.extra_repr()})"
+
+
+def info():
+    """The GPU adapter convt uses, as ``convt info --json`` describes it: ``name``, ``backend``,
+    ``device_type``, ``driver``, ``driver_info`` of the chosen adapter, plus ``adapters`` (every one found),
+    ``chosen``, ``limits`` and ``features``. Creates the process's GPU context if it does not exist yet."""
+    doc = json.loads(_convt.info_json())
+    return {**doc["chosen"], **doc}

@@ -1,0 +1,438 @@
+//! `convt._convt`: the Rust side of convt's Python package. It takes contiguous float32 numpy arrays (the
+//! pure-Python `convt` package converts whatever the caller gave), runs the library's calls with the GIL released,
+//! and returns float32 numpy arrays. Every library error becomes a Python exception carrying the library's
+//! message unchanged; a panic is caught and becomes a `RuntimeError`, never a crash or a `PanicException`.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use convt::gpu::{list_adapters, AdapterSummary};
+use convt::{ConvTranspose2dOptions, ConvtError, DType, GpuContext, GpuConvTranspose2d, GpuOptions, GpuTensor, Tensor};
+use numpy::{PyArray1, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods};
+use pyo3::exceptions::{PyMemoryError, PyOSError, PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+
+/// The one GPU context of the process, made on first use and shared by every call: choosing an adapter and
+/// opening a device takes long, and the context's caches (pipelines, buffers) pay off only when reused.
+static CONTEXT: OnceLock<GpuContext> = OnceLock::new();
+/// Serialises the context's creation, so that threads racing to the first call make one device, not several.
+static CONTEXT_INIT: Mutex<()> = Mutex::new(());
+
+/// The shared context, created now if it does not exist yet (from the environment: `CONVT_BACKEND`,
+/// `CONVT_ADAPTER` and the other variables the library reads). A failure is not remembered: the next call tries
+/// again.
+fn context() -> convt::Result<&'static GpuContext> {
+    if let Some(ctx) = CONTEXT.get() {
+        return Ok(ctx);
+    }
+    let _guard = CONTEXT_INIT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(ctx) = CONTEXT.get() {
+        return Ok(ctx);
+    }
+    let ctx = GpuContext::new()?;
+    Ok(CONTEXT.get_or_init(|| ctx))
+}
+
+/// The Python exception for a library error, by kind: invalid arguments, shapes and options are `ValueError`s,
+/// memory exhaustion `MemoryError`, file-system failures `OSError`, and what the GPU or its driver did
+/// `RuntimeError`. The match lists every variant, so that a new one has to be classified here.
+fn to_py(e: ConvtError) -> PyErr {
+    use ConvtError::*;
+    let message = e.to_string();
+    match e {
+        NonPositiveGroups { .. }
+        | NonPositiveStride { .. }
+        | NonPositiveDilation { .. }
+        | NegativePadding { .. }
+        | NegativeOutputPadding { .. }
+        | OutputPaddingTooLarge { .. }
+        | InChannelsNotDivisible { .. }
+        | OutChannelsNotDivisible { .. }
+        | InputRank { .. }
+        | WeightRank { .. }
+        | EmptyWeight { .. }
+        | NonPositiveKernel { .. }
+        | EmptyInput { .. }
+        | ChannelMismatch { .. }
+        | BiasShape { .. }
+        | OutputTooSmall { .. }
+        | OutputSizeLength { .. }
+        | OutputSizeUnreachable { .. }
+        | OutputTooLarge { .. }
+        | DataLength { .. }
+        | SizeOverflow { .. }
+        | GradOutputShape { .. }
+        | ShapeMismatch { .. }
+        | TensorFile { .. }
+        | MissingTensor { .. }
+        | DType { .. }
+        | DTypeMismatch { .. }
+        | UnsupportedDType { .. }
+        | StateDict { .. }
+        | InvalidArgument(_) => PyValueError::new_err(message),
+        OutOfMemory(_) | HostOutOfMemory { .. } => PyMemoryError::new_err(message),
+        Io { .. } | Write { .. } | NotARegularFile { .. } | SameFileAsInput { .. } => PyOSError::new_err(message),
+        NoAdapter { .. } | DeviceLost(_) | Gpu(_) | Shader { .. } | TooLargeForBinding { .. } => {
+            PyRuntimeError::new_err(message)
+        }
+    }
+}
+
+/// Runs `work` with the GIL released (other Python threads go on while the GPU computes), turning its error into
+/// a Python exception and a panic into a `RuntimeError` with the panic's message.
+fn run<T: Send>(py: Python<'_>, work: impl FnOnce() -> convt::Result<T> + Send) -> PyResult<T> {
+    match py.detach(|| catch_unwind(AssertUnwindSafe(work))) {
+        Ok(result) => result.map_err(to_py),
+        Err(payload) => {
+            let what = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            Err(PyRuntimeError::new_err(format!("convt internal error (a panic in the library): {what}")))
+        }
+    }
+}
+
+/// A host tensor of `dtype` from a float32 array (any layout; copied in logical order). The values of a
+/// half-precision array arrive as float32 (exactly), so rounding them to `dtype` changes nothing.
+fn tensor(array: &PyReadonlyArrayDyn<'_, f32>, dtype: DType) -> PyResult<Tensor> {
+    let shape = array.shape().to_vec();
+    let data: Vec<f32> = match array.as_slice() {
+        Ok(values) => values.to_vec(),
+        Err(_) => array.as_array().iter().copied().collect(),
+    };
+    Ok(Tensor::new(shape, data).map_err(to_py)?.to_dtype(dtype))
+}
+
+/// A float32 numpy array holding a tensor's values (a half-precision tensor's are exact in float32).
+fn array<'py>(py: Python<'py>, tensor: Tensor) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
+    let shape = tensor.shape().to_vec();
+    PyArray1::from_vec(py, tensor.into_data()).reshape(shape)
+}
+
+fn parse_dtype(dtype: &str) -> PyResult<DType> {
+    dtype.parse().map_err(to_py)
+}
+
+/// Where a call runs: the GPU (the shared context) or the library's float64 CPU reference.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Device {
+    Gpu,
+    Cpu,
+}
+
+fn parse_device(device: &str) -> PyResult<Device> {
+    match device.trim().to_ascii_lowercase().as_str() {
+        "gpu" => Ok(Device::Gpu),
+        "cpu" => Ok(Device::Cpu),
+        _ => Err(PyValueError::new_err(format!("device must be \"gpu\" or \"cpu\", got {device:?}"))),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn options(
+    stride: [i64; 2],
+    padding: [i64; 2],
+    output_padding: [i64; 2],
+    groups: i64,
+    dilation: [i64; 2],
+    bias: bool,
+    precision: &str,
+) -> PyResult<ConvTranspose2dOptions> {
+    Ok(ConvTranspose2dOptions {
+        stride,
+        padding,
+        output_padding,
+        dilation,
+        groups,
+        bias,
+        precision: precision.parse().map_err(to_py)?,
+    })
+}
+
+/// `F.conv_transpose2d` on float32 arrays, computed in `dtype` (`"f32"` or `"f16"`) on `device`.
+#[pyfunction]
+#[pyo3(signature = (input, weight, bias, stride, padding, output_padding, groups, dilation, precision, device, dtype))]
+#[allow(clippy::too_many_arguments)]
+fn conv_transpose2d<'py>(
+    py: Python<'py>,
+    input: PyReadonlyArrayDyn<'py, f32>,
+    weight: PyReadonlyArrayDyn<'py, f32>,
+    bias: Option<PyReadonlyArrayDyn<'py, f32>>,
+    stride: [i64; 2],
+    padding: [i64; 2],
+    output_padding: [i64; 2],
+    groups: i64,
+    dilation: [i64; 2],
+    precision: &str,
+    device: &str,
+    dtype: &str,
+) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
+    let opts = options(stride, padding, output_padding, groups, dilation, bias.is_some(), precision)?;
+    let (device, dtype) = (parse_device(device)?, parse_dtype(dtype)?);
+    let x = tensor(&input, dtype)?;
+    let w = tensor(&weight, dtype)?;
+    let b = bias.as_ref().map(|b| tensor(b, dtype)).transpose()?;
+    let out = run(py, || {
+        // Validated before the context is made: a bad argument is a ValueError on a machine without a GPU too.
+        opts.resolve(x.shape(), w.shape(), b.as_ref().map(|b| b.shape()))?;
+        match device {
+            Device::Cpu => convt::cpu::conv_transpose2d(&x, &w, b.as_ref(), &opts),
+            Device::Gpu => {
+                let ctx = context()?;
+                let (xg, wg) = (GpuTensor::upload(ctx, &x)?, GpuTensor::upload(ctx, &w)?);
+                let bg = b.as_ref().map(|b| GpuTensor::upload(ctx, b)).transpose()?;
+                convt::conv_transpose2d(ctx, &xg, &wg, bg.as_ref(), &opts)?.download(ctx)
+            }
+        }
+    })?;
+    array(py, out)
+}
+
+/// `nn.ConvTranspose2d`'s state: the library's host layer, plus its parameters on the GPU in the dtype of the
+/// last GPU call, kept (and prepared for the kernel that runs) until a parameter or the precision changes.
+#[pyclass(module = "convt._convt", name = "ConvTranspose2d")]
+struct Layer {
+    host: convt::ConvTranspose2d,
+    gpu: Mutex<Option<(DType, Arc<GpuConvTranspose2d<'static>>)>>,
+}
+
+impl Layer {
+    fn with_host(host: convt::ConvTranspose2d) -> Self {
+        Self { host, gpu: Mutex::new(None) }
+    }
+
+    /// The layer on the GPU in `dtype`: the one kept from an earlier call, or uploaded now.
+    fn on_gpu(&self, ctx: &'static GpuContext, dtype: DType) -> convt::Result<Arc<GpuConvTranspose2d<'static>>> {
+        let mut slot = self.gpu.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((kept, layer)) = &*slot {
+            if *kept == dtype {
+                return Ok(layer.clone());
+            }
+        }
+        let layer = Arc::new(if dtype == self.host.dtype() {
+            self.host.to_gpu(ctx)?
+        } else {
+            self.host.clone().to_dtype(dtype).to_gpu(ctx)?
+        });
+        *slot = Some((dtype, layer.clone()));
+        Ok(layer)
+    }
+
+    /// Forgets the GPU copy (the parameters or options changed).
+    fn invalidate(&mut self) {
+        *self.gpu.get_mut().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// The options of a call with `output_size` (the output_padding that reaches it), or the layer's own.
+    fn options_for(&self, input: &[usize], output_size: Option<&[usize]>) -> convt::Result<ConvTranspose2dOptions> {
+        match output_size {
+            Some(size) => self.host.options().for_output_size(input, self.host.weight().shape(), size),
+            None => Ok(*self.host.options()),
+        }
+    }
+}
+
+#[pymethods]
+impl Layer {
+    #[new]
+    #[pyo3(signature = (in_channels, out_channels, kernel_size, stride, padding, output_padding, groups, bias, dilation, precision, seed))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        in_channels: i64,
+        out_channels: i64,
+        kernel_size: [i64; 2],
+        stride: [i64; 2],
+        padding: [i64; 2],
+        output_padding: [i64; 2],
+        groups: i64,
+        bias: bool,
+        dilation: [i64; 2],
+        precision: &str,
+        seed: u64,
+    ) -> PyResult<Self> {
+        let count = |what: &str, v: i64| {
+            usize::try_from(v).map_err(|_| PyValueError::new_err(format!("{what} must be non-negative, got {v}")))
+        };
+        let (cin, cout) = (count("in_channels", in_channels)?, count("out_channels", out_channels)?);
+        let opts = options(stride, padding, output_padding, groups, dilation, bias, precision)?;
+        let host = run(py, || convt::ConvTranspose2d::new(cin, cout, kernel_size, opts, seed))?;
+        Ok(Self::with_host(host))
+    }
+
+    #[getter]
+    fn weight<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
+        array(py, self.host.weight().clone())
+    }
+
+    fn set_weight(&mut self, weight: PyReadonlyArrayDyn<'_, f32>) -> PyResult<()> {
+        let w = tensor(&weight, DType::F32)?;
+        self.host.set_weight(w).map_err(to_py)?;
+        self.invalidate();
+        Ok(())
+    }
+
+    #[getter]
+    fn bias<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyArrayDyn<f32>>>> {
+        self.host.bias().map(|b| array(py, b.clone())).transpose()
+    }
+
+    fn set_bias(&mut self, bias: PyReadonlyArrayDyn<'_, f32>) -> PyResult<()> {
+        let b = tensor(&bias, DType::F32)?;
+        self.host.set_bias(b).map_err(to_py)?;
+        self.invalidate();
+        Ok(())
+    }
+
+    #[getter]
+    fn precision(&self) -> String {
+        self.host.precision().to_string()
+    }
+
+    #[setter]
+    fn set_precision(&mut self, precision: &str) -> PyResult<()> {
+        self.host.set_precision(precision.parse().map_err(to_py)?);
+        self.invalidate();
+        Ok(())
+    }
+
+    /// `(in_channels, out_channels, kernel_size, stride, padding, output_padding, groups, bias, dilation)`, as
+    /// `nn.ConvTranspose2d` takes them.
+    fn config<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let c = self.host.config();
+        let pair = |v: [i64; 2]| (v[0], v[1]);
+        (
+            c.in_channels,
+            c.out_channels,
+            (c.kernel_size[0], c.kernel_size[1]),
+            pair(c.stride),
+            pair(c.padding),
+            pair(c.output_padding),
+            c.groups,
+            c.bias,
+            pair(c.dilation),
+        )
+            .into_pyobject(py)
+    }
+
+    /// The forward in `dtype` on `device`; `output_size` as PyTorch's (`[H, W]` or the whole output shape).
+    #[pyo3(signature = (input, dtype, device, output_size=None))]
+    fn forward<'py>(
+        &self,
+        py: Python<'py>,
+        input: PyReadonlyArrayDyn<'py, f32>,
+        dtype: &str,
+        device: &str,
+        output_size: Option<Vec<usize>>,
+    ) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
+        let (device, dtype) = (parse_device(device)?, parse_dtype(dtype)?);
+        let x = tensor(&input, dtype)?;
+        let out = run(py, || {
+            let size = output_size.as_deref();
+            let host = &self.host;
+            // Validated before the context is made: a bad argument is a ValueError without a GPU too.
+            let opts = self.options_for(x.shape(), size)?;
+            opts.resolve(x.shape(), host.weight().shape(), host.bias().map(|b| b.shape()))?;
+            match (device, size) {
+                (Device::Cpu, None) => host.forward_cpu(&x),
+                (Device::Cpu, Some(size)) => host.forward_cpu_with_output_size(&x, size),
+                (Device::Gpu, _) => {
+                    let ctx = context()?;
+                    let layer = self.on_gpu(ctx, dtype)?;
+                    let xg = GpuTensor::upload(ctx, &x)?;
+                    match size {
+                        None => layer.forward(&xg)?.download(ctx),
+                        Some(size) => layer.forward_with_output_size(&xg, size)?.download(ctx),
+                    }
+                }
+            }
+        })?;
+        array(py, out)
+    }
+
+    /// `(grad_input, grad_weight, grad_bias)` given the gradient of the output. The output_padding is the one
+    /// that gives the forward's output grad_output's size (`for_output_size`), as autograd would have it for the
+    /// forward that produced that output; a grad_output no output_padding fits is checked against the layer's
+    /// own output size, which names the size expected.
+    fn backward<'py>(
+        &self,
+        py: Python<'py>,
+        input: PyReadonlyArrayDyn<'py, f32>,
+        grad_output: PyReadonlyArrayDyn<'py, f32>,
+        dtype: &str,
+        device: &str,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let (device, dtype) = (parse_device(device)?, parse_dtype(dtype)?);
+        let x = tensor(&input, dtype)?;
+        let go = tensor(&grad_output, dtype)?;
+        let grads = run(py, || {
+            let own = *self.host.options();
+            let opts = match self.options_for(x.shape(), Some(go.shape())) {
+                Ok(opts) => opts,
+                Err(_) => own,
+            };
+            let weight = self.host.weight().clone();
+            let layer = convt::ConvTranspose2d::from_weights(weight, self.host.bias().cloned(), opts)?.to_dtype(dtype);
+            layer
+                .options()
+                .resolve(x.shape(), layer.weight().shape(), layer.bias().map(|b| b.shape()))?
+                .check_grad_output(go.shape())?;
+            match device {
+                Device::Cpu => layer.backward_cpu(&x, &go),
+                Device::Gpu => layer.backward(context()?, &x, &go),
+            }
+        })?;
+        let grad_bias = grads.grad_bias.map(|g| array(py, g)).transpose()?;
+        (array(py, grads.grad_input)?, array(py, grads.grad_weight)?, grad_bias).into_pyobject(py)
+    }
+}
+
+/// What `convt info --json` prints, as JSON text: the adapters found, the one chosen, its limits and features.
+#[pyfunction]
+fn info_json(py: Python<'_>) -> PyResult<String> {
+    run(py, || {
+        let found: Vec<AdapterSummary> =
+            list_adapters(&GpuOptions::from_env()?).iter().map(|a| AdapterSummary::from(&a.get_info())).collect();
+        let ctx = context()?;
+        let chosen = AdapterSummary::from(ctx.adapter_info());
+        let l = ctx.device().limits();
+        let features: Vec<&str> = [
+            ("TIMESTAMP_QUERY", wgpu::Features::TIMESTAMP_QUERY),
+            ("TIMESTAMP_QUERY_INSIDE_PASSES", wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES),
+            ("SUBGROUP", wgpu::Features::SUBGROUP),
+            ("SHADER_F16", wgpu::Features::SHADER_F16),
+            ("EXPERIMENTAL_COOPERATIVE_MATRIX", wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX),
+        ]
+        .into_iter()
+        .filter(|(_, flag)| ctx.adapter().features().contains(*flag))
+        .map(|(name, _)| name)
+        .collect();
+        let doc = serde_json::json!({
+            "adapters": found,
+            "chosen": chosen,
+            "limits": {
+                "max_storage_buffer_binding_size": l.max_storage_buffer_binding_size,
+                "max_buffer_size": l.max_buffer_size,
+                "max_compute_workgroup_storage_size": l.max_compute_workgroup_storage_size,
+                "max_compute_invocations_per_workgroup": l.max_compute_invocations_per_workgroup,
+                "max_compute_workgroups_per_dimension": l.max_compute_workgroups_per_dimension,
+                "subgroup_min_size": ctx.adapter_info().subgroup_min_size,
+                "subgroup_max_size": ctx.adapter_info().subgroup_max_size,
+                "binding_limit_used": ctx.binding_limit(),
+            },
+            "features": features,
+        });
+        Ok(doc.to_string())
+    })
+}
+
+#[pymodule]
+fn _convt(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(conv_transpose2d, m)?)?;
+    m.add_function(wrap_pyfunction!(info_json, m)?)?;
+    m.add_class::<Layer>()?;
+    Ok(())
+}
