@@ -10,6 +10,8 @@
 #                                 3. the examples that check themselves: training (it fails unless the GPU-trained
 #                                    layer recovers the hidden one) and an application's own device (it fails unless
 #                                    convt's result, read by the application's pass, matches the reference);
+#                                 3b. the Python package's tests (scripts/test_python.sh: a venv under target/,
+#                                    `pip install ./python`, pytest against the float64 reference and PyTorch's files);
 #                                 4. the fast tier of the tests that use the GPU again, through wgpu's GL backend on
 #                                    Mesa's software OpenGL with wgpu's shader runtime checks on (skip it with
 #                                    CONVT_SECOND_BACKEND=none).
@@ -57,6 +59,9 @@ step "full tier (first backend)"
 CONVT_TEST_TIER=full cargo test --release "$@"
 cargo run --release --example train_hidden -- --steps 300 --out target/train_hidden.safetensors
 cargo run --release --example own_device
+
+step "the Python package (scripts/test_python.sh): pip install ./python, pytest"
+bash scripts/test_python.sh
 
 if [ "$SECOND_BACKEND" = "gl" ]; then
   # The second pass also runs the kernels with wgpu's runtime checks on (the first runs them trusted, the

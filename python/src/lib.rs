@@ -73,7 +73,7 @@ fn to_py(e: ConvtError) -> PyErr {
         | InvalidArgument(_) => PyValueError::new_err(message),
         OutOfMemory(_) | HostOutOfMemory { .. } => PyMemoryError::new_err(message),
         Io { .. } | Write { .. } | NotARegularFile { .. } | SameFileAsInput { .. } => PyOSError::new_err(message),
-        NoAdapter { .. } | DeviceLost(_) | Gpu(_) | Shader { .. } | TooLargeForBinding { .. } => {
+        NoAdapter { .. } | DeviceLacks { .. } | DeviceLost(_) | Gpu(_) | Shader { .. } | TooLargeForBinding { .. } => {
             PyRuntimeError::new_err(message)
         }
     }
@@ -196,7 +196,7 @@ fn conv_transpose2d<'py>(
 #[pyclass(module = "convt._convt", name = "ConvTranspose2d")]
 struct Layer {
     host: convt::ConvTranspose2d,
-    gpu: Mutex<Option<(DType, Arc<GpuConvTranspose2d<'static>>)>>,
+    gpu: Mutex<Option<(DType, Arc<GpuConvTranspose2d>)>>,
 }
 
 impl Layer {
@@ -205,7 +205,7 @@ impl Layer {
     }
 
     /// The layer on the GPU in `dtype`: the one kept from an earlier call, or uploaded now.
-    fn on_gpu(&self, ctx: &'static GpuContext, dtype: DType) -> convt::Result<Arc<GpuConvTranspose2d<'static>>> {
+    fn on_gpu(&self, ctx: &'static GpuContext, dtype: DType) -> convt::Result<Arc<GpuConvTranspose2d>> {
         let mut slot = self.gpu.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((kept, layer)) = &*slot {
             if *kept == dtype {
