@@ -318,6 +318,21 @@ pub struct ConvShape {
 }
 
 impl ConvShape {
+    /// The options that resolve to this shape, with a bias or not and at `precision` (which a shape does not
+    /// record).
+    pub fn options(&self, bias: bool, precision: Precision) -> ConvTranspose2dOptions {
+        let signed = |v: [usize; 2]| v.map(|x| x as i64);
+        ConvTranspose2dOptions {
+            stride: signed(self.stride),
+            padding: signed(self.padding),
+            output_padding: signed(self.output_padding),
+            dilation: signed(self.dilation),
+            groups: self.groups as i64,
+            bias,
+            precision,
+        }
+    }
+
     /// Input channels per group, `Cin / groups`.
     pub fn in_per_group(&self) -> usize {
         self.in_channels / self.groups

@@ -398,3 +398,31 @@ fn a_cache_path_that_is_not_a_regular_file_is_refused_without_reading_it() {
         }
     }
 }
+
+/// The library tunes a shape of the caller's (`gpu::tune::tune_forward`): every kernel that ran is timed, the
+/// fastest is recorded under the shape's key, and a context reading the saved cache picks it for the shapes of
+/// the bucket. An adapter without GPU timestamps cannot be tuned, and says so.
+#[test]
+fn the_library_tunes_a_shape() {
+    let ctx = common::ctx();
+    let options = ConvTranspose2dOptions::default().stride(2).padding(1);
+    let shape = options.resolve(&[2, 8, 7, 6], &[8, 4, 3, 3], None).unwrap();
+    let mut cache = TuneCache::default();
+    let timed = convt::gpu::tune::tune_forward(ctx, &shape, false, Precision::F32, 3, &mut cache);
+    if !ctx.device().features().contains(wgpu::Features::TIMESTAMP_QUERY) {
+        let e = timed.unwrap_err();
+        assert!(e.to_string().contains("TIMESTAMP_QUERY"), "{e}");
+        return;
+    }
+    let timed = timed.unwrap();
+    assert!(!timed.is_empty());
+    assert!(timed.windows(2).all(|w| w[0].1 <= w[1].1) && timed.iter().all(|t| t.1 > 0.0), "{timed:?}");
+    let winner = timed[0].0;
+    let path = temp_path("library-tune.json");
+    cache.save(&path).unwrap();
+    let tuned = ctx_with_cache(&path);
+    // A 5 x 8 input falls in the tuned 7 x 6 one's bucket (8 x 8; batch 2 both).
+    let near = options.resolve(&[2, 8, 5, 8], &[8, 4, 3, 3], None).unwrap();
+    assert_eq!(select::forward(&tuned, &near, false, Precision::F32), winner);
+    let _ = std::fs::remove_file(&path);
+}

@@ -245,3 +245,56 @@ fn make_parent(path: &Path) -> Result<()> {
         None => Ok(()),
     }
 }
+
+/// Times every forward kernel that computes `shape` at `precision` on the context's adapter (random inputs in
+/// [-1, 1), GPU timestamps around each call's compute pass, the median of `runs` calls after two untimed ones)
+/// and records the fastest in `cache` under the shape's [`TuneKey`], which the shapes of its bucket share.
+/// Returns every kernel that ran with its median time in ms, fastest first; a kernel the adapter cannot run
+/// for this shape is left out. A context reads its cache when it is made: save `cache`
+/// ([`TuneCache::save`]) where [`crate::GpuOptions::tune_cache`] points for later contexts to use it.
+/// `convt tune` is the thorough version (warm-up against the clocks, the fastest timed again).
+pub fn tune_forward(
+    ctx: &crate::GpuContext,
+    shape: &ConvShape,
+    has_bias: bool,
+    precision: Precision,
+    runs: u32,
+    cache: &mut TuneCache,
+) -> crate::Result<Vec<(crate::gpu::Strategy, f64)>> {
+    use crate::gpu::{conv_transpose2d_into, GpuTimer, Run, Strategy};
+    use crate::{GpuTensor, Tensor};
+    const WARMUP: u32 = 2;
+    let runs = runs.max(1);
+    let input = GpuTensor::upload(ctx, &Tensor::uniform(shape.input_dims_as_given(), -1.0, 1.0, 1)?)?;
+    let weight = GpuTensor::upload(ctx, &Tensor::uniform(shape.weight_dims(), -1.0, 1.0, 2)?)?;
+    let bias = has_bias
+        .then(|| Tensor::uniform(vec![shape.out_channels], -1.0, 1.0, 3).and_then(|b| GpuTensor::upload(ctx, &b)))
+        .transpose()?;
+    let output = GpuTensor::empty(ctx, &shape.output_dims_as_given())?;
+    let options = shape.options(has_bias, precision);
+    let mut timed = Vec::new();
+    for kernel in Strategy::candidates_for(ctx, precision).into_iter().filter(|s| s.computes(ctx, shape)) {
+        let timer = GpuTimer::new(ctx, runs)?;
+        let run = |slot: Option<u32>| {
+            let run = Run { kernel: Some(kernel), timer: slot.map(|s| (&timer, s)) };
+            conv_transpose2d_into(ctx, &input, &weight, bias.as_ref(), &options, &output, run)
+        };
+        let ran = (0..WARMUP).try_for_each(|_| run(None).map(drop)).and_then(|()| {
+            (0..runs).try_for_each(|i| run(Some(i)).map(drop))?;
+            timer.read_ms(ctx, runs)
+        });
+        match ran {
+            Ok(mut ms) => {
+                ms.sort_by(f64::total_cmp);
+                timed.push((kernel, ms[ms.len() / 2]));
+            }
+            Err(e) => log::info!("convt: tuning skips {} on this shape: {e}", kernel.name()),
+        }
+    }
+    timed.sort_by(|a, b| a.1.total_cmp(&b.1));
+    if let Some(&(best, ms)) = timed.first() {
+        let key = TuneKey::new(ctx.adapter_info(), Pass::Forward, shape, has_bias, precision);
+        cache.insert(&key, TuneEntry::new(best.name(), ms, precision));
+    }
+    Ok(timed)
+}
