@@ -6,7 +6,6 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use convt::gpu::{list_adapters, AdapterSummary};
 use convt::{ConvTranspose2dOptions, ConvtError, DType, GpuContext, GpuConvTranspose2d, GpuOptions, GpuTensor, Tensor};
 use numpy::{PyArray1, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyMemoryError, PyOSError, PyRuntimeError, PyValueError};
@@ -393,40 +392,7 @@ impl Layer {
 /// What `convt info --json` prints, as JSON text: the adapters found, the one chosen, its limits and features.
 #[pyfunction]
 fn info_json(py: Python<'_>) -> PyResult<String> {
-    run(py, || {
-        let found: Vec<AdapterSummary> =
-            list_adapters(&GpuOptions::from_env()?).iter().map(|a| AdapterSummary::from(&a.get_info())).collect();
-        let ctx = context()?;
-        let chosen = AdapterSummary::from(ctx.adapter_info());
-        let l = ctx.device().limits();
-        let features: Vec<&str> = [
-            ("TIMESTAMP_QUERY", wgpu::Features::TIMESTAMP_QUERY),
-            ("TIMESTAMP_QUERY_INSIDE_PASSES", wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES),
-            ("SUBGROUP", wgpu::Features::SUBGROUP),
-            ("SHADER_F16", wgpu::Features::SHADER_F16),
-            ("EXPERIMENTAL_COOPERATIVE_MATRIX", wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX),
-        ]
-        .into_iter()
-        .filter(|(_, flag)| ctx.adapter().features().contains(*flag))
-        .map(|(name, _)| name)
-        .collect();
-        let doc = serde_json::json!({
-            "adapters": found,
-            "chosen": chosen,
-            "limits": {
-                "max_storage_buffer_binding_size": l.max_storage_buffer_binding_size,
-                "max_buffer_size": l.max_buffer_size,
-                "max_compute_workgroup_storage_size": l.max_compute_workgroup_storage_size,
-                "max_compute_invocations_per_workgroup": l.max_compute_invocations_per_workgroup,
-                "max_compute_workgroups_per_dimension": l.max_compute_workgroups_per_dimension,
-                "subgroup_min_size": ctx.adapter_info().subgroup_min_size,
-                "subgroup_max_size": ctx.adapter_info().subgroup_max_size,
-                "binding_limit_used": ctx.binding_limit(),
-            },
-            "features": features,
-        });
-        Ok(doc.to_string())
-    })
+    run(py, || Ok(convt::gpu::describe(context()?, &GpuOptions::from_env()?).to_string()))
 }
 
 #[pymodule]

@@ -151,6 +151,41 @@ impl From<&wgpu::AdapterInfo> for AdapterSummary {
     }
 }
 
+/// What `convt info --json` reports: the adapters `options` find, in the order `GpuOptions::adapter` numbers them
+/// (`adapters`), the one `ctx` runs on (`chosen`), the limits convt works within (`limits`) and the adapter's
+/// features convt uses (`features`).
+pub fn describe(ctx: &GpuContext, options: &GpuOptions) -> serde_json::Value {
+    let adapters: Vec<AdapterSummary> =
+        list_adapters(options).iter().map(|a| AdapterSummary::from(&a.get_info())).collect();
+    let l = ctx.device().limits();
+    let features: Vec<&str> = [
+        ("TIMESTAMP_QUERY", wgpu::Features::TIMESTAMP_QUERY),
+        ("TIMESTAMP_QUERY_INSIDE_PASSES", wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES),
+        ("SUBGROUP", wgpu::Features::SUBGROUP),
+        ("SHADER_F16", wgpu::Features::SHADER_F16),
+        ("EXPERIMENTAL_COOPERATIVE_MATRIX", wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX),
+    ]
+    .into_iter()
+    .filter(|(_, flag)| ctx.adapter().features().contains(*flag))
+    .map(|(name, _)| name)
+    .collect();
+    serde_json::json!({
+        "adapters": adapters,
+        "chosen": AdapterSummary::from(ctx.adapter_info()),
+        "limits": {
+            "max_storage_buffer_binding_size": l.max_storage_buffer_binding_size,
+            "max_buffer_size": l.max_buffer_size,
+            "max_compute_workgroup_storage_size": l.max_compute_workgroup_storage_size,
+            "max_compute_invocations_per_workgroup": l.max_compute_invocations_per_workgroup,
+            "max_compute_workgroups_per_dimension": l.max_compute_workgroups_per_dimension,
+            "subgroup_min_size": ctx.adapter_info().subgroup_min_size,
+            "subgroup_max_size": ctx.adapter_info().subgroup_max_size,
+            "binding_limit_used": ctx.binding_limit(),
+        },
+        "features": features,
+    })
+}
+
 /// Every adapter wgpu finds for these options' backends, in preference order (the first is the one chosen).
 /// Without a backend named, the primary ones (Vulkan, Metal, DX12) are asked first and GL only if they find
 /// nothing, which keeps GL's probing (and its noise) off machines that have a proper driver.

@@ -26,7 +26,7 @@ use forward::{coop, coop_nhwc, direct, gemm, rows, winograd};
 pub use backward::grad_input::GradInputKernel;
 pub use backward::grad_weight::GradWeightKernel;
 pub use backward::{conv_transpose2d_backward, conv_transpose2d_backward_into, GpuGradients};
-pub use context::{list_adapters, AdapterSummary, GpuContext, GpuOptions, ShaderChecks, REQUIRED_LIMITS};
+pub use context::{describe, list_adapters, AdapterSummary, GpuContext, GpuOptions, ShaderChecks, REQUIRED_LIMITS};
 pub use memory::GpuTensor;
 pub use timing::GpuTimer;
 

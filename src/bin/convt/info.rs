@@ -2,9 +2,8 @@
 
 use anyhow::Result;
 use clap::Args;
-use convt::gpu::{list_adapters, AdapterSummary};
+use convt::gpu::describe;
 use convt::GpuContext;
-use serde_json::json;
 
 use crate::Outcome;
 
@@ -17,46 +16,32 @@ pub struct InfoArgs {
 
 pub fn run(a: InfoArgs) -> Result<Outcome> {
     let opts = crate::args::gpu_options()?;
-    let found: Vec<AdapterSummary> = list_adapters(&opts).iter().map(|a| AdapterSummary::from(&a.get_info())).collect();
-    let ctx = GpuContext::with_options(opts)?;
-    let chosen = AdapterSummary::from(ctx.adapter_info());
-    let l = ctx.device().limits();
-    let limits = json!({
-        "max_storage_buffer_binding_size": l.max_storage_buffer_binding_size,
-        "max_buffer_size": l.max_buffer_size,
-        "max_compute_workgroup_storage_size": l.max_compute_workgroup_storage_size,
-        "max_compute_invocations_per_workgroup": l.max_compute_invocations_per_workgroup,
-        "max_compute_workgroups_per_dimension": l.max_compute_workgroups_per_dimension,
-        "subgroup_min_size": ctx.adapter_info().subgroup_min_size,
-        "subgroup_max_size": ctx.adapter_info().subgroup_max_size,
-        "binding_limit_used": ctx.binding_limit(),
-    });
-    let f = ctx.adapter().features();
-    let features: Vec<&str> = [
-        ("TIMESTAMP_QUERY", wgpu::Features::TIMESTAMP_QUERY),
-        ("TIMESTAMP_QUERY_INSIDE_PASSES", wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES),
-        ("SUBGROUP", wgpu::Features::SUBGROUP),
-        ("SHADER_F16", wgpu::Features::SHADER_F16),
-        ("EXPERIMENTAL_COOPERATIVE_MATRIX", wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX),
-    ]
-    .into_iter()
-    .filter(|(_, flag)| f.contains(*flag))
-    .map(|(name, _)| name)
-    .collect();
+    let ctx = GpuContext::with_options(opts.clone())?;
+    let report = describe(&ctx, &opts);
     if a.json {
-        println!("{}", json!({ "adapters": found, "chosen": chosen, "limits": limits, "features": features }));
+        println!("{report}");
         return Ok(Outcome::Ok);
     }
+    let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
     println!("adapters found (--adapter takes the number or part of the name):");
-    for (i, s) in found.iter().enumerate() {
-        println!("  {i}: {} ({}, {}, driver {} {})", s.name, s.backend, s.device_type, s.driver, s.driver_info);
+    for (i, s) in report["adapters"].as_array().into_iter().flatten().enumerate() {
+        println!(
+            "  {i}: {} ({}, {}, driver {} {})",
+            text(&s["name"]),
+            text(&s["backend"]),
+            text(&s["device_type"]),
+            text(&s["driver"]),
+            text(&s["driver_info"])
+        );
     }
-    println!("chosen: {} ({}, {})", chosen.name, chosen.backend, chosen.device_type);
-    println!("driver: {} {}", chosen.driver, chosen.driver_info);
+    let chosen = &report["chosen"];
+    println!("chosen: {} ({}, {})", text(&chosen["name"]), text(&chosen["backend"]), text(&chosen["device_type"]));
+    println!("driver: {} {}", text(&chosen["driver"]), text(&chosen["driver_info"]));
     println!("limits:");
-    for (k, v) in limits.as_object().into_iter().flatten() {
+    for (k, v) in report["limits"].as_object().into_iter().flatten() {
         println!("  {k}: {v}");
     }
+    let features: Vec<String> = report["features"].as_array().into_iter().flatten().map(text).collect();
     println!("features: {}", if features.is_empty() { "none of interest".to_string() } else { features.join(", ") });
     Ok(Outcome::Ok)
 }
