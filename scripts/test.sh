@@ -3,8 +3,8 @@
 # there is none, installed by scripts/setup.sh).
 #
 #   bash scripts/test.sh          the full tier, what CI runs:
-#                                 1. cargo fmt --check and cargo clippy --all-targets -D warnings (tools/kernel-stats
-#                                    too, a crate of its own);
+#                                 1. cargo fmt --check, cargo clippy --all-targets -D warnings (tools/kernel-stats
+#                                    too, a crate of its own) and cargo doc with warnings denied;
 #                                 2. every test at full size (CONVT_TEST_TIER=full): all property cases, every
 #                                    kernel on every fixture, the fuzz targets for 30 s each;
 #                                 3. the examples that check themselves: training (it fails unless the GPU-trained
@@ -43,9 +43,13 @@ if cargo clippy --version >/dev/null 2>&1 && cargo fmt --version >/dev/null 2>&1
   step "cargo fmt --check, cargo clippy --all-targets -D warnings (and tools/kernel-stats)"
   cargo fmt --all -- --check
   cargo clippy --release --all-targets -- -D warnings
+  # Every public item documented (#![warn(missing_docs)], denied above) and every doc link resolving, also
+  # without the `cli` feature, as a library user builds it.
+  RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --lib --no-default-features
   # tools/kernel-stats is not part of this crate: linted on its own, into the same target directory (its Cargo.lock
   # pins the same versions, so the dependencies they share are mostly reused).
   cargo fmt --manifest-path tools/kernel-stats/Cargo.toml -- --check
+  cargo fmt --manifest-path python/Cargo.toml -- --check
   CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}" \
     cargo clippy --release --manifest-path tools/kernel-stats/Cargo.toml -- -D warnings
 elif [ "${CI:-}" = "true" ]; then

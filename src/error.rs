@@ -300,9 +300,18 @@ pub enum ConvtError {
         /// The input path it names.
         input: PathBuf,
     },
-    /// A file that is not valid safetensors (or not a valid tuning cache).
+    /// A file that is not valid safetensors.
     #[error("{path}: not a valid safetensors file: {message}")]
     TensorFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// A tuning cache file that cannot be read as one (`convt tune` writes it; a context ignores it with a
+    /// warning).
+    #[error("{path}: not a convt tuning cache: {message}")]
+    TuneCache {
         /// The file.
         path: PathBuf,
         /// What is wrong with it.

@@ -311,3 +311,21 @@ fn a_context_is_shared_by_clones_across_threads() {
     let clone = ctx.clone();
     assert!(std::ptr::eq(clone.device(), ctx.device()), "clones share the device");
 }
+
+/// A view is one chunk laid out as convt lays out every tensor of its shape (the planes an f32 tensor's binding
+/// holds, whatever the dtype), so views and convt's own tensors of one shape copy chunk for chunk; a view that
+/// would need several bindings is refused.
+#[test]
+fn views_keep_convts_layout_under_a_small_binding_limit() {
+    let ctx = common::ctx_with_binding_limit(1024, None);
+    let buffer = app_buffer(ctx.device(), 4096);
+    // Two 16 x 16 f16 planes take 1024 bytes, but 2048 at 4 bytes per value: more than one binding.
+    let e = GpuTensor::from_buffer(&ctx, &buffer, 0, &[1, 2, 16, 16], DType::F16).unwrap_err();
+    assert!(matches!(e, ConvtError::TooLargeForBinding { .. }), "{e:?}");
+    let view = GpuTensor::from_buffer(&ctx, &buffer, 256, &[1, 1, 16, 16], DType::F16).unwrap();
+    let t = Tensor::uniform(vec![1, 1, 16, 16], -1.0, 1.0, common::fresh_seed()).unwrap().to_dtype(DType::F16);
+    GpuTensor::upload(&ctx, &t).unwrap().copy_to(&ctx, &view).unwrap();
+    let back = GpuTensor::empty_with(&ctx, &[1, 1, 16, 16], DType::F16).unwrap();
+    view.copy_to(&ctx, &back).unwrap();
+    assert_eq!(back.download(&ctx).unwrap().data(), t.data());
+}

@@ -391,8 +391,11 @@ fn a_cache_path_that_is_not_a_regular_file_is_refused_without_reading_it() {
     // ignores the cache, with a warning), as is a directory.
     for path in ["/dev/zero", "/"] {
         match TuneCache::load(std::path::Path::new(path)) {
-            Err(convt::ConvtError::TensorFile { message, .. }) => {
-                assert!(message.contains("regular file"), "{message}")
+            Err(e @ convt::ConvtError::TuneCache { .. }) => {
+                assert_eq!(
+                    e.to_string(),
+                    format!("{path}: not a convt tuning cache: a tuning cache must be a regular file")
+                )
             }
             other => panic!("{path}: expected a refusal, got {other:?}"),
         }

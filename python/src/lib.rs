@@ -71,7 +71,9 @@ fn to_py(e: ConvtError) -> PyErr {
         | StateDict { .. }
         | InvalidArgument(_) => PyValueError::new_err(message),
         OutOfMemory(_) | HostOutOfMemory { .. } => PyMemoryError::new_err(message),
-        Io { .. } | Write { .. } | NotARegularFile { .. } | SameFileAsInput { .. } => PyOSError::new_err(message),
+        Io { .. } | Write { .. } | NotARegularFile { .. } | SameFileAsInput { .. } | TuneCache { .. } => {
+            PyOSError::new_err(message)
+        }
         NoAdapter { .. } | DeviceLacks { .. } | DeviceLost(_) | Gpu(_) | Shader { .. } | TooLargeForBinding { .. } => {
             PyRuntimeError::new_err(message)
         }

@@ -243,8 +243,9 @@ pub fn coop_f16_supported(adapter: &wgpu::Adapter) -> bool {
         })
 }
 
-/// The compute limits convt needs of a device: wgpu's defaults for these (`wgpu::Limits::default()`), which every
-/// kernel's default tile fits, and which the test suite runs convt at ([`GpuContext::from_wgpu`] checks them).
+/// The compute limits convt needs of a device: wgpu's defaults for these (`wgpu::Limits::default()`). With them the
+/// selector finds a kernel for every problem (tiles that need more workgroup memory are left out), and the test
+/// suite runs every option forward and backward at them ([`GpuContext::from_wgpu`] checks them).
 pub const REQUIRED_LIMITS: wgpu::Limits = wgpu::Limits {
     max_compute_invocations_per_workgroup: 256,
     max_compute_workgroup_size_x: 256,

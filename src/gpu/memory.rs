@@ -379,8 +379,9 @@ impl GpuTensor {
     /// lands in the application's buffer). `buffer` must belong to the context's device (a context made with
     /// [`GpuContext::from_wgpu`]), have the usages `STORAGE`, `COPY_SRC` and `COPY_DST`, and hold the tensor's
     /// bytes, rounded up to whole 4-byte words, from `offset`; `offset` must be a multiple of 256 (the largest
-    /// storage-binding alignment adapters ask for), and the tensor must fit one storage binding
-    /// ([`GpuContext::binding_limit`]). The view holds a reference to the buffer, not a copy.
+    /// storage-binding alignment adapters ask for), and the tensor must fit one storage binding at 4 bytes per
+    /// value, as convt lays out tensors of every dtype ([`GpuContext::binding_limit`]). The view holds a reference
+    /// to the buffer, not a copy.
     ///
     /// A layer's prepared weight is reused while convt has not written the weight ([`crate::GpuConvTranspose2d`]);
     /// writes the application makes to a view are not seen, so a view given to a layer as its weight must not be
@@ -393,7 +394,7 @@ impl GpuTensor {
         dtype: DType,
     ) -> Result<Self> {
         let numel = checked_numel(shape)?;
-        let (_, plane_elems) = plane_layout(shape);
+        let plane_elems = plane_layout(shape).1;
         let bytes = (numel as u64)
             .checked_mul(dtype.size() as u64)
             .ok_or(ConvtError::SizeOverflow { shape: shape.to_vec() })?
@@ -416,14 +417,17 @@ impl GpuTensor {
                 buffer.size()
             )));
         }
-        if bytes > ctx.binding_limit() {
+        // One chunk, laid out as convt lays out a tensor of this shape (whose chunks hold the planes an f32 tensor
+        // would, so that every dtype's chunks match), so the view meets tensors of its shape chunk for chunk.
+        let (planes_per_row, _) = plane_layout(shape);
+        let planes = numel.checked_div(plane_elems).unwrap_or(0);
+        if planes > chunk_planes(ctx.binding_limit(), planes_per_row, plane_elems, shape)? {
             return Err(ConvtError::TooLargeForBinding {
-                what: format!("a tensor view of size {shape:?}"),
-                bytes,
+                what: format!("a tensor view of size {shape:?} (at 4 bytes per value, as convt lays tensors out)"),
+                bytes: numel as u64 * 4,
                 limit: ctx.binding_limit(),
             });
         }
-        let planes = numel.checked_div(plane_elems).unwrap_or(0);
         let chunks = if planes == 0 {
             Vec::new()
         } else {
@@ -541,7 +545,13 @@ impl GpuTensor {
         dst.mark_written();
         ctx.scoped(|| {
             let mut encoder = ctx.device.create_command_encoder(&Default::default());
-            // Equal shapes have equal chunks.
+            // Equal shapes have equal chunks on one context (views included: `from_buffer`).
+            let planes = |t: &GpuTensor| t.chunks.iter().map(|c| c.planes).collect::<Vec<_>>();
+            if planes(self) != planes(dst) {
+                return Err(ConvtError::InvalidArgument(
+                    "a copy between tensors laid out in different bindings (made on different contexts)".into(),
+                ));
+            }
             for (a, b) in self.chunks.iter().zip(&dst.chunks) {
                 encoder.copy_buffer_to_buffer(&a.buffer, a.offset, &b.buffer, b.offset, a.bytes);
             }

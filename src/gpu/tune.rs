@@ -41,7 +41,8 @@ pub struct TuneEntry {
 /// The largest tuning cache read: far more than the entries of every shape a machine tunes.
 pub const MAX_CACHE_BYTES: u64 = 64 << 20;
 
-/// The element type of every tensor convt computes on today, as tuning entries record it.
+/// The tensors' dtype every tuning entry is measured on (f32): half-precision calls use the entries of f32
+/// tensors at the same precision, and an entry recording another dtype is ignored.
 pub const DTYPE: &str = "f32";
 
 impl TuneEntry {
@@ -171,7 +172,7 @@ impl TuneCache {
     /// Reads the cache; a missing file is an empty cache. It must be a regular file of at most
     /// [`MAX_CACHE_BYTES`] (a device or a pipe given as the cache would otherwise be read without end).
     pub fn load(path: &Path) -> Result<Self> {
-        let not_a_cache = |message: String| ConvtError::TensorFile { path: path.into(), message };
+        let not_a_cache = |message: String| ConvtError::TuneCache { path: path.into(), message };
         let meta = match std::fs::metadata(path) {
             Ok(meta) => meta,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Self::default()),
@@ -190,7 +191,7 @@ impl TuneCache {
         std::fs::File::open(path)
             .and_then(|f| f.take(MAX_CACHE_BYTES + 1).read_to_string(&mut text))
             .map_err(|source| ConvtError::Io { path: path.into(), source })?;
-        serde_json::from_str(&text).map_err(|e| not_a_cache(format!("not a convt tuning cache: {e}")))
+        serde_json::from_str(&text).map_err(|e| not_a_cache(e.to_string()))
     }
 
     /// Checks, before any tuning, that [`Self::save`] can write `path` (making its directory if needed).
