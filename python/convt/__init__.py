@@ -14,7 +14,16 @@ import os
 
 import numpy as np
 
-from . import _convt
+# Mesa's drivers connect to a Wayland display while wgpu lists adapters, and libwayland prints "error:
+# XDG_RUNTIME_DIR is invalid or not set" for each one where the variable is unset (a server, a container): noise
+# that looks like an error of the caller's. There is no display to find then; the temporary directory silences
+# it, as the `convt` command does. Set before the extension can make its GPU context.
+if os.name == "posix" and not os.environ.get("XDG_RUNTIME_DIR"):
+    import tempfile
+
+    os.environ["XDG_RUNTIME_DIR"] = tempfile.gettempdir()
+
+from . import _convt  # noqa: E402
 
 __all__ = ["conv_transpose2d", "ConvTranspose2d", "info"]
 

@@ -1,5 +1,7 @@
 """convt.conv_transpose2d against the float64 numpy reference, on fresh random problems."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -212,3 +214,16 @@ def test_torch_bfloat16_reads_as_float32():
     out = convt.conv_transpose2d(x, w, stride=2)
     assert out.dtype == np.float32
     assert rel_l2(out, reference(x.float().numpy(), w.float().numpy(), stride=2)) <= F32_TOLERANCE
+
+
+def test_no_driver_noise_on_stderr_without_xdg_runtime_dir(tmp_path):
+    """Where XDG_RUNTIME_DIR is unset (servers, containers), using convt prints nothing on stderr: Mesa's
+    Wayland probe would print an error line per adapter, which the package keeps off."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"}
+    code = "import convt, numpy as np; convt.conv_transpose2d(np.ones((1, 1, 2, 2), np.float32), np.ones((1, 1, 2, 2), np.float32))"
+    r = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == ""
