@@ -178,11 +178,7 @@ impl ShapeArgs {
             if let Some(b) = self.batch {
                 *case = case.with_batch(b);
             }
-            case.params.resolve(
-                &case.input_dims(),
-                &case.weight_dims(),
-                case.bias.then_some(&[case.out_channels][..]),
-            )?;
+            shape_of(case)?;
         }
         Ok(cases)
     }
@@ -255,6 +251,11 @@ impl ShapeArgs {
         case.params = self.conv.params_for(&case.input_dims(), &case.weight_dims())?;
         Ok(Some(case))
     }
+}
+
+/// A case's problem, resolved and checked as the library takes it.
+pub fn shape_of(c: &Case) -> anyhow::Result<convt::ConvShape> {
+    Ok(c.params.resolve(&c.input_dims(), &c.weight_dims(), c.bias.then_some(&[c.out_channels][..]))?)
 }
 
 /// Suite cases by name; no names means all nine.

@@ -15,7 +15,7 @@ use convt::{cpu, ConvShape, DType, ErrorStats, GpuContext, Precision, Tensor};
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
-use crate::args::{non_negative, positive, ShapeArgs};
+use crate::args::{non_negative, positive, shape_of, ShapeArgs};
 use crate::Outcome;
 
 #[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]
@@ -90,10 +90,6 @@ fn scale_down(mut c: Case, max_gflop: f64) -> Result<Case> {
         }
     }
     Ok(c)
-}
-
-fn shape_of(c: &Case) -> Result<ConvShape> {
-    Ok(c.params.resolve(&c.input_dims(), &c.weight_dims(), c.bias.then_some(&[c.out_channels][..]))?)
 }
 
 pub fn run(a: VerifyArgs) -> Result<Outcome> {
