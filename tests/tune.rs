@@ -150,8 +150,8 @@ fn the_backward_takes_grad_inputs_kernel_from_the_tuning_cache() {
         let dir = common::TempDir::new("tune-grad-input");
         let path = dir.path("cache.json");
         let untuned = ctx_with_cache(&path);
-        let heuristic = select::grad_input(&untuned, &shape);
-        let candidates = GradInputKernel::candidates(&untuned, &shape);
+        let heuristic = select::grad_input(&untuned, &shape, Precision::F32);
+        let candidates = GradInputKernel::candidates(&untuned, &shape, Precision::F32);
         assert!(candidates.contains(&heuristic) && candidates.contains(&GradInputKernel::Gather), "{candidates:?}");
         let other = *candidates.iter().find(|k| **k != heuristic && **k != GradInputKernel::Gather).unwrap();
         match GradInputKernel::transposed_problem(&shape) {
@@ -164,7 +164,7 @@ fn the_backward_takes_grad_inputs_kernel_from_the_tuning_cache() {
             cache.insert(&TuneKey::new(untuned.adapter_info(), Pass::GradInput, &shape, false, Precision::F32), entry);
             cache.save(&path).unwrap();
             let tuned = ctx_with_cache(&path);
-            assert_eq!(select::grad_input(&tuned, &shape), winner);
+            assert_eq!(select::grad_input(&tuned, &shape, Precision::F32), winner);
             backward_matches_reference(&tuned, &shape, &params, &winner.name());
             assert_eq!(
                 select::forward(&tuned, &shape, false, Precision::F32),
@@ -184,7 +184,7 @@ fn the_backward_takes_grad_inputs_kernel_from_the_tuning_cache() {
         assert_eq!(ran, other);
         // An f16 GEMM tile on the sampled correlation; an exact one on a transposed convolution the shape lacks.
         let f16 = Strategy::fast_candidates().into_iter().find_map(|s| match s {
-            Strategy::Gemm(t) => Some(GradInputKernel::Sampled(t)),
+            s @ Strategy::Gemm(_) => Some(GradInputKernel::Sampled(s)),
             _ => None,
         });
         let misplaced = match GradInputKernel::transposed_problem(&shape) {
@@ -206,7 +206,7 @@ fn a_grad_input_cache_entry_that_does_not_apply_gives_way() {
     let dir = common::TempDir::new("tune-grad-input-stale");
     let path = dir.path("cache.json");
     let untuned = ctx_with_cache(&path);
-    let usual = select::grad_input(&untuned, &shape);
+    let usual = select::grad_input(&untuned, &shape, Precision::F32);
     let fast = Strategy::fast_candidates()[0].name();
     let winograd = Strategy::candidates().into_iter().find(|s| matches!(s, Strategy::Winograd(_))).unwrap().name();
     for name in ["gemm_1x1x1_1x1", fast.as_str(), winograd.as_str()] {
@@ -216,7 +216,7 @@ fn a_grad_input_cache_entry_that_does_not_apply_gives_way() {
             TuneEntry::new(name.into(), 1.0, Precision::F32),
         );
         cache.save(&path).unwrap();
-        assert_eq!(select::grad_input(&ctx_with_cache(&path), &shape), usual, "{name}");
+        assert_eq!(select::grad_input(&ctx_with_cache(&path), &shape, Precision::F32), usual, "{name}");
     }
 }
 
@@ -316,9 +316,9 @@ fn the_backward_takes_grad_weights_kernel_from_the_tuning_cache() {
     let dir = common::TempDir::new("tune-grad-weight");
     let path = dir.path("cache.json");
     let untuned = ctx_with_cache(&path);
-    let usual = select::grad_weight(&untuned, &shape, [1, 1]);
+    let usual = select::grad_weight(&untuned, &shape, [1, 1], Precision::F32);
     assert_eq!(usual, GradWeightKernel::Rows, "the rows kernel takes strided small groups");
-    let candidates = GradWeightKernel::candidates(&untuned, &shape, [1, 1]);
+    let candidates = GradWeightKernel::candidates(&untuned, &shape, [1, 1], Precision::F32);
     assert_eq!(candidates.len(), 4, "{candidates:?}");
     let key = TuneKey::new(untuned.adapter_info(), Pass::GradWeight, &shape, false, Precision::F32);
     for winner in candidates {
@@ -326,7 +326,7 @@ fn the_backward_takes_grad_weights_kernel_from_the_tuning_cache() {
         cache.insert(&key, TuneEntry::new(winner.name(), 1.0, Precision::F32));
         cache.save(&path).unwrap();
         let tuned = ctx_with_cache(&path);
-        assert_eq!(select::grad_weight(&tuned, &shape, [1, 1]), winner);
+        assert_eq!(select::grad_weight(&tuned, &shape, [1, 1], Precision::F32), winner);
         backward_matches_reference(&tuned, &shape, &strided, &winner.name());
     }
     let plain = ConvTranspose2dOptions::default();
@@ -336,8 +336,11 @@ fn the_backward_takes_grad_weights_kernel_from_the_tuning_cache() {
     cache.insert(&key, TuneEntry::new(GradWeightKernel::Rows.name(), 1.0, Precision::F32));
     cache.save(&path).unwrap();
     let tuned = ctx_with_cache(&path);
-    assert_eq!(select::grad_weight(&tuned, &stride_1, [1, 1]), select::grad_weight(&untuned, &stride_1, [1, 1]));
-    assert!(matches!(select::grad_weight(&tuned, &stride_1, [1, 1]), GradWeightKernel::Taps(_)));
+    assert_eq!(
+        select::grad_weight(&tuned, &stride_1, [1, 1], Precision::F32),
+        select::grad_weight(&untuned, &stride_1, [1, 1], Precision::F32)
+    );
+    assert!(matches!(select::grad_weight(&tuned, &stride_1, [1, 1], Precision::F32), GradWeightKernel::Taps(_)));
 }
 
 #[test]

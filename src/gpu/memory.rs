@@ -562,6 +562,27 @@ impl GpuTensor {
         Ok(())
     }
 
+    /// This tensor's values in `dtype` (rounded to nearest even where it is narrower), in a new tensor, on the GPU:
+    /// PyTorch's `.to(dtype)`. An f32 master weight's f16 or bf16 copy for a mixed-precision step, say.
+    pub fn to_dtype(&self, ctx: &GpuContext, dtype: DType) -> Result<GpuTensor> {
+        let out = GpuTensor::empty_with(ctx, &self.shape, dtype)?;
+        out.mark_written();
+        let mut encoder = ctx.device.create_command_encoder(&Default::default());
+        {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("convt dtype conversion"),
+                timestamp_writes: None,
+            });
+            crate::gpu::convert::encode(ctx, self, &out, &mut pass)?;
+        }
+        ctx.scoped(|| {
+            ctx.queue.submit([encoder.finish()]);
+            Ok(())
+        })?;
+        out.mark_written();
+        Ok(out)
+    }
+
     /// Copies the tensor back to the host (in its dtype) through a MAP_READ staging buffer per chunk.
     pub fn download(&self, ctx: &GpuContext) -> Result<Tensor> {
         let mut data = crate::tensor::filled_vec(self.numel(), 0f32, || format!("a tensor of size {:?}", self.shape))?;

@@ -9,6 +9,7 @@
 
 use crate::gpu::backward::grad_input::{as_sampled_correlation, as_transposed_convolution, GradInputKernel};
 use crate::gpu::backward::grad_weight::{self, GradWeightKernel};
+use crate::gpu::backward::grad_weight_half::{self, HalfTile};
 use crate::gpu::context::GpuContext;
 use crate::gpu::forward::coop::{self, CoopTile};
 use crate::gpu::forward::coop_nhwc::{self, NhwcTile, STAGED_MIN_ROW_TAPS};
@@ -98,22 +99,27 @@ fn tuned_forward(ctx: &GpuContext, shape: &ConvShape, has_bias: bool, precision:
     }
 }
 
-/// grad_input's kernel for `shape`, in this order:
+/// grad_input's kernel for `shape` at `precision`, in this order:
 /// - the context's forced strategy (`CONVT_STRATEGY`) where it names one: `direct` or a rows variant the gather
 ///   kernel; an exact GEMM tile, or a Winograd tile that computes the transposed convolution, the forward kernel
 ///   on the transposed convolution where the shape has one; elsewhere an exact GEMM tile the sampled correlation
 ///   (the gather kernel if the tile cannot run here);
-/// - the tuning cache's entry (written by `convt tune --backward`) where it computes the shape on this device;
-/// - where the shape has a transposed convolution, the forward selector's choice for it, if that is a GEMM or
-///   Winograd kernel;
+/// - the tuning cache's entry (written by `convt tune --backward`) where it computes the shape on this device (for
+///   an exact call, an exact kernel only);
+/// - for `fast`: where the shape has a transposed convolution, the forward selector's `fast` choice for it where
+///   that is an f16 kernel; elsewhere the staged cooperative-matrix tile on the sampled correlation where the
+///   forward would take tensor cores for a stride-1 problem of its sizes (64+ channels a side per group, not a
+///   gather kernel's shape). Otherwise `fast` takes the exact choice below, as the forward does;
+/// - where the shape has a transposed convolution, the forward selector's exact choice for it, if that is a GEMM
+///   or Winograd kernel;
 /// - else the forward's heuristic for a stride-1 problem of the sampled correlation's sizes: its GEMM tile, or the
 ///   gather kernel where it would take a gather kernel or the tile cannot run here.
-pub fn grad_input(ctx: &GpuContext, shape: &ConvShape) -> GradInputKernel {
+pub fn grad_input(ctx: &GpuContext, shape: &ConvShape, precision: Precision) -> GradInputKernel {
     let transposed = as_transposed_convolution(shape);
     let (sampled, _) = as_sampled_correlation(shape);
     let runs = |tile: Tile| {
         if Strategy::Gemm(tile).runs_on(ctx) {
-            GradInputKernel::Sampled(tile)
+            GradInputKernel::Sampled(Strategy::Gemm(tile))
         } else {
             GradInputKernel::Gather
         }
@@ -129,10 +135,28 @@ pub fn grad_input(ctx: &GpuContext, shape: &ConvShape) -> GradInputKernel {
         (Some(s @ Strategy::Winograd(_)), Some(t)) if s.computes(ctx, &t) => return GradInputKernel::Transposed(s),
         _ => {}
     }
-    let key = TuneKey::new(ctx.adapter_info(), Pass::GradInput, shape, false, Precision::F32);
+    let key = TuneKey::new(ctx.adapter_info(), Pass::GradInput, shape, false, precision);
     let tuned = ctx.tuned().lookup(&key).and_then(|name| GradInputKernel::from_cache_name(name, shape));
-    if let Some(tuned) = tuned.filter(|k| k.computes(ctx, shape)) {
+    let allowed = |k: &GradInputKernel| precision == Precision::Fast || k.precision() == Precision::F32;
+    if let Some(tuned) = tuned.filter(|k| allowed(k) && k.computes(ctx, shape)) {
         return tuned;
+    }
+    if precision == Precision::Fast {
+        match transposed {
+            Some(t) => {
+                let strategy = forward(ctx, &t, false, Precision::Fast);
+                if strategy.precision() == Precision::Fast {
+                    return GradInputKernel::Transposed(strategy);
+                }
+            }
+            None => {
+                let coop = Strategy::Coop(coop_tile(&sampled));
+                let wide = sampled.in_per_group() >= 64 && sampled.out_per_group() >= 64;
+                if wide && !prefers_gather(&sampled) && coop.runs_on(ctx) {
+                    return GradInputKernel::Sampled(coop);
+                }
+            }
+        }
     }
     if let Some(t) = transposed {
         let strategy = forward(ctx, &t, false, Precision::F32);
@@ -147,21 +171,41 @@ pub fn grad_input(ctx: &GpuContext, shape: &ConvShape) -> GradInputKernel {
     }
 }
 
-/// grad_weight's kernel for `shape` with the input and grad_output in `chunks` bindings: the tuning cache's
-/// entry where it computes the shape here, else the rows kernel wherever it takes the shape (strided, small groups:
-/// it measured faster than the per-tap GEMM's 16-wide tile there, `grad_weight::RowsKernel::for_shape`), else
-/// the per-tap GEMM with `grad_weight_tile`. The forward's forced strategy does not apply: grad_weight has no
-/// kernel in common with it.
-pub fn grad_weight(ctx: &GpuContext, shape: &ConvShape, chunks: [usize; 2]) -> GradWeightKernel {
-    let key = TuneKey::new(ctx.adapter_info(), Pass::GradWeight, shape, false, Precision::F32);
+/// grad_weight's kernel for `shape` at `precision` with the input and grad_output in `chunks` bindings: the tuning
+/// cache's entry where it computes the shape here (for an exact call, an exact kernel only); for `fast` on an
+/// adapter with cooperative matrices the tensor-core per-tap GEMM with [`grad_weight_half_tile`] where a group has
+/// 16+ input and output channels; else the rows kernel wherever it takes the shape (strided, small groups: it
+/// measured faster than the per-tap GEMM's 16-wide tile there, `grad_weight::RowsKernel::for_shape`), else the
+/// per-tap GEMM with `grad_weight_tile`. The forward's forced strategy does not apply: grad_weight has no kernel in
+/// common with it.
+pub fn grad_weight(ctx: &GpuContext, shape: &ConvShape, chunks: [usize; 2], precision: Precision) -> GradWeightKernel {
+    let key = TuneKey::new(ctx.adapter_info(), Pass::GradWeight, shape, false, precision);
     let tuned = ctx.tuned().lookup(&key).and_then(GradWeightKernel::from_name);
-    if let Some(tuned) = tuned.filter(|k| k.computes(ctx, shape, chunks)) {
+    let allowed = |k: &GradWeightKernel| precision == Precision::Fast || k.precision() == Precision::F32;
+    if let Some(tuned) = tuned.filter(|k| allowed(k) && k.computes(ctx, shape, chunks)) {
         return tuned;
+    }
+    let half = GradWeightKernel::Half(grad_weight_half_tile(shape));
+    if precision == Precision::Fast
+        && shape.in_per_group().min(shape.out_per_group()) >= 16
+        && half.computes(ctx, shape, chunks)
+    {
+        return half;
     }
     if GradWeightKernel::Rows.computes(ctx, shape, chunks) {
         GradWeightKernel::Rows
     } else {
         GradWeightKernel::Taps(grad_weight_tile(shape))
+    }
+}
+
+/// grad_weight's tensor-core tile at `fast`: 128 x 128 where a group has 128+ input and output channels, 64 x 64
+/// from 64, else 32 x 32 (one subgroup).
+pub(crate) fn grad_weight_half_tile(shape: &ConvShape) -> HalfTile {
+    match shape.in_per_group().min(shape.out_per_group()) {
+        c if c >= 128 => grad_weight_half::HALF_128X128,
+        c if c >= 64 => grad_weight_half::HALF_64X64,
+        _ => grad_weight_half::HALF_32X32,
     }
 }
 

@@ -246,8 +246,8 @@ impl Prepared {
                 let chunks = [set.input.chunks().len(), set.grad_output.as_ref().map_or(1, |g| g.chunks().len())];
                 format!(
                     "backward, grad_input {}, {}",
-                    select::grad_input(ctx, &self.shape).name(),
-                    select::grad_weight(ctx, &self.shape, chunks).name()
+                    select::grad_input(ctx, &self.shape, self.precision).name(),
+                    select::grad_weight(ctx, &self.shape, chunks, self.precision).name()
                 )
             }
         }
@@ -347,9 +347,6 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
     let cases: Vec<Case> = a.shape.cases()?;
     if a.runs == 0 {
         bail!("--runs must be at least 1");
-    }
-    if a.backward && a.precision != Precision::F32 {
-        bail!("the backward pass runs in exact f32 only (--precision fast is for the forward)");
     }
     // The JSON file's path is checked before anything is measured.
     let json_out = a.json.as_deref().map(|p| OutputFile::create(p, &[])).transpose()?;

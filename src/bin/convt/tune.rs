@@ -50,9 +50,6 @@ const FINALISTS: usize = 3;
 
 pub fn run(a: TuneArgs) -> Result<Outcome> {
     let cases: Vec<Case> = a.shape.cases()?;
-    if a.backward && a.precision != Precision::F32 {
-        anyhow::bail!("the backward pass runs in exact f32 only: tune it without --precision fast");
-    }
     let mut opts = crate::args::gpu_options()?;
     opts.strategy = None;
     let path = a
@@ -84,7 +81,7 @@ pub fn run(a: TuneArgs) -> Result<Outcome> {
         if a.backward {
             // grad_input's kernels first (grad_weight's chosen as usual), then grad_weight's with grad_input's
             // winner: each timed in the whole backward pass.
-            let grad_input: Vec<Candidate> = GradInputKernel::candidates(&ctx, shape)
+            let grad_input: Vec<Candidate> = GradInputKernel::candidates(&ctx, shape, a.precision)
                 .into_iter()
                 .map(|k| Candidate::Backward(BackwardKernels { grad_input: Some(k), grad_weight: None }))
                 .collect();
@@ -95,7 +92,7 @@ pub fn run(a: TuneArgs) -> Result<Outcome> {
             let Candidate::Backward(BackwardKernels { grad_input: winner, .. }) = gi.0 else { continue };
             let set = &prepared.inputs[0];
             let chunks = [set.input.chunks().len(), set.grad_output().map_or(1, |g| g.chunks().len())];
-            let grad_weight: Vec<Candidate> = GradWeightKernel::candidates(&ctx, shape, chunks)
+            let grad_weight: Vec<Candidate> = GradWeightKernel::candidates(&ctx, shape, chunks, a.precision)
                 .into_iter()
                 .map(|k| Candidate::Backward(BackwardKernels { grad_input: winner, grad_weight: Some(k) }))
                 .collect();

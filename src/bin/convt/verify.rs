@@ -7,7 +7,7 @@
 
 use std::time::Instant;
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use clap::{Args, ValueEnum};
 use convt::gpu::GradInputKernel;
 use convt::suite::Case;
@@ -95,9 +95,6 @@ fn scale_down(mut c: Case, max_gflop: f64) -> Result<Case> {
 pub fn run(a: VerifyArgs) -> Result<Outcome> {
     // Every case, at the batch asked for, must be a valid problem before the GPU is touched.
     let mut cases = a.shape.cases()?;
-    if a.backward && a.precision != Precision::F32 {
-        bail!("the backward pass runs in exact f32 only (--precision fast is for the forward)");
-    }
     // A result rounded once to its dtype errs by at most the unit roundoff relative to each element, so by at most
     // that in relative L2 too.
     let roundoff = match a.dtype {
@@ -247,13 +244,14 @@ fn verify_backward(ctx: &GpuContext, case: &Case, seed: u64, a: &VerifyArgs) -> 
     let bias = case.bias.then(|| random(vec![shape.out_channels], seed ^ 2)).transpose()?;
     let grad_output = random(shape.output_dims(), seed ^ 4)?;
     let t = Instant::now();
-    let g = crate::host::backward(ctx, &input, &weight, bias.as_ref(), &grad_output, &case.params)?;
+    let params = case.params.precision(a.precision);
+    let g = crate::host::backward(ctx, &input, &weight, bias.as_ref(), &grad_output, &params)?;
     let gpu_s = t.elapsed().as_secs_f64();
-    // What computed grad_input, and how (grad_weight and grad_bias are exact f32 sums).
-    let grad_input = convt::gpu::select::grad_input(ctx, &shape);
+    // What computed grad_input and grad_weight, and how (grad_bias is an exact f32 sum).
+    let grad_input = convt::gpu::select::grad_input(ctx, &shape, a.precision);
     let arithmetic = match grad_input {
-        GradInputKernel::Transposed(strategy) => strategy.arithmetic(),
-        GradInputKernel::Sampled(_) | GradInputKernel::Gather => "exact f32",
+        GradInputKernel::Transposed(strategy) | GradInputKernel::Sampled(strategy) => strategy.arithmetic(),
+        GradInputKernel::Gather => "exact f32",
     };
     let all_finite = [Some(&g.grad_input), Some(&g.grad_weight), g.grad_bias.as_ref()]
         .into_iter()

@@ -5,15 +5,16 @@
 //!   channel-swapped weight (`shaders/backward/grad_input_weights.wgsl`) and padding dilation*(kernel-1) - padding, so the
 //!   forward's selector and its GEMM or Winograd kernel run it;
 //! - at any stride, grad_input is a strided convolution of grad_output with that weight: the same stride-1
-//!   correlation sampled every `stride` pixels, which the GEMM kernel computes as one phase
-//!   ([`gemm::Geometry::Sampled`]) wherever the forward's heuristic would take a GEMM for it;
+//!   correlation sampled every `stride` pixels, which the GEMM kernel (register tiles, or cooperative matrices at
+//!   precision `fast`) computes as one phase ([`gemm::Geometry::Sampled`]) wherever the forward's heuristic would
+//!   take a GEMM for it;
 //! - otherwise, `shaders/backward/grad_input.wgsl`: a gather over grad_output, one invocation per input pixel and block of
 //!   input channels, for every option.
 
 use crate::error::{ConvtError, Result};
 use crate::gpu::context::GpuContext;
 use crate::gpu::forward::gather::SliceUniform;
-use crate::gpu::forward::gemm::{self, GemmKernel, Geometry};
+use crate::gpu::forward::gemm::{self, Geometry};
 use crate::gpu::kernel::{
     channel_blocks, check_index_range, dispatch_buffers, grid, shape_constants, with_shape_prelude, Weight,
 };
@@ -85,12 +86,13 @@ pub(crate) fn as_sampled_correlation(shape: &ConvShape) -> (ConvShape, Geometry)
 /// its `Run`) and returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum GradInputKernel {
-    /// The forward's exact GEMM or Winograd kernel on the equivalent transposed convolution (stride 1, no
-    /// output_padding, padding at most `dilation * (kernel - 1)`), with the weight flipped.
+    /// The forward's GEMM or Winograd kernel (exact), or its f16 GEMM, cooperative-matrix or padded-NHWC kernel
+    /// (precision `fast`), on the equivalent transposed convolution (stride 1, no output_padding, padding at most
+    /// `dilation * (kernel - 1)`), with the weight flipped.
     Transposed(Strategy),
-    /// The GEMM kernel with this exact (f32) tile on the sampled correlation of grad_output with the flipped
-    /// weight (any stride).
-    Sampled(gemm::Tile),
+    /// The GEMM kernel with this tile (a register tile, f32 or f16 operands, or a cooperative-matrix tile) on the
+    /// sampled correlation of grad_output with the flipped weight (any stride).
+    Sampled(Strategy),
     /// `shaders/backward/grad_input.wgsl`, the gather over grad_output (every option).
     Gather,
 }
@@ -103,7 +105,7 @@ impl GradInputKernel {
     pub fn name(&self) -> String {
         match self {
             GradInputKernel::Transposed(s) => format!("{} (transposed convolution)", s.name()),
-            GradInputKernel::Sampled(t) => format!("{} (sampled correlation)", t.name()),
+            GradInputKernel::Sampled(s) => format!("{} (sampled correlation)", s.name()),
             GradInputKernel::Gather => GATHER.into(),
         }
     }
@@ -113,51 +115,68 @@ impl GradInputKernel {
     pub fn cache_name(&self) -> String {
         match self {
             GradInputKernel::Transposed(s) => s.name(),
-            GradInputKernel::Sampled(t) => t.name(),
+            GradInputKernel::Sampled(s) => s.name(),
             GradInputKernel::Gather => GATHER.into(),
         }
     }
 
-    /// The kernel a cache name stands for on `shape`: where the shape has an equivalent transposed convolution an
-    /// exact GEMM or Winograd strategy runs it, elsewhere an exact GEMM tile runs the sampled correlation;
-    /// `gather` the gather kernel. None for any other name.
+    /// The precision it computes at: its strategy's (the gather kernel is exact).
+    pub fn precision(&self) -> Precision {
+        match self {
+            GradInputKernel::Transposed(s) | GradInputKernel::Sampled(s) => s.precision(),
+            GradInputKernel::Gather => Precision::F32,
+        }
+    }
+
+    /// The kernel a cache name stands for on `shape`: where the shape has an equivalent transposed convolution a
+    /// GEMM, Winograd, cooperative-matrix or padded-NHWC strategy runs it, elsewhere a GEMM or cooperative-matrix
+    /// tile runs the sampled correlation; `gather` the gather kernel. None for any other name.
     pub fn from_cache_name(name: &str, shape: &ConvShape) -> Option<Self> {
         if name == GATHER {
             return Some(GradInputKernel::Gather);
         }
         let strategy = Strategy::all().into_iter().find(|s| s.name() == name)?;
-        match (strategy, as_transposed_convolution(shape)) {
-            (Strategy::Gemm(_) | Strategy::Winograd(_), Some(_)) if strategy.precision() == Precision::F32 => {
-                Some(GradInputKernel::Transposed(strategy))
-            }
-            (Strategy::Gemm(tile), None) if tile.operand == gemm::Operand::F32 => Some(GradInputKernel::Sampled(tile)),
-            _ => None,
-        }
+        let kernel = match as_transposed_convolution(shape) {
+            Some(_) => GradInputKernel::Transposed(strategy),
+            None => GradInputKernel::Sampled(strategy),
+        };
+        kernel.takes_strategy().then_some(kernel)
     }
 
-    /// Whether this kernel computes grad_input for `shape` on `ctx`'s device, exactly: a transposed-convolution
-    /// kernel where the shape has one and the forward kernel computes it, an f32 sampled-correlation tile that
-    /// runs here (any shape), the gather kernel always.
-    pub fn computes(&self, ctx: &GpuContext, shape: &ConvShape) -> bool {
+    /// Whether its strategy is one this form runs: the GEMM, Winograd, cooperative-matrix and padded-NHWC
+    /// kernels on the transposed convolution, the GEMM and cooperative-matrix tiles on the sampled correlation.
+    fn takes_strategy(&self) -> bool {
         match self {
             GradInputKernel::Transposed(s) => {
-                matches!(s, Strategy::Gemm(_) | Strategy::Winograd(_))
-                    && s.precision() == Precision::F32
-                    && as_transposed_convolution(shape).is_some_and(|t| s.computes(ctx, &t))
+                matches!(s, Strategy::Gemm(_) | Strategy::Winograd(_) | Strategy::Coop(_) | Strategy::CoopNhwc(_))
             }
-            GradInputKernel::Sampled(tile) => tile.operand == gemm::Operand::F32 && Strategy::Gemm(*tile).runs_on(ctx),
+            GradInputKernel::Sampled(s) => matches!(s, Strategy::Gemm(_) | Strategy::Coop(_)),
             GradInputKernel::Gather => true,
         }
     }
 
-    /// The kernels that compute grad_input for `shape` on `ctx`'s device, as `convt tune --backward` times them:
-    /// where the shape has an equivalent transposed convolution (stride 1, see [`GradInputKernel::Transposed`]) the
-    /// forward's exact GEMM and Winograd strategies on it, elsewhere every exact GEMM tile on the sampled
-    /// correlation; and the gather kernel.
-    pub fn candidates(ctx: &GpuContext, shape: &ConvShape) -> Vec<GradInputKernel> {
+    /// Whether this kernel computes grad_input for `shape` on `ctx`'s device (at its [`Self::precision`]): a
+    /// transposed-convolution kernel where the shape has one and the forward kernel computes it, a
+    /// sampled-correlation tile that runs here (any shape), the gather kernel always.
+    pub fn computes(&self, ctx: &GpuContext, shape: &ConvShape) -> bool {
+        self.takes_strategy()
+            && match self {
+                GradInputKernel::Transposed(s) => as_transposed_convolution(shape).is_some_and(|t| s.computes(ctx, &t)),
+                GradInputKernel::Sampled(s) => s.runs_on(ctx),
+                GradInputKernel::Gather => true,
+            }
+    }
+
+    /// The kernels that compute grad_input for `shape` on `ctx`'s device at `precision`, as `convt tune --backward`
+    /// times them: where the shape has an equivalent transposed convolution (stride 1, see
+    /// [`GradInputKernel::Transposed`]) the forward's strategies on it, elsewhere every GEMM tile (and for `fast`
+    /// every cooperative-matrix tile) on the sampled correlation; and the gather kernel. For `fast` the exact
+    /// kernels are candidates too.
+    pub fn candidates(ctx: &GpuContext, shape: &ConvShape, precision: Precision) -> Vec<GradInputKernel> {
+        let strategies = Strategy::candidates_for(ctx, precision);
         let kernels: Vec<GradInputKernel> = match as_transposed_convolution(shape) {
-            Some(_) => Strategy::candidates().into_iter().map(GradInputKernel::Transposed).collect(),
-            None => gemm::TILES.iter().map(|t| GradInputKernel::Sampled(*t)).collect(),
+            Some(_) => strategies.into_iter().map(GradInputKernel::Transposed).collect(),
+            None => strategies.into_iter().map(GradInputKernel::Sampled).collect(),
         };
         let mut kernels: Vec<GradInputKernel> = kernels.into_iter().filter(|k| k.computes(ctx, shape)).collect();
         kernels.push(GradInputKernel::Gather);
@@ -200,11 +219,24 @@ pub(crate) fn encode(
             strategy.encode(ctx, &t, grad_output, w, None, grad_input, pass, in_flight)?;
             in_flight.keep_tensor(flipped);
         }
-        GradInputKernel::Sampled(tile) => {
+        GradInputKernel::Sampled(strategy) => {
             let (t, geometry) = as_sampled_correlation(shape);
             let flipped = flip_weights(ctx, shape, weight, pass)?;
             let w = Weight { tensor: &flipped, prepared: None };
-            gemm::encode(ctx, &t, geometry, &tile, grad_output, w, None, grad_input, pass, in_flight)?;
+            match strategy {
+                Strategy::Gemm(tile) => {
+                    gemm::encode(ctx, &t, geometry, &tile, grad_output, w, None, grad_input, pass, in_flight)?
+                }
+                Strategy::Coop(tile) => {
+                    gemm::encode(ctx, &t, geometry, &tile, grad_output, w, None, grad_input, pass, in_flight)?
+                }
+                _ => {
+                    return Err(ConvtError::InvalidArgument(format!(
+                        "grad_input kernel {}: only GEMM tiles compute the sampled correlation",
+                        kernel.name()
+                    )))
+                }
+            }
             in_flight.keep_tensor(flipped);
         }
         GradInputKernel::Gather => encode_gather(ctx, shape, weight, grad_output, grad_input, pass)?,

@@ -5,6 +5,8 @@
 //! partial sums that `shaders/backward/grad_weight_reduce.wgsl` adds in a fixed order: deterministic, no atomics.
 
 use crate::error::{ConvtError, Result};
+use crate::gpu::absmax;
+use crate::gpu::backward::grad_weight_half::{self, HalfTile, HALF_TILES};
 use crate::gpu::context::GpuContext;
 use crate::gpu::forward::gemm;
 use crate::gpu::kernel::{
@@ -13,13 +15,14 @@ use crate::gpu::kernel::{
 use crate::gpu::memory::{GpuTensor, InFlight, STORAGE};
 use crate::gpu::slices::plan;
 use crate::params::ConvShape;
+use crate::precision::Precision;
 
 pub const SHADER_NAME: &str = "backward/grad_weight.wgsl";
 /// `shaders/backward/grad_weight.wgsl` behind the shape's constants: the template of every tile size.
 pub const SHADER: &str = with_shape_prelude!("backward/grad_weight.wgsl");
 /// Which input indices a tap reaches the output from: put in both kernels' modules.
 pub const TAP_RANGE_SHADER_NAME: &str = "backward/tap_range.wgsl";
-const TAP_RANGE: &str = include_str!("../../../shaders/backward/tap_range.wgsl");
+pub(crate) const TAP_RANGE: &str = include_str!("../../../shaders/backward/tap_range.wgsl");
 pub const ROWS_SHADER_NAME: &str = "backward/grad_weight_rows.wgsl";
 /// `shaders/backward/grad_weight_rows.wgsl` behind the shape's constants.
 pub const ROWS_SHADER: &str = with_shape_prelude!("backward/grad_weight_rows.wgsl");
@@ -79,6 +82,9 @@ pub enum GradWeightKernel {
     Taps(usize),
     /// The rows kernel: a kernel row's taps from one pass over their grad_output rows (strided, small groups).
     Rows,
+    /// One GEMM per tap with f16 operands scaled by powers of two and f32 sums (precision `fast`), on tensor cores
+    /// or the FMA units as the tile says (`shaders/backward/grad_weight_half.wgsl`).
+    Half(HalfTile),
 }
 
 impl GradWeightKernel {
@@ -87,6 +93,15 @@ impl GradWeightKernel {
         match self {
             GradWeightKernel::Taps(tile) => format!("grad_weight_{tile}"),
             GradWeightKernel::Rows => "grad_weight_rows".into(),
+            GradWeightKernel::Half(t) => t.name(),
+        }
+    }
+
+    /// The precision it computes at.
+    pub fn precision(&self) -> Precision {
+        match self {
+            GradWeightKernel::Half(_) => Precision::Fast,
+            _ => Precision::F32,
         }
     }
 
@@ -97,21 +112,34 @@ impl GradWeightKernel {
 
     /// Every grad_weight kernel of this build.
     pub fn all() -> Vec<Self> {
-        TILES.iter().map(|&t| GradWeightKernel::Taps(t)).chain([GradWeightKernel::Rows]).collect()
+        TILES
+            .iter()
+            .map(|&t| GradWeightKernel::Taps(t))
+            .chain([GradWeightKernel::Rows])
+            .chain(HALF_TILES.iter().map(|&t| GradWeightKernel::Half(t)))
+            .collect()
     }
 
     /// Whether it computes grad_weight for `shape` on `ctx` with the input and grad_output in `chunks` bindings:
-    /// the per-tap GEMM always, the rows kernel where `RowsKernel::for_shape` takes the shape.
+    /// the per-tap GEMM always, the rows kernel where `RowsKernel::for_shape` takes the shape, an f16 tile where
+    /// this adapter runs it.
     pub fn computes(&self, ctx: &GpuContext, shape: &ConvShape, chunks: [usize; 2]) -> bool {
         match self {
             GradWeightKernel::Taps(tile) => TILES.contains(tile),
             GradWeightKernel::Rows => rows_kernel(ctx, shape, chunks).is_some(),
+            GradWeightKernel::Half(t) => HALF_TILES.contains(t) && t.runs_on(ctx),
         }
     }
 
-    /// The kernels that compute `shape` here (what `convt tune --backward` times).
-    pub fn candidates(ctx: &GpuContext, shape: &ConvShape, chunks: [usize; 2]) -> Vec<Self> {
-        Self::all().into_iter().filter(|k| k.computes(ctx, shape, chunks)).collect()
+    /// The kernels that compute `shape` here at `precision` (what `convt tune --backward` times): the exact ones,
+    /// and for `fast` the f16 tiles this adapter runs too.
+    pub fn candidates(ctx: &GpuContext, shape: &ConvShape, chunks: [usize; 2], precision: Precision) -> Vec<Self> {
+        Self::all()
+            .into_iter()
+            .filter(|k| {
+                (precision == Precision::Fast || k.precision() == Precision::F32) && k.computes(ctx, shape, chunks)
+            })
+            .collect()
     }
 }
 
@@ -260,11 +288,12 @@ pub fn rows_kernel(ctx: &GpuContext, shape: &ConvShape, chunks: [usize; 2]) -> O
 }
 
 /// (splits, pixels per split) for `pixels` pixels of reduction per tap over `tiles` workgroup tiles, with at
-/// most `max_splits` slots of partial sums, aiming at `target_workgroups` workgroups.
-fn split_k(pixels: usize, tiles: usize, max_splits: usize, target_workgroups: usize) -> (usize, usize) {
-    let wanted = target_workgroups.div_ceil(tiles.max(1)).clamp(1, pixels.div_ceil(BK).max(1)).min(max_splits.max(1));
-    let chunk = pixels.div_ceil(wanted).div_ceil(BK) * BK;
-    (pixels.div_ceil(chunk.max(BK)).max(1), chunk.max(BK))
+/// most `max_splits` slots of partial sums, aiming at `target_workgroups` workgroups; a split is a multiple of the
+/// kernel's K step `bk`.
+fn split_k(pixels: usize, tiles: usize, max_splits: usize, target_workgroups: usize, bk: usize) -> (usize, usize) {
+    let wanted = target_workgroups.div_ceil(tiles.max(1)).clamp(1, pixels.div_ceil(bk).max(1)).min(max_splits.max(1));
+    let chunk = pixels.div_ceil(wanted).div_ceil(bk) * bk;
+    (pixels.div_ceil(chunk.max(bk)).max(1), chunk.max(bk))
 }
 
 /// Encodes the gradient of the weight given `input` and `grad_output` into `grad_weight` (the weight's size) with
@@ -290,7 +319,8 @@ pub(crate) fn encode(
     let reduce = ctx.pipeline(format!("reduce_splits {checks:?}"), &reduce_module, &[])?;
     let chunks = [input.chunks().len(), grad_output.chunks().len()];
     let tile = match kernel {
-        GradWeightKernel::Taps(tile) => tile,
+        GradWeightKernel::Taps(tile) => Tile::Exact(tile),
+        GradWeightKernel::Half(t) => Tile::Half(t),
         GradWeightKernel::Rows => {
             let rows = rows_kernel(ctx, shape, chunks).ok_or_else(|| {
                 ConvtError::InvalidArgument(format!("{} does not compute this shape here", kernel.name()))
@@ -315,19 +345,31 @@ pub(crate) fn encode(
     };
     let slices = plan(shape, input, grad_output);
     let accumulate = slices.len() > 1;
-    let name = format!("grad_weight_{tile}");
-    let module = ctx.module_with(&name, || source(tile))?;
+    // The per-tap GEMMs: (BM, BN) channels per workgroup tile, K steps of `bk` pixels, and for the f16 tiles the
+    // operand maxima (slot 0 x's, slot 1 grad_output's) their scales come from.
+    let (name, source, (bm, bn), bk, threads): (String, Box<dyn FnOnce() -> String>, _, _, _) = match tile {
+        Tile::Exact(t) => (format!("grad_weight_{t}"), Box::new(move || source(t)), (t, t), BK, invocations(t)),
+        Tile::Half(t) => {
+            let size = (t.bm as usize, t.bn as usize);
+            (t.name(), Box::new(move || t.source(TAP_RANGE)), size, grad_weight_half::BK as usize, t.threads() as usize)
+        }
+    };
+    let maxima = match tile {
+        Tile::Half(_) => Some(absmax::encode_slots(ctx, &[(0, input), (1, grad_output)], &[], pass)?),
+        Tile::Exact(_) => None,
+    };
+    let module = ctx.module_with(&name, source)?;
     let gemm = ctx.pipeline(format!("{name} {checks:?} {consts:?}"), &module, &consts)?;
 
     let taps = shape.kernel[0] * shape.kernel[1];
-    let tiles = shape.groups * shape.in_per_group().div_ceil(tile) * shape.out_per_group().div_ceil(tile) * taps;
-    let target_workgroups = TARGET_INVOCATIONS / invocations(tile);
+    let tiles = shape.groups * shape.in_per_group().div_ceil(bm) * shape.out_per_group().div_ceil(bn) * taps;
+    let target_workgroups = TARGET_INVOCATIONS / threads;
     let max_splits = (partial_cap / (elems as u64 * 4)) as usize;
     ctx.scoped(|| {
         for s in &slices {
             // Every tap's pixels lie in the slice's samples x the input plane.
             let pixels = s.samples.len() * shape.in_hw[0] * shape.in_hw[1];
-            let (splits, chunk) = split_k(pixels, tiles, max_splits, target_workgroups);
+            let (splits, chunk) = split_k(pixels, tiles, max_splits, target_workgroups, bk);
             let partial = partial_sums(ctx, in_flight, splits * elems);
             let g = grid(ctx, tiles * splits);
             let u = SliceUniform {
@@ -346,7 +388,11 @@ pub(crate) fn encode(
             };
             let x = &input.chunks()[s.in_chunk];
             let go = &grad_output.chunks()[s.out_chunk];
-            dispatch_buffers(ctx, pass, &gemm, bytemuck::bytes_of(&u), &[x, go, &partial], g);
+            let mut buffers: Vec<&dyn crate::gpu::kernel::Bindable> = vec![x, go, &partial];
+            if let Some(m) = maxima.as_ref() {
+                buffers.push(m);
+            }
+            dispatch_buffers(ctx, pass, &gemm, bytemuck::bytes_of(&u), &buffers, g);
             let g = grid(ctx, elems.div_ceil(REDUCE_WORKGROUP_SIZE));
             let r = ReduceUniform {
                 elems: elems as u32,
@@ -360,6 +406,13 @@ pub(crate) fn encode(
     })
 }
 
+/// The per-tap GEMM's tile: exact (square, this many channels a side) or f16.
+#[derive(Clone, Copy)]
+enum Tile {
+    Exact(usize),
+    Half(HalfTile),
+}
+
 /// This kernel's shaders for validation (`gpu::shader_sources`): every per-tap GEMM tile (with the tap bounds they
 /// share), the rows kernel at every CIG4 `RowsKernel::for_shape` makes (groups of up to 16 input channels: the one
 /// constant its source depends on; the rest of its layout are override constants), and the reduction.
@@ -370,6 +423,7 @@ pub(crate) fn shader_variants() -> Vec<crate::gpu::ShaderVariant> {
         let k = RowsKernel { cig4, ocb: 16, kernel_w: 5, rb: 4, xw: 256 };
         (ROWS_SHADER_NAME, format!("grad_weight_rows cig4 {cig4}"), k.source())
     }));
+    v.extend(HALF_TILES.iter().map(|t| (grad_weight_half::SHADER_NAME, t.name(), t.source(TAP_RANGE))));
     v.push((TAP_RANGE_SHADER_NAME, format!("{TAP_RANGE_SHADER_NAME} in {SHADER_NAME}"), source(TILES[0])));
     v.push((REDUCE_SHADER_NAME, REDUCE_SHADER_NAME.to_string(), REDUCE_SHADER.to_string()));
     v
@@ -417,7 +471,7 @@ mod tests {
         for pixels in [1, 15, 16, 17, 1000, 8 << 20] {
             for tiles in [1, 9, 512, 5000] {
                 for max_splits in [1, 3, 100, 10_000] {
-                    let (splits, chunk) = split_k(pixels, tiles, max_splits, 2048);
+                    let (splits, chunk) = split_k(pixels, tiles, max_splits, 2048, BK);
                     assert!(splits >= 1 && splits <= max_splits, "{pixels} {tiles} {max_splits}: {splits}");
                     assert_eq!(chunk % BK, 0);
                     assert!(splits * chunk >= pixels && (splits - 1) * chunk < pixels, "{pixels}: {splits} x {chunk}");

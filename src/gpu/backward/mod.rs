@@ -7,7 +7,9 @@
 pub(crate) mod grad_bias;
 pub(crate) mod grad_input;
 pub(crate) mod grad_weight;
+pub(crate) mod grad_weight_half;
 
+use crate::dtype::DType;
 use crate::error::{ConvtError, Result};
 use crate::gpu::backward::grad_input::GradInputKernel;
 use crate::gpu::backward::grad_weight::GradWeightKernel;
@@ -47,6 +49,24 @@ impl GpuGradients {
         })
     }
 
+    /// Uninitialised gradients as [`GpuGradients::empty`], but those of the weight and the bias in f32 whatever the
+    /// tensors' dtype: for a mixed-precision step that updates an f32 master copy of the weight (the kernels' f32 sums
+    /// are written as they are, not rounded to f16 or bf16 first).
+    pub fn empty_with_f32_weight(
+        ctx: &GpuContext,
+        input: &GpuTensor,
+        weight: &GpuTensor,
+        bias: Option<&GpuTensor>,
+        params: &ConvTranspose2dOptions,
+    ) -> Result<Self> {
+        let shape = params.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?;
+        Ok(Self {
+            grad_input: GpuTensor::empty_with(ctx, &shape.input_dims_as_given(), input.dtype())?,
+            grad_weight: GpuTensor::empty_with(ctx, &shape.weight_dims(), DType::F32)?,
+            grad_bias: bias.map(|_| GpuTensor::empty_with(ctx, &[shape.out_channels], DType::F32)).transpose()?,
+        })
+    }
+
     /// Copies the gradients back to the host.
     pub fn download(&self, ctx: &GpuContext) -> Result<Gradients> {
         Ok(Gradients {
@@ -58,8 +78,10 @@ impl GpuGradients {
 }
 
 /// The gradients of `conv_transpose2d(input, weight, bias, **options)` given `grad_output`, on GPU-resident
-/// tensors, in exact f32 (half-precision tensors are read as f32 and the gradients, in their dtypes, rounded once).
-/// `bias` only says whether there is one (its values do not enter the gradients).
+/// tensors, at `options.precision`: exact f32 sums (half-precision tensors read as f32), or for `fast` f16 operands
+/// scaled by powers of two per tensor with f32 sums, on tensor cores where the adapter has them (as the forward).
+/// Each gradient comes back in its tensor's dtype, rounded once from f32 sums. `bias` only says whether there is one
+/// (its values do not enter the gradients).
 pub fn conv_transpose2d_backward(
     ctx: &GpuContext,
     input: &GpuTensor,
@@ -93,20 +115,25 @@ pub fn conv_transpose2d_backward_into(
     shape.check_grad_output(grad_output.shape())?;
     let others = [("the weight", weight), ("grad_output", grad_output), ("grad_input", &grads.grad_input)];
     crate::gpu::check_dtypes(input, &others, bias)?;
-    grads.grad_weight.expect_dtype("grad_weight", input.dtype())?;
+    // The weight's and the bias's gradients may also be f32 (an f32 master copy: GpuGradients::empty_with_f32_weight).
+    let master = |t: &GpuTensor, what: &str| match t.dtype() {
+        DType::F32 => Ok(()),
+        _ => t.expect_dtype(what, input.dtype()),
+    };
+    master(&grads.grad_weight, "grad_weight")?;
     if let Some(gb) = &grads.grad_bias {
-        gb.expect_dtype("grad_bias", input.dtype())?;
+        master(gb, "grad_bias")?;
     }
     let cannot =
         |name: String| Err(ConvtError::InvalidArgument(format!("{name} does not compute this shape on this adapter")));
     let kernel = match run.grad_input {
-        None => select::grad_input(ctx, &shape),
+        None => select::grad_input(ctx, &shape, params.precision),
         Some(k) if k.computes(ctx, &shape) => k,
         Some(k) => return cannot(format!("grad_input kernel {}", k.name())),
     };
     let chunks = [input.chunks().len(), grad_output.chunks().len()];
     let gw_kernel = match run.grad_weight {
-        None => select::grad_weight(ctx, &shape, chunks),
+        None => select::grad_weight(ctx, &shape, chunks, params.precision),
         Some(k) if k.computes(ctx, &shape, chunks) => k,
         Some(k) => return cannot(format!("grad_weight kernel {}", k.name())),
     };

@@ -3,7 +3,7 @@
 //! f32 accumulators (`enable wgpu_cooperative_matrix;`). Runs where the adapter offers 16x16x16 f16 x f16 ->
 //! f32 cooperative matrices with 32-wide subgroups (`GpuContext::has_coop_f16`); validated by naga everywhere.
 
-use crate::gpu::forward::gemm::{GemmKernel, Parts, SCALED_MODULE, SCALED_PROLOGUE};
+use crate::gpu::forward::gemm::{scaled_module, GemmKernel, Parts, MAXIMA_BINDING, SCALED_PROLOGUE};
 
 /// Invocations per subgroup the kernel is written for (the scope of a cooperative-matrix operation).
 pub const SUBGROUP: u32 = 32;
@@ -129,7 +129,7 @@ impl GemmKernel for CoopTile {
         let (a_rows, lda, ldb) = self.staged_layout();
         let scratch = scratch(run);
         let module = format!(
-            "{SCALED_MODULE}var<workgroup> a_tile: array<f16, A_ROWS * LDA>; // [k][m]
+            "{}var<workgroup> a_tile: array<f16, A_ROWS * LDA>; // [k][m]
 var<workgroup> b_tile: array<f16, BK * LDB>; // [k][n]
 {scratch}
 fn stage_a(k: u32, m: u32, v: f32) {{
@@ -139,7 +139,8 @@ fn stage_a(k: u32, m: u32, v: f32) {{
 fn stage_b(k: u32, n: u32, v: f32) {{
     b_tile[k * LDB + n] = f16(v * scale_w);
 }}
-"
+",
+            scaled_module(MAXIMA_BINDING)
         );
         Parts {
             header: format!(

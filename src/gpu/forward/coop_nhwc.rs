@@ -9,7 +9,7 @@ use crate::error::{ConvtError, Result};
 use crate::gpu::absmax;
 use crate::gpu::context::GpuContext;
 use crate::gpu::forward::coop::{self, SUBGROUP};
-use crate::gpu::forward::gemm::{SCALED_MODULE, SCALED_PROLOGUE};
+use crate::gpu::forward::gemm::{scaled_module, MAXIMA_BINDING, SCALED_PROLOGUE};
 use crate::gpu::kernel::{
     axis_phase, bind_buffers, check_index_range, dispatch_buffers, fill_markers, grid, with_shape_prelude, AxisPhase,
     GridParams, Operands, Weight,
@@ -272,7 +272,7 @@ impl NhwcTile {
         let body = fill_markers(
             &body,
             &[
-                ("MODULE", SCALED_MODULE),
+                ("MODULE", &scaled_module(MAXIMA_BINDING)),
                 ("PROLOGUE", SCALED_PROLOGUE),
                 ("ACC_DECL", &decl),
                 ("MATH", &math),

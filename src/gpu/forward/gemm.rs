@@ -149,8 +149,7 @@ impl Parts {
 /// into one factor that overflows: docs/PERFORMANCE.md.)
 pub(crate) const SCALED_MODULE: &str = concat!(
     include_str!("../../../shaders/common/scale.wgsl"),
-    "@group(0) @binding(5) var<storage, read> op_max: array<u32>;
-
+    "
 // The input's and the weight's scale factors, and the exponent of the products' inverse scale.
 var<private> scale_x: f32;
 var<private> scale_w: f32;
@@ -178,6 +177,14 @@ fn unscale_factors() -> vec2<f32> {
 }
 "
 );
+
+/// The maxima's binding of [`SCALED_MODULE`] in the forward kernels.
+pub(crate) const MAXIMA_BINDING: u32 = 5;
+
+/// [`SCALED_MODULE`] with the operand maxima declared at `binding` (5 in the forward kernels: [`MAXIMA_BINDING`]).
+pub(crate) fn scaled_module(binding: u32) -> String {
+    format!("@group(0) @binding({binding}) var<storage, read> op_max: array<u32>;\n{SCALED_MODULE}")
+}
 
 /// The prologue of the f16-operand variants: the scales from the operand maxima.
 pub(crate) const SCALED_PROLOGUE: &str = "    let exp_x = min(scale_exponent(op_max[0]), 127);
@@ -282,7 +289,7 @@ impl GemmKernel for Tile {
                 "enable f16;\n",
                 "f16(v * scale_x)",
                 "f16(v * scale_w)",
-                SCALED_MODULE.to_string(),
+                scaled_module(MAXIMA_BINDING),
                 SCALED_PROLOGUE.to_string(),
             ),
         };
