@@ -9,7 +9,7 @@
 
 use crate::gpu::backward::grad_input::{as_sampled_correlation, as_transposed_convolution, GradInputKernel};
 use crate::gpu::backward::grad_weight::{self, GradWeightKernel};
-use crate::gpu::backward::grad_weight_half::{self, HalfTile};
+use crate::gpu::backward::grad_weight_half::{self, HalfTile, Units};
 use crate::gpu::context::GpuContext;
 use crate::gpu::forward::coop::{self, CoopTile};
 use crate::gpu::forward::coop_nhwc::{self, NhwcTile, STAGED_MIN_ROW_TAPS};
@@ -174,10 +174,10 @@ pub fn grad_input(ctx: &GpuContext, shape: &ConvShape, precision: Precision) -> 
 /// grad_weight's kernel for `shape` at `precision` with the input and grad_output in `chunks` bindings: the tuning
 /// cache's entry where it computes the shape here (for an exact call, an exact kernel only); for `fast` on an
 /// adapter with cooperative matrices the tensor-core per-tap GEMM with [`grad_weight_half_tile`] where a group has
-/// 16+ input and output channels; else the rows kernel wherever it takes the shape (strided, small groups: it
-/// measured faster than the per-tap GEMM's 16-wide tile there, `grad_weight::RowsKernel::for_shape`), else the
-/// per-tap GEMM with `grad_weight_tile`. The forward's forced strategy does not apply: grad_weight has no kernel in
-/// common with it.
+/// 64+ input and output channels, or 32+ at stride 1 (on kb81's strided groups of 32 x 64 the exact 32-wide tile
+/// measured faster); else the rows kernel wherever it takes the shape (strided, small groups: it measured faster
+/// than the per-tap GEMM's 16-wide tile there, `grad_weight::RowsKernel::for_shape`), else the per-tap GEMM with
+/// `grad_weight_tile`. The forward's forced strategy does not apply: grad_weight has no kernel in common with it.
 pub fn grad_weight(ctx: &GpuContext, shape: &ConvShape, chunks: [usize; 2], precision: Precision) -> GradWeightKernel {
     let key = TuneKey::new(ctx.adapter_info(), Pass::GradWeight, shape, false, precision);
     let tuned = ctx.tuned().lookup(&key).and_then(GradWeightKernel::from_name);
@@ -186,8 +186,11 @@ pub fn grad_weight(ctx: &GpuContext, shape: &ConvShape, chunks: [usize; 2], prec
         return tuned;
     }
     let half = GradWeightKernel::Half(grad_weight_half_tile(shape));
+    let channels = shape.in_per_group().min(shape.out_per_group());
+    let wide = channels >= 64 || (channels >= 32 && shape.stride == [1, 1]);
     if precision == Precision::Fast
-        && shape.in_per_group().min(shape.out_per_group()) >= 16
+        && wide
+        && matches!(half, GradWeightKernel::Half(t) if t.units == Units::TensorCores)
         && half.computes(ctx, shape, chunks)
     {
         return half;
@@ -199,13 +202,14 @@ pub fn grad_weight(ctx: &GpuContext, shape: &ConvShape, chunks: [usize; 2], prec
     }
 }
 
-/// grad_weight's tensor-core tile at `fast`: 128 x 128 where a group has 128+ input and output channels, 64 x 64
-/// from 64, else 32 x 32 (one subgroup).
+/// grad_weight's tensor-core tile at `fast`: 64 x 64 channels in K steps of 128 pixels where a group has 64+ input
+/// and output channels (the fastest measured on kb69, up2x and dcgan, within 6% of the fastest on kb57), else
+/// 32 x 32 (one subgroup; on kb71's groups of 32 it measured faster than every exact tile).
 pub(crate) fn grad_weight_half_tile(shape: &ConvShape) -> HalfTile {
-    match shape.in_per_group().min(shape.out_per_group()) {
-        c if c >= 128 => grad_weight_half::HALF_128X128,
-        c if c >= 64 => grad_weight_half::HALF_64X64,
-        _ => grad_weight_half::HALF_32X32,
+    if shape.in_per_group().min(shape.out_per_group()) >= 64 {
+        grad_weight_half::HALF_64X64X128
+    } else {
+        grad_weight_half::HALF_32X32X32
     }
 }
 

@@ -351,7 +351,7 @@ pub(crate) fn encode(
         Tile::Exact(t) => (format!("grad_weight_{t}"), Box::new(move || source(t)), (t, t), BK, invocations(t)),
         Tile::Half(t) => {
             let size = (t.bm as usize, t.bn as usize);
-            (t.name(), Box::new(move || t.source(TAP_RANGE)), size, grad_weight_half::BK as usize, t.threads() as usize)
+            (t.name(), Box::new(move || t.source(TAP_RANGE)), size, t.bk as usize, t.threads() as usize)
         }
     };
     let maxima = match tile {
