@@ -9,7 +9,7 @@
 
 use crate::gpu::backward::grad_input::{as_sampled_correlation, as_transposed_convolution, GradInputKernel};
 use crate::gpu::backward::grad_weight::{self, GradWeightKernel};
-use crate::gpu::backward::grad_weight_half::{self, HalfTile, Units};
+use crate::gpu::backward::grad_weight_half::{self, HalfTile};
 use crate::gpu::context::GpuContext;
 use crate::gpu::forward::coop::{self, CoopTile};
 use crate::gpu::forward::coop_nhwc::{self, NhwcTile, STAGED_MIN_ROW_TAPS};
@@ -188,11 +188,7 @@ pub fn grad_weight(ctx: &GpuContext, shape: &ConvShape, chunks: [usize; 2], prec
     let half = GradWeightKernel::Half(grad_weight_half_tile(shape));
     let channels = shape.in_per_group().min(shape.out_per_group());
     let wide = channels >= 64 || (channels >= 32 && shape.stride == [1, 1]);
-    if precision == Precision::Fast
-        && wide
-        && matches!(half, GradWeightKernel::Half(t) if t.units == Units::TensorCores)
-        && half.computes(ctx, shape, chunks)
-    {
+    if precision == Precision::Fast && wide && half.computes(ctx, shape, chunks) {
         return half;
     }
     if GradWeightKernel::Rows.computes(ctx, shape, chunks) {
