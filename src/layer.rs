@@ -84,11 +84,11 @@ impl ConvTranspose2d {
         self.weight.dtype()
     }
 
-    /// The forward's arithmetic on the GPU (see [`ConvTranspose2dOptions::precision`]).
+    /// The arithmetic on the GPU, forward and backward (see [`ConvTranspose2dOptions::precision`]).
     pub fn precision(&self) -> Precision {
         self.params.precision
     }
-    /// Sets the forward's arithmetic on the GPU for later calls (see [`ConvTranspose2dOptions::precision`]).
+    /// Sets the arithmetic on the GPU, forward and backward, for later calls (see [`ConvTranspose2dOptions::precision`]).
     pub fn set_precision(&mut self, precision: Precision) {
         self.params.precision = precision;
     }

@@ -50,8 +50,8 @@ pub struct ConvTranspose2dOptions {
     /// Whether a layer built with these options has a bias (`nn.ConvTranspose2d`'s `bias`). The functional calls
     /// take the bias tensor, or none, instead.
     pub bias: bool,
-    /// The forward's arithmetic on the GPU: exact f32 (default) or `fast` (f16 operands, f32 accumulation; see
-    /// [`Precision`]). The CPU reference and the backward pass are exact either way.
+    /// The arithmetic on the GPU, forward and backward: exact f32 (default) or `fast` (f16 operands, f32
+    /// accumulation; see [`Precision`]). The CPU reference is exact either way.
     pub precision: Precision,
 }
 

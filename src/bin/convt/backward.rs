@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
-use convt::{DType, Tensor};
+use convt::{DType, Precision, Tensor};
 
 use crate::args::{open_problem, ConvArgs, Problem, WeightArgs};
 use crate::forward::Backend;
@@ -31,6 +31,11 @@ pub struct BackwardArgs {
     /// Where to compute: the GPU (wgpu) or the CPU reference (f64 accumulation).
     #[arg(long, value_enum, default_value = "gpu")]
     backend: Backend,
+    /// Arithmetic on the GPU: `f32` (exact) or `fast` (the fastest kernels within 1e-3 relative error: f16
+    /// operands with f32 accumulation, or exact ones where they measured faster). The kernels that ran are
+    /// reported.
+    #[arg(long, default_value = "f32")]
+    precision: Precision,
     /// Print what was written as one JSON object on stdout (the same as the line on stderr).
     #[arg(long)]
     json: bool,
@@ -41,9 +46,10 @@ pub fn run(a: BackwardArgs) -> Result<Outcome> {
         open_problem(&a.tensors, &a.weights, &a.out, a.dtype, true)?;
     let (input, weight, bias) = (&input, &weight, bias.as_ref());
     let Some(grad_output) = grad_output.as_ref() else { anyhow::bail!("{}: no `grad_output`", a.tensors.display()) };
-    let params = a.conv.params_for(input.shape(), weight.shape())?;
+    let params = a.conv.params_for(input.shape(), weight.shape())?.precision(a.precision);
     // Validate before touching the GPU, so bad input fails fast and the same way on both backends.
     params.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?.check_grad_output(grad_output.shape())?;
+    let mut ran = serde_json::json!({"backend": "cpu"});
     let grads = match a.backend {
         Backend::Cpu => {
             let g = convt::cpu::conv_transpose2d_backward(input, weight, bias, grad_output, &params)?;
@@ -55,7 +61,16 @@ pub fn run(a: BackwardArgs) -> Result<Outcome> {
         }
         Backend::Gpu => {
             let ctx = crate::args::gpu_context()?;
-            crate::host::backward(&ctx, input, weight, bias, grad_output, &params)?
+            let (grads, (gi, gw)) = crate::host::backward(&ctx, input, weight, bias, grad_output, &params)?;
+            let (gi, gw) = (gi.name(), gw.name());
+            eprintln!(
+                "ran grad_input {gi}, grad_weight {gw} (precision {}) on {}",
+                a.precision,
+                ctx.adapter_info().name
+            );
+            ran = serde_json::json!({"backend": "gpu", "adapter": ctx.adapter_info().name, "precision": a.precision,
+                "grad_input_kernel": gi, "grad_weight_kernel": gw});
+            grads
         }
     };
     let mut written: Vec<(&str, &Tensor)> =
@@ -69,14 +84,10 @@ pub fn run(a: BackwardArgs) -> Result<Outcome> {
     if a.json {
         let shapes: serde_json::Map<String, serde_json::Value> =
             written.iter().map(|(name, t)| (name.to_string(), serde_json::json!(t.shape()))).collect();
-        let backend = match a.backend {
-            Backend::Cpu => "cpu",
-            Backend::Gpu => "gpu",
-        };
-        println!(
-            "{}",
-            serde_json::json!({"backend": backend, "wrote": shapes, "dtype": dtype.to_string(), "file": a.out.display().to_string()})
-        );
+        ran["wrote"] = serde_json::json!(shapes);
+        ran["dtype"] = serde_json::json!(dtype.to_string());
+        ran["file"] = serde_json::json!(a.out.display().to_string());
+        println!("{ran}");
     }
     Ok(Outcome::Ok)
 }

@@ -32,11 +32,12 @@ pub struct TuneArgs {
     /// runs (and the exact ones, which `fast` may also choose).
     #[arg(long, default_value = "f32")]
     precision: Precision,
-    /// Tune the backward pass: grad_input's kernel (the forward's exact GEMM and Winograd kernels on the
-    /// equivalent transposed convolution where the shape has one, at stride 1; elsewhere each exact GEMM tile on
-    /// the sampled correlation; and the gather kernel), then grad_weight's (each per-tap GEMM tile, and the rows
-    /// kernel where it takes the shape), each timed in the whole backward; the winners are kept under the case's
-    /// grad_input and grad_weight keys.
+    /// Tune the backward pass: grad_input's kernel (the forward's kernels of the precision on the equivalent
+    /// transposed convolution where the shape has one, at stride 1; elsewhere each GEMM tile, and for `fast` each
+    /// cooperative-matrix tile, on the sampled correlation; and the gather kernel), then grad_weight's (each
+    /// per-tap GEMM tile, for `fast` the f16 tiles this adapter runs too, and the rows kernel where it takes the
+    /// shape), each timed in the whole backward; the winners are kept under the case's grad_input and grad_weight
+    /// keys.
     #[arg(long)]
     backward: bool,
     /// Print one JSON object per tuned kernel choice (case, winner, its time, every candidate's first-round time)

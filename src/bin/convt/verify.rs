@@ -245,10 +245,10 @@ fn verify_backward(ctx: &GpuContext, case: &Case, seed: u64, a: &VerifyArgs) -> 
     let grad_output = random(shape.output_dims(), seed ^ 4)?;
     let t = Instant::now();
     let params = case.params.precision(a.precision);
-    let g = crate::host::backward(ctx, &input, &weight, bias.as_ref(), &grad_output, &params)?;
+    let (g, (grad_input, grad_weight)) =
+        crate::host::backward(ctx, &input, &weight, bias.as_ref(), &grad_output, &params)?;
     let gpu_s = t.elapsed().as_secs_f64();
-    // What computed grad_input and grad_weight, and how (grad_bias is an exact f32 sum).
-    let grad_input = convt::gpu::select::grad_input(ctx, &shape, a.precision);
+    // What computed grad_input, and how (grad_bias is an exact f32 sum).
     let arithmetic = match grad_input {
         GradInputKernel::Transposed(strategy) | GradInputKernel::Sampled(strategy) => strategy.arithmetic(),
         GradInputKernel::Gather => "exact f32",
@@ -286,7 +286,7 @@ fn verify_backward(ctx: &GpuContext, case: &Case, seed: u64, a: &VerifyArgs) -> 
     }
     Ok(CaseResult {
         mode: if full { "full" } else { "sampled" },
-        kernel: format!("backward, grad_input {}", grad_input.name()),
+        kernel: format!("backward, grad_input {}, {}", grad_input.name(), grad_weight.name()),
         arithmetic,
         checks,
         all_finite,
