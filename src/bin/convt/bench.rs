@@ -311,7 +311,10 @@ impl Prepared {
         set: &InputSet,
         slot: Option<(&GpuTimer, u32)>,
     ) -> Result<()> {
-        let (weight, bias, params) = (&self.weight, self.bias.as_ref(), &self.case.params);
+        // The backward's selector reads the precision from the options (the forward's strategy is given, or a
+        // layer holds its own).
+        let params = self.case.params.precision(self.precision);
+        let (weight, bias, params) = (&self.weight, self.bias.as_ref(), &params);
         let backward = |grads: &GpuGradients, kernels: BackwardKernels| -> Result<()> {
             let Some(go) = &set.grad_output else { bail!("backward input sets carry a grad_output") };
             let run = BackwardRun { grad_input: kernels.grad_input, grad_weight: kernels.grad_weight, timer: slot };
