@@ -8,17 +8,26 @@
 #   bash scripts/gpu_bench.sh tune  OUTDIR [CONVT_BINARY]           # the tuning only (OUTDIR/tune.json)
 #   bash scripts/gpu_bench.sh bench OUTDIR [CONVT_BINARY] [CACHE]   # the rest, with a cache from `tune`
 #   bash scripts/gpu_bench.sh dtypes OUTDIR [CONVT_BINARY] [CACHE]  # precision `fast` on f32, f16 and bf16 tensors
+#   bash scripts/gpu_bench.sh backward OUTDIR [CONVT_BINARY] [CACHE] # the backward at every precision and dtype
 #
 # OUTDIR gets: tune.json (the tuning cache), log.txt (every tuning time, verification line and benchmark table),
 # and for `bench`/`all` convt_f32.json, convt_fast.json, convt_backward.json, convt_layer_f32.json,
 # convt_layer_fast.json (the forward as a layer's repeated calls), torch.json, torch_backward.json,
 # tables.md (forward f32, forward fast, backward), chart_f32.png, chart_fast.png, chart_backward.png. `dtypes`
 # writes convt_fast.json, convt_f16.json, convt_bf16.json (with the ceilings and the GEMM yardstick), torch.json
-# (PyTorch's four modes) and dtype_tables.md: each convt mode beside its PyTorch twin.
+# (PyTorch's four modes) and dtype_tables.md: each convt mode beside its PyTorch twin. `backward` times the backward
+# pass at exact f32 (convt_backward_f32.json), at `fast` on f32 tensors (convt_backward_fast.json), on f16 tensors
+# (convt_backward_f16.json) and on bf16 tensors (convt_backward_bf16.json), PyTorch's backward in its four modes
+# (torch_backward.json), and writes backward_tables.md: four tables, each convt mode beside its PyTorch twin (exact
+# f32 vs fp32, fast f32 vs TF32, f16 vs fp16, bf16 vs bf16) with both times, the ratio and each gradient's error
+# (grad_input, grad_weight, grad_bias) beside PyTorch's, and the kernels convt ran; chart_backward_*.png with
+# matplotlib. Give it a cache from `tune` (and `tune --backward --precision fast`) to time the tuned kernels.
 # The PyTorch side needs python3 with torch (and matplotlib for the charts).
 set -euo pipefail
-what=${1:?usage: gpu_bench.sh all|tune|bench|dtypes OUTDIR [CONVT_BINARY] [CACHE]}
-out=${2:?usage: gpu_bench.sh all|tune|bench|dtypes OUTDIR [CONVT_BINARY] [CACHE]}
+usage="usage: gpu_bench.sh all|tune|bench|dtypes|backward OUTDIR [CONVT_BINARY] [CACHE]"
+what=${1:?$usage}
+out=${2:?$usage}
+case "$what" in all|tune|bench|dtypes|backward) ;; *) echo "$usage" >&2; exit 2 ;; esac
 convt=${3:-target/release/convt}
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
@@ -76,4 +85,26 @@ if [ "$what" = dtypes ]; then
   done
   grep -E 'ceilings|yardstick' "$log"
   cat "$out/dtype_tables.md"
+fi
+if [ "$what" = backward ]; then
+  # The backward (all three gradients) at exact f32 and at `fast` on f32, f16 and bf16 tensors, each gradient's error
+  # against the float64 reference in each JSON; PyTorch's four modes once.
+  run "$convt" bench --backward --runs 20 --json "$out/convt_backward_f32.json"
+  for d in f32 f16 bf16; do
+    name=$d
+    if [ "$d" = f32 ]; then name=fast; fi
+    run "$convt" bench --backward --precision fast --dtype "$d" --runs 20 --json "$out/convt_backward_$name.json"
+  done
+  run python3 "$here/torch_bench.py" --backward --runs 20 --json "$out/torch_backward.json"
+  : > "$out/backward_tables.md"
+  for pair in f32:fp32 fast:tf32 f16:fp16 bf16:bf16; do
+    t=${pair%%:*}
+    python3 "$here/side_by_side.py" "$out/convt_backward_$t.json" "$out/torch_backward.json" --torch-mode "${pair##*:}" \
+      --md "$out/table_backward_$t.md" --png "$out/chart_backward_$t.png"
+    cat "$out/table_backward_$t.md" >> "$out/backward_tables.md"
+    echo >> "$out/backward_tables.md"
+    rm "$out/table_backward_$t.md"
+  done
+  grep -E 'OVER TOLERANCE|warning' "$log" || true
+  cat "$out/backward_tables.md"
 fi

@@ -7,9 +7,11 @@
 #                                    too, a crate of its own) and cargo doc with warnings denied;
 #                                 2. every test at full size (CONVT_TEST_TIER=full): all property cases, every
 #                                    kernel on every fixture, the fuzz targets for 30 s each;
-#                                 3. the examples that check themselves: training (it fails unless the GPU-trained
-#                                    layer recovers the hidden one) and an application's own device (it fails unless
-#                                    convt's result, read by the application's pass, matches the reference);
+#                                 3. the examples that check themselves: training in f32 and mixed-precision training
+#                                    (f16 and bf16 activations, f32 master weights, loss scaling; each fails unless
+#                                    the GPU-trained layer recovers the hidden one) and an application's own device
+#                                    (it fails unless convt's result, read by the application's pass, matches the
+#                                    reference);
 #                                 3b. the Python package's tests (scripts/test_python.sh: a venv under target/,
 #                                    `pip install ./python`, pytest against the float64 reference and PyTorch's files);
 #                                 4. the fast tier of the tests that use the GPU again, through wgpu's GL backend on
@@ -62,6 +64,8 @@ fi
 step "full tier (first backend)"
 CONVT_TEST_TIER=full cargo test --release "$@"
 cargo run --release --example train_hidden -- --steps 300 --out target/train_hidden.safetensors
+cargo run --release --example train_mixed -- --steps 300 --dtype f16
+cargo run --release --example train_mixed -- --steps 300 --dtype bf16
 cargo run --release --example own_device
 
 step "the Python package (scripts/test_python.sh): pip install ./python, pytest"

@@ -2,7 +2,9 @@
 """PyTorch's side of the benchmark: the suite cases of convt (src/suite.rs) through torch.nn.functional.
 conv_transpose2d on CUDA, in four modes: fp32 (cuDNN with TF32 off), tf32 (PyTorch's default for
 convolutions), fp16 and bf16 (the tensors of that dtype, as autocast runs convolutions). CUDA events around each call, warm-up, median of --runs, cudnn.benchmark on, inputs
-torch.rand (as KernelBench draws them). Also reports each mode's relative L2 error against a float64 result.
+torch.rand (as KernelBench draws them). Also reports each mode's relative L2 error against a float64 result
+computed from the values that mode's tensors hold (fp16 and bf16 ones rounded from the fp32 draws), as `convt
+bench` measures its own: the error of the computation, not of the rounding of its inputs.
 
 --backward times the backward pass instead, as `convt bench --backward` does: the gradients of the input, the
 weight and (when the case has one) the bias from a grad_output drawn U(-1,1), one call of
@@ -72,12 +74,15 @@ def conv_backward(go, x, wt, has_bias, kw, mask):
 
 def forward_row(x, wt, b, kw, warmup, runs):
     row = {}
-    # float64 reference for the errors, sample 0 only (keeps memory and time small).
-    ref = F.conv_transpose2d(x[:1].double(), wt.double(), None if b is None else b.double(), **kw)
+    ref = None
     for mode in MODES:
         torch.backends.cudnn.allow_tf32 = mode == "tf32"
         torch.backends.cuda.matmul.allow_tf32 = mode == "tf32"
         xm, wm, bm = (t if t is None else t.to(DTYPES[mode]) for t in (x, wt, b))
+        if mode != "tf32":
+            # float64 reference for the errors from the values this mode's tensors hold (fp32 and tf32 share it),
+            # sample 0 only (keeps memory and time small).
+            ref = F.conv_transpose2d(xm[:1].double(), wm.double(), None if bm is None else bm.double(), **kw)
         fn = lambda: F.conv_transpose2d(xm, wm, bm, **kw)
         ms, times = time_ms(fn, warmup, runs)
         row[f"{mode}_ms"] = ms
@@ -86,10 +91,10 @@ def forward_row(x, wt, b, kw, warmup, runs):
     return row
 
 
-def backward_row(x, wt, has_bias, go, kw, warmup, runs):
-    row = {}
-    # float64 references: grad_input of sample 0 (it depends on that sample's grad_output only), grad_bias, and
-    # grad_weight of the whole batch on the GPU when it fits.
+def backward_references(x, wt, has_bias, go, kw):
+    """float64 references from these tensors' values: grad_input of sample 0 (it depends on that sample's
+    grad_output only), grad_weight of the whole batch on the GPU (None when that does not fit), grad_bias (None
+    without a bias)."""
     ref_gi = conv_backward(go[:1].double(), x[:1].double(), wt.double(), False, kw, [True, False, False])[0]
     ref_gb = go.double().sum(dim=(0, 2, 3)) if has_bias else None
     try:
@@ -98,10 +103,22 @@ def backward_row(x, wt, has_bias, go, kw, warmup, runs):
         ref_gw = None
         print("  (float64 grad_weight reference does not fit in GPU memory: no grad_weight error)")
     torch.cuda.empty_cache()
+    return ref_gi, ref_gw, ref_gb
+
+
+def backward_row(x, wt, has_bias, go, kw, warmup, runs):
+    row = {}
+    refs = None
     for mode in MODES:
         torch.backends.cudnn.allow_tf32 = mode == "tf32"
         torch.backends.cuda.matmul.allow_tf32 = mode == "tf32"
         xm, wm, gom = (t.to(DTYPES[mode]) for t in (x, wt, go))
+        if mode != "tf32":
+            # From the values this mode's tensors hold (fp32 and tf32 share them); the last mode's freed first.
+            refs = ref_gi = ref_gw = ref_gb = None
+            torch.cuda.empty_cache()
+            refs = backward_references(xm, wm, has_bias, gom, kw)
+        ref_gi, ref_gw, ref_gb = refs
         fn = lambda: conv_backward(gom, xm, wm, has_bias, kw, [True, True, has_bias])
         ms, times = time_ms(fn, warmup, runs)
         gi, gw, gb = fn()
@@ -147,9 +164,11 @@ def main():
         out["cases"].append(row)
         line = (f"{name:<6} " + " ".join(f"{row[m + '_ms']:>9.3f}" for m in MODES) + "  "
                 + " / ".join(f"{row[m + '_rel_l2']:.1e}" for m in MODES))
-        if args.backward and row["fp32_grad_weight_rel_l2"] is not None:
-            gw = [row[f"{m}_grad_weight_rel_l2"] for m in MODES]
-            line += "; grad_weight " + " / ".join(f"{e:.1e}" for e in gw)
+        if args.backward:
+            fmt = lambda e: "-" if e is None else f"{e:.1e}"
+            line += "; grad_weight " + " / ".join(fmt(row[f"{m}_grad_weight_rel_l2"]) for m in MODES)
+            if bias:
+                line += "; grad_bias " + " / ".join(fmt(row[f"{m}_grad_bias_rel_l2"]) for m in MODES)
         print(line)
         del x, wt, b
         torch.cuda.empty_cache()

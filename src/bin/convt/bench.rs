@@ -47,7 +47,10 @@ pub struct BenchArgs {
     #[arg(long, default_value = "f32")]
     dtype: DType,
     /// After timing, compare this many randomly placed output elements of the last run with the float64
-    /// reference (relative L2 error in the table and the JSON; 0: no check). Forward only.
+    /// reference (relative L2 error in the table and the JSON; 0: no check). With --backward: this many grad_input
+    /// elements, a hundredth as many (at least 16) of grad_weight's (each sums over the whole batch), and all of
+    /// grad_bias's, each gradient's error in the JSON and the table, against the tolerance `convt verify` holds it
+    /// to.
     #[arg(long, default_value_t = 20_000)]
     check_samples: usize,
     /// Write the results as JSON to this file.
@@ -107,6 +110,15 @@ pub struct InputSet {
     grad_output: Option<GpuTensor>,
 }
 
+/// The kernels a call ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ran {
+    /// The forward's algorithm.
+    Forward(Strategy),
+    /// The backward's grad_input and grad_weight kernels (grad_bias has one).
+    Backward(GradInputKernel, GradWeightKernel),
+}
+
 /// Where a timed call writes.
 enum Outputs {
     Forward(GpuTensor),
@@ -126,6 +138,8 @@ pub struct Prepared {
     outputs: Outputs,
     /// The forward as a layer with these weights (`--layer`): timed instead of the functional call.
     layer: Option<GpuConvTranspose2d>,
+    /// The kernels the last call ran.
+    ran: std::cell::Cell<Option<Ran>>,
 }
 
 /// The backward's kernels where a caller gives them (`None`: the selector's).
@@ -199,7 +213,18 @@ impl Prepared {
                 Outputs::Backward(GpuGradients::empty(ctx, &inputs[0].input, &weight, bias.as_ref(), &case.params)?)
             }
         };
-        Ok(Self { case: *case, pass, precision: Precision::F32, shape, inputs, weight, bias, outputs, layer: None })
+        Ok(Self {
+            case: *case,
+            pass,
+            precision: Precision::F32,
+            shape,
+            inputs,
+            weight,
+            bias,
+            outputs,
+            layer: None,
+            ran: Default::default(),
+        })
     }
 
     /// Times the forward as a layer of these weights at `precision` from now on.
@@ -230,26 +255,70 @@ impl Prepared {
         Ok(ErrorStats::compare(&got, &want))
     }
 
-    /// What runs: the forward's algorithm (the selector's choice), or "backward" with grad_input's kernel.
-    pub fn algorithm(&self, ctx: &GpuContext) -> String {
+    /// Relative L2 errors of the gradients last written (from input set `set`) against the float64 reference:
+    /// grad_input at `samples` random positions, grad_weight at a hundredth as many (at least 16: each of its
+    /// elements sums over the whole batch), grad_bias in full. Downloads the tensors whole.
+    pub fn backward_errors(
+        &self,
+        ctx: &GpuContext,
+        set: usize,
+        samples: usize,
+    ) -> Result<Vec<(&'static str, ErrorStats)>> {
+        let Outputs::Backward(grads) = &self.outputs else { bail!("only the backward's gradients are checked here") };
+        let g = grads.download(ctx)?;
+        let Some(go) = &self.inputs[set].grad_output else { bail!("backward input sets carry a grad_output") };
+        let (x, w, go) = (self.inputs[set].input.download(ctx)?, self.weight.download(ctx)?, go.download(ctx)?);
+        let shape = &self.shape;
+        let sampled = |t: &Tensor, count: usize, seed: u64, at: &dyn Fn([usize; 4]) -> f64| {
+            let (got, want): (Vec<f32>, Vec<f64>) =
+                crate::verify::sample_positions(t.shape(), count.min(t.numel()), seed)
+                    .into_iter()
+                    .map(|(i, p)| (t.data()[i], at(p)))
+                    .unzip();
+            ErrorStats::compare(&got, &want)
+        };
+        let mut errors = vec![
+            ("grad_input", sampled(&g.grad_input, samples, 7, &|p| cpu::grad_input_at(shape, go.data(), w.data(), p))),
+            (
+                "grad_weight",
+                sampled(&g.grad_weight, (samples / 100).max(16), 8, &|p| {
+                    cpu::grad_weight_at(shape, x.data(), go.data(), p)
+                }),
+            ),
+        ];
+        if let Some(gb) = &g.grad_bias {
+            errors.push(("grad_bias", ErrorStats::compare(gb.data(), &cpu::grad_bias_f64(shape, go.data())?)));
+        }
+        Ok(errors)
+    }
+
+    /// The kernels the last timed call ran, or where none has run yet the selector's choice.
+    pub fn ran(&self, ctx: &GpuContext) -> Ran {
+        if let Some(ran) = self.ran.get() {
+            return ran;
+        }
         match self.pass {
-            Pass::Forward => {
-                let name = select::forward(ctx, &self.shape, self.case.bias, self.precision).name();
-                if self.layer.is_some() {
-                    format!("{name} (layer, weight prepared once)")
-                } else {
-                    name
-                }
-            }
+            Pass::Forward => Ran::Forward(select::forward(ctx, &self.shape, self.case.bias, self.precision)),
             Pass::Backward => {
                 let set = &self.inputs[0];
                 let chunks = [set.input.chunks().len(), set.grad_output.as_ref().map_or(1, |g| g.chunks().len())];
-                format!(
-                    "backward, grad_input {}, {}",
-                    select::grad_input(ctx, &self.shape, self.precision).name(),
-                    select::grad_weight(ctx, &self.shape, chunks, self.precision).name()
+                Ran::Backward(
+                    select::grad_input(ctx, &self.shape, self.precision),
+                    select::grad_weight(ctx, &self.shape, chunks, self.precision),
                 )
             }
+        }
+    }
+
+    /// What runs: the forward's algorithm, or "backward" with grad_input's and grad_weight's kernels (those of the
+    /// last timed call; before one, the selector's choice).
+    pub fn algorithm(&self, ctx: &GpuContext) -> String {
+        match self.ran(ctx) {
+            Ran::Forward(strategy) if self.layer.is_some() => {
+                format!("{} (layer, weight prepared once)", strategy.name())
+            }
+            Ran::Forward(strategy) => strategy.name(),
+            Ran::Backward(gi, gw) => format!("backward, grad_input {}, {}", gi.name(), gw.name()),
         }
     }
 
@@ -301,9 +370,9 @@ impl Prepared {
         Ok(timer.read_ms(ctx, runs)?)
     }
 
-    /// One call of the pass on input set `set`, timed into `slot` if given.
-    /// `candidate`: the forward's strategy (always given), or grad_input's kernel in the backward (`None`: chosen
-    /// as usual).
+    /// One call of the pass on input set `set`, timed into `slot` if given; records the kernels that ran.
+    /// `candidate`: the forward's strategy (none for a layer, which picks its own), or the backward's kernels
+    /// (`None`: the selector's at the prepared precision).
     fn call(
         &self,
         ctx: &GpuContext,
@@ -311,28 +380,30 @@ impl Prepared {
         set: &InputSet,
         slot: Option<(&GpuTimer, u32)>,
     ) -> Result<()> {
-        // The case's options at the precision being timed (the suite's cases are exact f32).
-        let params = &self.case.params.precision(self.precision);
-        let (weight, bias) = (&self.weight, self.bias.as_ref());
-        let backward = |grads: &GpuGradients, kernels: BackwardKernels| -> Result<()> {
+        // The backward's selector reads the precision from the options (the forward's strategy is given, or a
+        // layer holds its own).
+        let params = self.case.params.precision(self.precision);
+        let (weight, bias, params) = (&self.weight, self.bias.as_ref(), &params);
+        let backward = |grads: &GpuGradients, kernels: BackwardKernels| -> Result<Ran> {
             let Some(go) = &set.grad_output else { bail!("backward input sets carry a grad_output") };
             let run = BackwardRun { grad_input: kernels.grad_input, grad_weight: kernels.grad_weight, timer: slot };
-            conv_transpose2d_backward_into(ctx, &set.input, weight, bias, go, params, grads, run)?;
-            Ok(())
+            let (gi, gw) = conv_transpose2d_backward_into(ctx, &set.input, weight, bias, go, params, grads, run)?;
+            Ok(Ran::Backward(gi, gw))
         };
-        match (&self.outputs, candidate) {
+        let ran = match (&self.outputs, candidate) {
             (Outputs::Forward(output), Some(Candidate::Forward(strategy))) => {
                 let run = Run { kernel: Some(strategy), timer: slot };
-                conv_transpose2d_into(ctx, &set.input, weight, bias, params, output, run).map(drop)?
+                Ran::Forward(conv_transpose2d_into(ctx, &set.input, weight, bias, params, output, run)?)
             }
             (Outputs::Forward(output), None) => match &self.layer {
-                Some(layer) => layer.forward_into(&set.input, output, slot).map(drop)?,
+                Some(layer) => Ran::Forward(layer.forward_into(&set.input, output, slot)?),
                 None => bail!("the forward is timed with a strategy or as a layer"),
             },
             (Outputs::Backward(grads), None) => backward(grads, BackwardKernels::default())?,
             (Outputs::Backward(grads), Some(Candidate::Backward(kernels))) => backward(grads, kernels)?,
             _ => bail!("a forward strategy times the forward, backward kernels the backward"),
-        }
+        };
+        self.ran.set(Some(ran));
         Ok(())
     }
 }
@@ -384,11 +455,14 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
 
     let pass = if a.backward { Pass::Backward } else { Pass::Forward };
     eprintln!("pass: {}, precision {}, dtype {}", pass.name(), a.precision, a.dtype);
+    // The errors are held to `convt verify`'s tolerance for this precision and dtype (reported, not enforced).
+    let tolerance = crate::verify::tolerance(a.precision, a.dtype);
     let mut rows = Vec::new();
     println!(
         "{:<6} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>9}  algorithm",
         "case", "ms", "min ms", "TFLOP/s", "GB/s", "%FMA", "%copy", "rel L2"
     );
+    let mut over = Vec::new();
     for &case in &cases {
         let mut prepared = Prepared::new(&ctx, &case, pass, a.dtype)?;
         prepared.precision = a.precision;
@@ -398,9 +472,12 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
         let shape = prepared.shape;
         let times = prepared.time(&ctx, None, a.warmup, MIN_WARMUP, a.runs)?;
         let last_set = (a.warmup + a.runs - 1) as usize % prepared.inputs.len();
-        let error = (pass == Pass::Forward && a.check_samples > 0)
-            .then(|| prepared.sampled_error(&ctx, last_set, a.check_samples))
-            .transpose()?;
+        // (tensor, its error): the forward's output, or each gradient.
+        let errors: Vec<(&str, ErrorStats)> = match (pass, a.check_samples) {
+            (_, 0) => Vec::new(),
+            (Pass::Forward, n) => vec![("output", prepared.sampled_error(&ctx, last_set, n)?)],
+            (Pass::Backward, n) => prepared.backward_errors(&ctx, last_set, n)?,
+        };
         let ms = median(times.clone());
         let min = times.iter().copied().fold(f64::INFINITY, f64::min);
         let (flops, bytes) = (pass.useful_flops(&shape), pass.min_bytes(&shape, case.bias, a.dtype));
@@ -408,9 +485,23 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
         let gbs = bytes as f64 / (ms * 1e-3) / 1e9;
         let algorithm = prepared.algorithm(&ctx);
         let pct = |v: f64, c: Option<f64>| c.map_or("-".to_string(), |c| format!("{:.0}%", 100.0 * v / c));
-        let rel_l2 = error.map(|e| e.rel_l2);
+        // The table's and the JSON's `rel_l2`: the forward's output, or grad_input's (as PyTorch's side reports
+        // its backward); the largest decides whether the case is within the tolerance.
+        let rel_l2 = errors.first().map(|(_, e)| e.rel_l2);
+        let worst =
+            errors.iter().map(|(_, e)| e.rel_l2).fold(None, |m: Option<f64>, e| Some(m.map_or(e, |m| m.max(e))));
+        let within = worst.map(|w| w <= tolerance);
+        if within == Some(false) {
+            over.push(case.name);
+        }
+        let gradient_errors = if pass == Pass::Backward && !errors.is_empty() {
+            let each: Vec<String> = errors.iter().map(|(what, e)| format!("{what} {:.1e}", e.rel_l2)).collect();
+            format!("  [rel L2: {}]", each.join(", "))
+        } else {
+            String::new()
+        };
         println!(
-            "{:<6} {:>9.3} {:>9.3} {:>9.2} {:>9.0} {:>8} {:>8} {:>9}  {}",
+            "{:<6} {:>9.3} {:>9.3} {:>9.2} {:>9.0} {:>8} {:>8} {:>9}  {algorithm}{gradient_errors}{}",
             case.name,
             ms,
             min,
@@ -419,17 +510,33 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
             pct(tflops, ceil.as_ref().map(|c| c.fma_tflops)),
             pct(gbs, ceil.as_ref().map(|c| c.copy_gbs)),
             rel_l2.map_or("-".to_string(), |e| format!("{e:.1e}")),
-            algorithm
+            if within == Some(false) { "  OVER TOLERANCE" } else { "" }
         );
-        rows.push(json!({"case": case.name, "batch": case.batch, "ms": ms, "min_ms": min, "times_ms": times,
+        let mut row = json!({"case": case.name, "batch": case.batch, "ms": ms, "min_ms": min, "times_ms": times,
             "tflops": tflops, "gbs": gbs, "gflop": flops as f64 / 1e9, "gb": bytes as f64 / 1e9,
             "input_sets": prepared.inputs.len(), "algorithm": algorithm, "rel_l2": rel_l2,
-            "error_samples": error.map(|e| e.compared)}));
+            "error_samples": errors.first().map(|(_, e)| e.compared), "within_tolerance": within});
+        if let Ran::Backward(gi, gw) = prepared.ran(&ctx) {
+            // Each gradient's kernel, and its error under the name PyTorch's side gives it
+            // (`{mode}_grad_input_rel_l2` there, `grad_input_rel_l2` here), with the elements compared.
+            row["grad_input_kernel"] = json!(gi.name());
+            row["grad_weight_kernel"] = json!(gw.name());
+            row["grad_input_precision"] = json!(gi.precision());
+            row["grad_weight_precision"] = json!(gw.precision());
+            for (what, e) in &errors {
+                row[format!("{what}_rel_l2")] = json!(e.rel_l2);
+                row[format!("{what}_samples")] = json!(e.compared);
+            }
+        }
+        rows.push(row);
+    }
+    if !over.is_empty() {
+        eprintln!("warning: {} over the tolerance {tolerance:.1e} (convt verify's)", over.join(", "));
     }
     if let Some(out) = json_out {
         let doc = json!({"adapter": info.name, "backend": format!("{:?}", info.backend), "driver": info.driver,
             "driver_info": info.driver_info, "pass": pass.name(), "layer": a.layer, "precision": a.precision, "dtype": a.dtype, "runs": a.runs,
-            "warmup": a.warmup,
+            "warmup": a.warmup, "tolerance": tolerance,
             "shader_checks": format!("{:?}", ctx.options().shader_checks), "ceilings": ceil, "cases": rows});
         out.write_bytes(serde_json::to_string_pretty(&doc)?.as_bytes())?;
     }

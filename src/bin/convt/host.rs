@@ -22,8 +22,8 @@ pub fn forward(
     Ok((y.download(ctx)?, ran))
 }
 
-/// The gradients of the forward given `grad_output` at `options.precision`, and the kernels that computed
-/// grad_input and grad_weight.
+/// The gradients of the forward given `grad_output` (at `options.precision`), and the grad_input and grad_weight
+/// kernels that ran.
 pub fn backward(
     ctx: &GpuContext,
     input: &Tensor,

@@ -71,7 +71,9 @@ pub fn run(a: TuneArgs) -> Result<Outcome> {
     for case in &cases {
         let case = *case;
         let pass = if a.backward { Pass::Backward } else { Pass::Forward };
-        let prepared = Prepared::new(&ctx, &case, pass, convt::DType::F32)?;
+        let mut prepared = Prepared::new(&ctx, &case, pass, convt::DType::F32)?;
+        // The precision whose kernels are tuned: the backward's other kernel is the selector's at it.
+        prepared.precision = a.precision;
         let shape = &prepared.shape;
         let mut record = |key: TuneKey, (candidate, ms): (Candidate, f64)| -> Result<()> {
             cache.insert(&key, TuneEntry::new(candidate.name(), ms, a.precision));

@@ -71,6 +71,24 @@ pub struct VerifyArgs {
     backward: bool,
 }
 
+/// The relative L2 error a result of `precision` in tensors of `dtype` is held to (forward and every gradient):
+/// 1e-5 for exact f32 sums, 1e-3 for `fast` (f16 operands: a product of two rounded f32 values is off by up to twice
+/// f16's unit roundoff 2^-11, and by less in relative L2 as independent roundings partly cancel in a sum), plus, for f16 or bf16 tensors, the dtype's unit
+/// roundoff (2^-11 or 2^-8): a result rounded once to its dtype errs by at most that relative to each element, so
+/// by at most that in relative L2 too.
+pub fn tolerance(precision: Precision, dtype: DType) -> f64 {
+    let roundoff = match dtype {
+        DType::F32 => 0.0,
+        DType::F16 => 2f64.powi(-11),
+        DType::BF16 => 2f64.powi(-8),
+    };
+    roundoff
+        + match precision {
+            Precision::F32 => 1e-5,
+            Precision::Fast => 1e-3,
+        }
+}
+
 /// --samples as a count (at most every element of a tensor is compared).
 fn sample_count(a: &VerifyArgs) -> usize {
     usize::try_from(a.samples).unwrap_or(usize::MAX)
@@ -95,20 +113,7 @@ fn scale_down(mut c: Case, max_gflop: f64) -> Result<Case> {
 pub fn run(a: VerifyArgs) -> Result<Outcome> {
     // Every case, at the batch asked for, must be a valid problem before the GPU is touched.
     let mut cases = a.shape.cases()?;
-    // A result rounded once to its dtype errs by at most the unit roundoff relative to each element, so by at most
-    // that in relative L2 too.
-    let roundoff = match a.dtype {
-        DType::F32 => 0.0,
-        DType::F16 => 2f64.powi(-11),
-        DType::BF16 => 2f64.powi(-8),
-    };
-    let tolerance = a.tolerance.unwrap_or(
-        roundoff
-            + match a.precision {
-                Precision::F32 => 1e-5,
-                Precision::Fast => 1e-3,
-            },
-    );
+    let tolerance = a.tolerance.unwrap_or(tolerance(a.precision, a.dtype));
     let mut opts = crate::args::gpu_options()?;
     opts.poison_outputs = true;
     let ctx = GpuContext::with_options(opts)?;
@@ -168,7 +173,7 @@ struct CaseResult {
     mode: &'static str,
     /// The kernel that ran and how it computes.
     kernel: String,
-    arithmetic: &'static str,
+    arithmetic: String,
     /// (tensor checked, its errors).
     checks: Vec<(&'static str, ErrorStats)>,
     all_finite: bool,
@@ -203,7 +208,7 @@ fn verify_case(ctx: &GpuContext, case: &Case, seed: u64, a: &VerifyArgs) -> Resu
     Ok(CaseResult {
         mode: if full { "full" } else { "sampled" },
         kernel: strategy.name(),
-        arithmetic: strategy.arithmetic(),
+        arithmetic: strategy.arithmetic().to_string(),
         checks: vec![("output", stats)],
         all_finite,
         gpu_s,
@@ -248,10 +253,19 @@ fn verify_backward(ctx: &GpuContext, case: &Case, seed: u64, a: &VerifyArgs) -> 
     let (g, (grad_input, grad_weight)) =
         crate::host::backward(ctx, &input, &weight, bias.as_ref(), &grad_output, &params)?;
     let gpu_s = t.elapsed().as_secs_f64();
-    // What computed grad_input, and how (grad_bias is an exact f32 sum).
-    let arithmetic = match grad_input {
+    // What computed grad_input and grad_weight, and how (grad_bias is an exact f32 sum).
+    let gi_arithmetic = match grad_input {
         GradInputKernel::Transposed(strategy) | GradInputKernel::Sampled(strategy) => strategy.arithmetic(),
         GradInputKernel::Gather => "exact f32",
+    };
+    let gw_arithmetic = match grad_weight.precision() {
+        Precision::F32 => "exact f32",
+        Precision::Fast => "f16 operands scaled per tensor by powers of two, f32 sums",
+    };
+    let arithmetic = if gi_arithmetic == gw_arithmetic {
+        gi_arithmetic.to_string()
+    } else {
+        format!("grad_input {gi_arithmetic}; grad_weight {gw_arithmetic}")
     };
     let all_finite = [Some(&g.grad_input), Some(&g.grad_weight), g.grad_bias.as_ref()]
         .into_iter()
