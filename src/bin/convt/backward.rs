@@ -55,7 +55,7 @@ pub fn run(a: BackwardArgs) -> Result<Outcome> {
         }
         Backend::Gpu => {
             let ctx = crate::args::gpu_context()?;
-            crate::host::backward(&ctx, input, weight, bias, grad_output, &params)?
+            crate::host::backward(&ctx, input, weight, bias, grad_output, &params)?.0
         }
     };
     let mut written: Vec<(&str, &Tensor)> =

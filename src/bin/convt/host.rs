@@ -1,7 +1,7 @@
 //! The forward and backward on host tensors, for the commands that read them from files: validate, upload, run,
 //! read back.
 
-use convt::gpu::{self, Run, Strategy};
+use convt::gpu::{self, BackwardRun, GpuGradients, GradInputKernel, GradWeightKernel, Run, Strategy};
 use convt::{ConvTranspose2dOptions, GpuContext, GpuTensor, Gradients, Precision, Tensor};
 
 /// The forward at `precision` and the kernel that ran.
@@ -22,7 +22,8 @@ pub fn forward(
     Ok((y.download(ctx)?, ran))
 }
 
-/// The gradients of the forward given `grad_output`.
+/// The gradients of the forward given `grad_output` at `options.precision`, and the kernels that computed
+/// grad_input and grad_weight.
 pub fn backward(
     ctx: &GpuContext,
     input: &Tensor,
@@ -30,10 +31,13 @@ pub fn backward(
     bias: Option<&Tensor>,
     grad_output: &Tensor,
     options: &ConvTranspose2dOptions,
-) -> convt::Result<Gradients> {
+) -> convt::Result<(Gradients, GradInputKernel, GradWeightKernel)> {
     options.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?.check_grad_output(grad_output.shape())?;
     let (x, w) = (GpuTensor::upload(ctx, input)?, GpuTensor::upload(ctx, weight)?);
     let b = bias.map(|b| GpuTensor::upload(ctx, b)).transpose()?;
     let go = GpuTensor::upload(ctx, grad_output)?;
-    gpu::conv_transpose2d_backward(ctx, &x, &w, b.as_ref(), &go, options)?.download(ctx)
+    let grads = GpuGradients::empty(ctx, &x, &w, b.as_ref(), options)?;
+    let run = BackwardRun::default();
+    let (gi, gw) = gpu::conv_transpose2d_backward_into(ctx, &x, &w, b.as_ref(), &go, options, &grads, run)?;
+    Ok((grads.download(ctx)?, gi, gw))
 }

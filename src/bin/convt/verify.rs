@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 use clap::{Args, ValueEnum};
-use convt::gpu::GradInputKernel;
+use convt::gpu::{GradInputKernel, GradWeightKernel};
 use convt::suite::Case;
 use convt::{cpu, ConvShape, DType, ErrorStats, GpuContext, Precision, Tensor};
 use rand::{Rng, SeedableRng};
@@ -168,7 +168,7 @@ struct CaseResult {
     mode: &'static str,
     /// The kernel that ran and how it computes.
     kernel: String,
-    arithmetic: &'static str,
+    arithmetic: String,
     /// (tensor checked, its errors).
     checks: Vec<(&'static str, ErrorStats)>,
     all_finite: bool,
@@ -203,7 +203,7 @@ fn verify_case(ctx: &GpuContext, case: &Case, seed: u64, a: &VerifyArgs) -> Resu
     Ok(CaseResult {
         mode: if full { "full" } else { "sampled" },
         kernel: strategy.name(),
-        arithmetic: strategy.arithmetic(),
+        arithmetic: strategy.arithmetic().to_string(),
         checks: vec![("output", stats)],
         all_finite,
         gpu_s,
@@ -245,14 +245,10 @@ fn verify_backward(ctx: &GpuContext, case: &Case, seed: u64, a: &VerifyArgs) -> 
     let grad_output = random(shape.output_dims(), seed ^ 4)?;
     let t = Instant::now();
     let params = case.params.precision(a.precision);
-    let g = crate::host::backward(ctx, &input, &weight, bias.as_ref(), &grad_output, &params)?;
+    // What computed grad_input and grad_weight (grad_bias is an exact f32 sum).
+    let (g, grad_input, grad_weight) =
+        crate::host::backward(ctx, &input, &weight, bias.as_ref(), &grad_output, &params)?;
     let gpu_s = t.elapsed().as_secs_f64();
-    // What computed grad_input and grad_weight, and how (grad_bias is an exact f32 sum).
-    let grad_input = convt::gpu::select::grad_input(ctx, &shape, a.precision);
-    let arithmetic = match grad_input {
-        GradInputKernel::Transposed(strategy) | GradInputKernel::Sampled(strategy) => strategy.arithmetic(),
-        GradInputKernel::Gather => "exact f32",
-    };
     let all_finite = [Some(&g.grad_input), Some(&g.grad_weight), g.grad_bias.as_ref()]
         .into_iter()
         .flatten()
@@ -286,11 +282,29 @@ fn verify_backward(ctx: &GpuContext, case: &Case, seed: u64, a: &VerifyArgs) -> 
     }
     Ok(CaseResult {
         mode: if full { "full" } else { "sampled" },
-        kernel: format!("backward, grad_input {}", grad_input.name()),
-        arithmetic,
+        kernel: format!("backward, grad_input {}, {}", grad_input.name(), grad_weight.name()),
+        arithmetic: backward_arithmetic(grad_input, grad_weight),
         checks,
         all_finite,
         gpu_s,
         reference_s: t.elapsed().as_secs_f64(),
     })
+}
+
+/// How the backward's kernels compute, in words: grad_input's arithmetic, and grad_weight's where it differs (its
+/// f16 tiles, named `grad_weight_coop_*` on tensor cores and `grad_weight_f16_*` on the FMA units).
+fn backward_arithmetic(grad_input: GradInputKernel, grad_weight: GradWeightKernel) -> String {
+    let gi = match grad_input {
+        GradInputKernel::Transposed(strategy) | GradInputKernel::Sampled(strategy) => strategy.arithmetic(),
+        GradInputKernel::Gather => "exact f32",
+    };
+    let gw = match grad_weight.precision() {
+        Precision::F32 => "exact f32",
+        Precision::Fast => "f16 operands, f32 accumulation",
+    };
+    if gi == gw {
+        gi.to_string()
+    } else {
+        format!("grad_input {gi}; grad_weight {gw}")
+    }
 }
