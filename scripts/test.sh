@@ -78,7 +78,7 @@ if [ "$SECOND_BACKEND" = "gl" ]; then
   # compile on the software driver can cause (docs/RELIABILITY.md, "Second backend (GL)").
   step "fast tier again on wgpu's GL backend with shader runtime checks (CONVT_BACKEND=gl CONVT_SHADER_CHECKS=checked, one test thread)"
   # The test binaries that use the GPU (the others, CLI parsing, file checks and fuzzing, never reach a backend).
-  gpu_tests=(--lib --test backward --test dtype --test fixtures --test precision --test properties --test robustness --test soak
+  gpu_tests=(--lib --test backward --test backward_fast --test dtype --test fixtures --test precision --test properties --test robustness --test soak
     --test state_dict --test tune --test winograd)
   CONVT_TEST_TIER=fast CONVT_BACKEND=gl CONVT_SHADER_CHECKS=checked RUST_TEST_THREADS=1 \
     cargo test --release "${gpu_tests[@]}" "$@"

@@ -525,6 +525,8 @@ fn bad_precision_values_are_usage_errors() {
         "{}",
         describe(&args, &out)
     );
+    // (`--backward` takes `--precision fast` too: tests/backward_fast.rs runs `convt verify --backward --precision
+    // fast`.)
 }
 
 #[test]

@@ -178,17 +178,15 @@ fn the_backward_takes_grad_inputs_kernel_from_the_tuning_cache() {
             }
         }
         // A kernel passed explicitly runs and is reported; one that does not compute the shape (a GEMM tile on a
-        // transposed convolution the strided shape lacks, an f16 tile) is an error.
+        // transposed convolution the strided shape lacks, a Winograd tile on the sampled correlation) is an error.
         let ctx = ctx_with_cache(&path);
         let ran = run_backward_with(&ctx, &shape, &params, Some(other)).unwrap();
         assert_eq!(ran, other);
-        // An f16 GEMM tile on the sampled correlation; an exact one on a transposed convolution the shape lacks.
-        let f16 = Strategy::fast_candidates().into_iter().find_map(|s| match s {
-            s @ Strategy::Gemm(_) => Some(GradInputKernel::Sampled(s)),
-            _ => None,
-        });
+        // Only GEMM and cooperative-matrix tiles compute the sampled correlation (f16 GEMM tiles too, at any stride:
+        // tests/backward_fast.rs); an exact GEMM tile on a transposed convolution the shape lacks.
+        let winograd = Strategy::candidates().into_iter().find(|s| matches!(s, Strategy::Winograd(_))).unwrap();
         let misplaced = match GradInputKernel::transposed_problem(&shape) {
-            Some(_) => f16.unwrap(),
+            Some(_) => GradInputKernel::Sampled(winograd),
             None => GradInputKernel::Transposed(gemm_tile()),
         };
         assert!(!misplaced.computes(&ctx, &shape), "{misplaced:?}");

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 use clap::{Args, ValueEnum};
-use convt::gpu::GradInputKernel;
+use convt::gpu::{GradInputKernel, GradWeightKernel};
 use convt::suite::Case;
 use convt::{cpu, ConvShape, DType, ErrorStats, GpuContext, Precision, Tensor};
 use rand::{Rng, SeedableRng};
@@ -254,19 +254,6 @@ fn verify_backward(ctx: &GpuContext, case: &Case, seed: u64, a: &VerifyArgs) -> 
         crate::host::backward(ctx, &input, &weight, bias.as_ref(), &grad_output, &params)?;
     let gpu_s = t.elapsed().as_secs_f64();
     // What computed grad_input and grad_weight, and how (grad_bias is an exact f32 sum).
-    let gi_arithmetic = match grad_input {
-        GradInputKernel::Transposed(strategy) | GradInputKernel::Sampled(strategy) => strategy.arithmetic(),
-        GradInputKernel::Gather => "exact f32",
-    };
-    let gw_arithmetic = match grad_weight.precision() {
-        Precision::F32 => "exact f32",
-        Precision::Fast => "f16 operands scaled per tensor by powers of two, f32 sums",
-    };
-    let arithmetic = if gi_arithmetic == gw_arithmetic {
-        gi_arithmetic.to_string()
-    } else {
-        format!("grad_input {gi_arithmetic}; grad_weight {gw_arithmetic}")
-    };
     let all_finite = [Some(&g.grad_input), Some(&g.grad_weight), g.grad_bias.as_ref()]
         .into_iter()
         .flatten()
@@ -301,10 +288,21 @@ fn verify_backward(ctx: &GpuContext, case: &Case, seed: u64, a: &VerifyArgs) -> 
     Ok(CaseResult {
         mode: if full { "full" } else { "sampled" },
         kernel: format!("backward, grad_input {}, {}", grad_input.name(), grad_weight.name()),
-        arithmetic,
+        arithmetic: backward_arithmetic(grad_input, grad_weight),
         checks,
         all_finite,
         gpu_s,
         reference_s: t.elapsed().as_secs_f64(),
     })
+}
+
+/// How the backward's kernels compute, in words: grad_input's arithmetic, and grad_weight's where it differs (its
+/// f16 tiles, named `grad_weight_coop_*` on tensor cores and `grad_weight_f16_*` on the FMA units).
+fn backward_arithmetic(grad_input: GradInputKernel, grad_weight: GradWeightKernel) -> String {
+    let (gi, gw) = (grad_input.arithmetic(), grad_weight.arithmetic());
+    if gi == gw {
+        gi.to_string()
+    } else {
+        format!("grad_input {gi}; grad_weight {gw}")
+    }
 }

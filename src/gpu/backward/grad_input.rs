@@ -120,6 +120,14 @@ impl GradInputKernel {
         }
     }
 
+    /// How it computes, in words: its strategy's [`Strategy::arithmetic`] (the gather kernel's is exact f32).
+    pub fn arithmetic(&self) -> &'static str {
+        match self {
+            GradInputKernel::Transposed(s) | GradInputKernel::Sampled(s) => s.arithmetic(),
+            GradInputKernel::Gather => "exact f32",
+        }
+    }
+
     /// The precision it computes at: its strategy's (the gather kernel is exact).
     pub fn precision(&self) -> Precision {
         match self {

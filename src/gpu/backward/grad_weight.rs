@@ -97,6 +97,19 @@ impl GradWeightKernel {
         }
     }
 
+    /// How it computes, in words (as [`crate::gpu::Strategy::arithmetic`] says it of the forward's kernels).
+    pub fn arithmetic(&self) -> &'static str {
+        match self {
+            GradWeightKernel::Half(t) if t.units == grad_weight_half::Units::TensorCores => {
+                "f16 operands on tensor cores (cooperative matrices), f32 accumulation"
+            }
+            GradWeightKernel::Half(_) => {
+                "f16 operands on the FMA units (no cooperative matrices here), f32 accumulation"
+            }
+            _ => "exact f32",
+        }
+    }
+
     /// The precision it computes at.
     pub fn precision(&self) -> Precision {
         match self {
