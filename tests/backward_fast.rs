@@ -956,8 +956,9 @@ fn the_selectors_keep_exact_kernels_without_tensor_cores_and_for_exact_calls() {
         let gi_exact = select::grad_input(&untuned, shape, Precision::F32);
         assert_eq!((gw_exact.precision(), gi_exact.precision()), (Precision::F32, Precision::F32), "{shape:?}");
         if untuned.has_coop_f16() {
-            // Tensor cores: grad_weight's f16 GEMM wherever a group has 16+ channels a side.
-            let wide = shape.in_per_group().min(shape.out_per_group()) >= 16;
+            // Tensor cores: grad_weight's f16 GEMM where a group has 64+ channels a side, or 32+ at stride 1.
+            let channels = shape.in_per_group().min(shape.out_per_group());
+            let wide = channels >= 64 || (channels >= 32 && shape.stride == [1, 1]);
             assert_eq!(gw_fast.precision() == Precision::Fast, wide, "{}: {shape:?}", gw_fast.name());
         } else {
             // No cooperative matrices (Mesa's software driver): `fast` takes the exact kernels, as the forward does.
