@@ -24,16 +24,9 @@
 //   channels of the tile, f32 sums of the same f16 operands.
 // Either way the sums are unscaled (times 2^-(kx + kg), exact) as they are written.
 //
-// x holds values of dtype X_DT and grad_output of G_DT (f32, f16 or bf16: shaders/common/dtype.wgsl, which the host
-// appends), read as they are stored: half-precision tensors need no f32 copy, and their steps load half the bytes.
-// (grad_output may arrive as an f32 copy that another kernel of the call needed while x keeps its dtype.)
-//
 // Large tensors arrive in slices (src/gpu/slices.rs, x read with grad_output): a dispatch covers samples
 // [0, n_count) of the bound chunks, x channels [ic_begin, ic_end) and grad_output channels [oc_begin, oc_end);
 // channels outside the slice contribute zero to its slots.
-
-override X_DT: u32 = 0u;
-override G_DT: u32 = 0u;
 
 const LDK: u32 = BK + 8u;
 const LOADS_A: u32 = BM * BK / THREADS;
@@ -56,8 +49,8 @@ struct Slice {
 }
 
 @group(0) @binding(0) var<uniform> slice: Slice;
-@group(0) @binding(1) var<storage, read> x: array<u32>;
-@group(0) @binding(2) var<storage, read> grad_out: array<u32>;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> grad_out: array<f32>;
 @group(0) @binding(3) var<storage, read_write> partial: array<f32>;
 
 var<workgroup> a_tile: array<f16, BM * LDK>; // [m][k]: x
@@ -85,15 +78,6 @@ struct Staged {
     g: array<f32, LOADS_B>,
 }
 
-// Element i of the bound chunk of x, and of grad_output.
-fn x_at(i: u32) -> f32 {
-    return dtype_value(X_DT, x[dtype_word(X_DT, i)], i);
-}
-
-fn grad_out_at(i: u32) -> f32 {
-    return dtype_value(G_DT, grad_out[dtype_word(G_DT, i)], i);
-}
-
 // This invocation's share of the step starting at pixel k0: pixel k0 + k_local of the chunk for channel rows
 // row0 + (THREADS/BK)*j of x and of grad_output (zero past the chunk's end or outside the tile's channels).
 fn load_step(c: LoadCtx, k0: u32) -> Staged {
@@ -115,13 +99,13 @@ fn load_step(c: LoadCtx, k0: u32) -> Staged {
     for (var j = 0u; j < LOADS_A; j++) {
         let ic = c.ic_lo + c.row0 + j * (THREADS / BK);
         if (ic >= slice.ic_begin && ic < c.ic_hi) {
-            r.x[j] = x_at(xi + (ic - slice.ic_begin) * in_pixels);
+            r.x[j] = x[xi + (ic - slice.ic_begin) * in_pixels];
         }
     }
     for (var j = 0u; j < LOADS_B; j++) {
         let oc = c.oc_lo + c.row0 + j * (THREADS / BK);
         if (oc >= slice.oc_begin && oc < c.oc_hi) {
-            r.g[j] = grad_out_at(gi + (oc - slice.go_first_channel) * out_pixels);
+            r.g[j] = grad_out[gi + (oc - slice.go_first_channel) * out_pixels];
         }
     }
     return r;

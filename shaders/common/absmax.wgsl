@@ -7,11 +7,9 @@
 // (coalesced), LOADS values a stride apart per pass so that several loads are in flight at once (one per pass
 // read well below the copy bandwidth: docs/PERFORMANCE.md), the workgroup combines its
 // invocations in workgroup memory, and one atomic per workgroup updates slot `slot` of `maxima` (which the host
-// zeroes; a tensor in several chunks is several dispatches into the same slot). The chunk holds values of dtype DT
-// (shaders/common/dtype.wgsl, which the host appends too).
+// zeroes; a tensor in several chunks is several dispatches into the same slot).
 
 override WORKGROUP_SIZE: u32 = 256u;
-override DT: u32 = 0u;
 override LOADS: u32 = 4u;
 
 struct Params {
@@ -22,7 +20,7 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> data: array<u32>;
+@group(0) @binding(1) var<storage, read> data: array<f32>;
 @group(0) @binding(2) var<storage, read_write> maxima: array<atomic<u32>>;
 
 var<workgroup> wg_max: atomic<u32>;
@@ -38,7 +36,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation
         for (var k = 0u; k < LOADS; k++) {
             let j = i + k * p.stride;
             if (j < p.count) {
-                m = max(m, finite_magnitude_bits(dtype_value(DT, data[dtype_word(DT, j)], j)));
+                m = max(m, finite_magnitude_bits(data[j]));
             }
         }
     }

@@ -8,15 +8,9 @@ use crate::gpu::kernel::dispatch_buffers;
 use crate::gpu::memory::{self, GpuTensor};
 
 pub const SHADER_NAME: &str = "common/absmax.wgsl";
-/// `shaders/common/absmax.wgsl` with the scale functions it uses (`finite_magnitude_bits`) and the dtype functions
-/// (`dtype_value`).
-pub const SHADER: &str = concat!(
-    include_str!("../../shaders/common/absmax.wgsl"),
-    "\n",
-    include_str!("../../shaders/common/scale.wgsl"),
-    "\n",
-    include_str!("../../shaders/common/dtype.wgsl")
-);
+/// `shaders/common/absmax.wgsl` with the scale functions it uses (`finite_magnitude_bits`).
+pub const SHADER: &str =
+    concat!(include_str!("../../shaders/common/absmax.wgsl"), "\n", include_str!("../../shaders/common/scale.wgsl"));
 const WORKGROUP_SIZE: u32 = 256;
 /// Enough workgroups to fill a large GPU; each invocation walks the rest with a grid stride.
 const MAX_WORKGROUPS: usize = 4096;
@@ -33,7 +27,7 @@ struct Params {
     _pad: u32,
 }
 
-/// Encodes the maximum of each (slot, tensor of any dtype) into that slot of a new buffer of u32 f32-bits (at least 4 slots),
+/// Encodes the maximum of each (slot, tensor) into that slot of a new buffer of u32 f32-bits (at least 4 slots),
 /// which starts with the (slot, bits) of `known` (maxima found earlier: a prepared weight's) and zeros elsewhere.
 pub(crate) fn encode_slots(
     ctx: &GpuContext,
@@ -42,10 +36,8 @@ pub(crate) fn encode_slots(
     pass: &mut wgpu::ComputePass<'_>,
 ) -> Result<wgpu::Buffer> {
     let module = ctx.module(SHADER_NAME, SHADER)?;
-    let pipeline = |dtype: crate::dtype::DType| {
-        let consts = [("WORKGROUP_SIZE", WORKGROUP_SIZE as f64), ("LOADS", LOADS as f64), ("DT", dtype.shader_code())];
-        ctx.pipeline(format!("absmax {:?} {consts:?}", ctx.options().shader_checks), &module, &consts)
-    };
+    let consts = [("WORKGROUP_SIZE", WORKGROUP_SIZE as f64), ("LOADS", LOADS as f64)];
+    let pipeline = ctx.pipeline(format!("absmax {:?}", ctx.options().shader_checks), &module, &consts)?;
     ctx.scoped(|| {
         let slots = tensors.iter().map(|&(slot, _)| slot).chain(known.iter().map(|&(slot, _)| slot)).max();
         let mut initial = vec![0u32; slots.map_or(0, |s| s + 1).max(4)];
@@ -55,7 +47,6 @@ pub(crate) fn encode_slots(
         let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC;
         let maxima = memory::buffer_with(&ctx.device, "convt operand maxima", bytemuck::cast_slice(&initial), usage);
         for &(slot, t) in tensors {
-            let pipeline = pipeline(t.dtype())?;
             for c in t.chunks() {
                 let count = c.planes * t.plane_elems();
                 if count == 0 {

@@ -4,7 +4,6 @@
 //! with few input channels per group, a kernel row's taps from one pass over their grad_output rows. Both write
 //! partial sums that `shaders/backward/grad_weight_reduce.wgsl` adds in a fixed order: deterministic, no atomics.
 
-use crate::dtype::DType;
 use crate::error::{ConvtError, Result};
 use crate::gpu::absmax;
 use crate::gpu::backward::grad_weight_half::{self, HalfTile, HALF_TILES};
@@ -373,17 +372,6 @@ pub(crate) fn encode(
         Tile::Exact(_) => None,
     };
     let module = ctx.module_with(&name, source)?;
-    // The f16 tiles read x and grad_output in their dtype; the exact ones read f32.
-    let mut consts = consts;
-    match tile {
-        Tile::Half(_) => {
-            consts.extend([("X_DT", input.dtype().shader_code()), ("G_DT", grad_output.dtype().shader_code())])
-        }
-        Tile::Exact(_) => {
-            input.expect_dtype("x of the exact grad_weight kernel", DType::F32)?;
-            grad_output.expect_dtype("grad_output of the exact grad_weight kernel", DType::F32)?;
-        }
-    }
     let gemm = ctx.pipeline(format!("{name} {checks:?} {consts:?}"), &module, &consts)?;
 
     let taps = shape.kernel[0] * shape.kernel[1];

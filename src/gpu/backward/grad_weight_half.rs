@@ -4,7 +4,6 @@
 //! split-K reduction ([`super::grad_weight`]).
 
 use crate::gpu::context::GpuContext;
-use crate::gpu::convert::DTYPE_FUNCTIONS;
 use crate::gpu::forward::coop::{self, FULL_RUN, SUBGROUP};
 use crate::gpu::forward::gemm::{scaled_module, SCALED_PROLOGUE};
 use crate::gpu::kernel::{fill_markers, with_shape_prelude};
@@ -142,7 +141,7 @@ impl HalfTile {
             SHADER,
             &[("PROLOGUE", SCALED_PROLOGUE), ("ACC_DECL", &acc_decl), ("MATH", &math), ("EPILOGUE", &epilogue)],
         );
-        format!("{header}{}{module}{body}\n{tap_range}\n{DTYPE_FUNCTIONS}", scaled_module(MAXIMA_BINDING))
+        format!("{header}{}{module}{body}\n{tap_range}", scaled_module(MAXIMA_BINDING))
     }
 
     /// Tensor cores: x's rows as A (row-major [m][k]: `coopLoadT`), grad_output's as B (column-major [n][k]:

@@ -185,16 +185,9 @@ pub fn conv_transpose2d_backward_into(
             label: Some("convt conv_transpose2d backward"),
             timestamp_writes: timer.map(|(t, slot)| t.pass_writes(slot)),
         });
-        // Half-precision operands get f32 copies for the kernels that read f32: every one but the f16 grad_weight
-        // tiles (x and grad_output in any dtype) and the padded-NHWC kernel as grad_input's (grad_output in any
-        // dtype). grad_bias's sum reads f32.
-        let dtype = input.dtype();
-        let gw_reads_dtype = matches!(gw_kernel, GradWeightKernel::Half(_));
-        let gi_reads_dtype = matches!(kernel, GradInputKernel::Transposed(s) if s.reads_input(dtype));
-        let go_as_f32 = !gw_reads_dtype || !gi_reads_dtype || grad_bias.is_some();
-        let x = if gw_reads_dtype { None } else { convert::to_f32(ctx, input, &mut pass)? };
+        let x = convert::to_f32(ctx, input, &mut pass)?;
         let w = convert::to_f32(ctx, weight, &mut pass)?;
-        let go = if go_as_f32 { convert::to_f32(ctx, grad_output, &mut pass)? } else { None };
+        let go = convert::to_f32(ctx, grad_output, &mut pass)?;
         let (input, weight) = (x.as_ref().unwrap_or(input), w.as_ref().unwrap_or(weight));
         let grad_output = go.as_ref().unwrap_or(grad_output);
         grad_input::encode(ctx, &shape, kernel, weight, grad_output, gi_out, &mut pass, &mut in_flight)?;
