@@ -38,25 +38,7 @@ const LOADS: u32 = TILE * BK / WG; // values of each operand one invocation stag
 // The staging covers each of the TILE rows of a step exactly once (rows row0 + (WG/BK)*j).
 const_assert WG % BK == 0u && (TILE * BK) % WG == 0u;
 
-struct Slice {
-    n_count: u32,
-    x_offset: u32,          // element offset of (sample 0 of the slice, channel ic_begin) in the x binding
-    go_offset: u32,         // element offset of (sample 0 of the slice, channel go_first_channel) in grad_output
-    go_first_channel: u32,
-    ic_begin: u32,
-    ic_end: u32,
-    oc_begin: u32,          // grad_output channels of the slice (global channel numbers)
-    oc_end: u32,
-    splits: u32,            // K chunks per tile
-    chunk: u32,             // pixels per K chunk (a multiple of BK)
-    dispatch_width: u32,
-    _pad: u32,
-}
-
-@group(0) @binding(0) var<uniform> slice: Slice;
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read> grad_out: array<f32>;
-@group(0) @binding(3) var<storage, read_write> partial: array<f32>;
+// The slice uniform, the bindings and LoadCtx: shaders/backward/grad_weight_common.wgsl (the host appends it).
 
 // The staged steps, [k][channel / 4] with rows ROW vec4s apart. The staging writes run down a column (the lanes
 // of a subgroup hold consecutive pixels k of one channel, for coalesced global loads); the skew of one vec4 per
@@ -66,22 +48,6 @@ const ROW: u32 = TILE / 4u + 1u;
 var<workgroup> xs: array<vec4<f32>, BK * ROW>;   // [k][ic / 4]
 var<workgroup> gs: array<vec4<f32>, BK * ROW>;   // [k][oc / 4]
 
-// What the loads of a step need.
-struct LoadCtx {
-    rh: vec2<u32>,  // the tap's input rows [rh.x, rh.y) and columns [rw.x, rw.y)
-    rw: vec2<u32>,
-    nh: u32,
-    nw: u32,
-    k_end: u32,
-    k_local: u32,
-    row0: u32,
-    ic_lo: u32,
-    ic_hi: u32,
-    oc_lo: u32,
-    oc_hi: u32,
-    kh: u32,
-    kw: u32,
-}
 
 struct Staged {
     x: array<f32, LOADS>,

@@ -23,6 +23,10 @@ pub const SHADER: &str = with_shape_prelude!("backward/grad_weight.wgsl");
 /// Which input indices a tap reaches the output from: put in both kernels' modules.
 pub const TAP_RANGE_SHADER_NAME: &str = "backward/tap_range.wgsl";
 pub(crate) const TAP_RANGE: &str = include_str!("../../../shaders/backward/tap_range.wgsl");
+pub const COMMON_SHADER_NAME: &str = "backward/grad_weight_common.wgsl";
+/// What the per-tap GEMM kernels share (the slice uniform, the bindings, a K step's load context): put in both
+/// kernels' modules.
+pub(crate) const COMMON: &str = include_str!("../../../shaders/backward/grad_weight_common.wgsl");
 pub const ROWS_SHADER_NAME: &str = "backward/grad_weight_rows.wgsl";
 /// `shaders/backward/grad_weight_rows.wgsl` behind the shape's constants.
 pub const ROWS_SHADER: &str = with_shape_prelude!("backward/grad_weight_rows.wgsl");
@@ -195,7 +199,7 @@ pub fn source(tile: usize) -> String {
         }
     }
     let body = fill_markers(SHADER, &[("ACC_DECL", &decl), ("MATH", &math), ("EPILOGUE", &epilogue)]);
-    format!("const TILE: u32 = {tile}u;\nconst TN: u32 = {tn}u;\n{body}\n{TAP_RANGE}")
+    format!("const TILE: u32 = {tile}u;\nconst TN: u32 = {tn}u;\n{body}\n{COMMON}\n{TAP_RANGE}")
 }
 
 /// The layout of `shaders/backward/grad_weight_rows.wgsl` for a shape: vec4s of input channels per group (`cig4`),
@@ -364,7 +368,13 @@ pub(crate) fn encode(
         Tile::Exact(t) => (format!("grad_weight_{t}"), Box::new(move || source(t)), (t, t), BK, invocations(t)),
         Tile::Half(t) => {
             let size = (t.bm as usize, t.bn as usize);
-            (t.name(), Box::new(move || t.source(TAP_RANGE)), size, t.bk as usize, t.threads() as usize)
+            (
+                t.name(),
+                Box::new(move || t.source(&format!("{COMMON}\n{TAP_RANGE}"))),
+                size,
+                t.bk as usize,
+                t.threads() as usize,
+            )
         }
     };
     let maxima = match tile {
@@ -436,7 +446,9 @@ pub(crate) fn shader_variants() -> Vec<crate::gpu::ShaderVariant> {
         let k = RowsKernel { cig4, ocb: 16, kernel_w: 5, rb: 4, xw: 256 };
         (ROWS_SHADER_NAME, format!("grad_weight_rows cig4 {cig4}"), k.source())
     }));
-    v.extend(HALF_TILES.iter().map(|t| (grad_weight_half::SHADER_NAME, t.name(), t.source(TAP_RANGE))));
+    let shared = format!("{COMMON}\n{TAP_RANGE}");
+    v.extend(HALF_TILES.iter().map(|t| (grad_weight_half::SHADER_NAME, t.name(), t.source(&shared))));
+    v.push((COMMON_SHADER_NAME, format!("{COMMON_SHADER_NAME} in {SHADER_NAME}"), source(TILES[0])));
     v.push((TAP_RANGE_SHADER_NAME, format!("{TAP_RANGE_SHADER_NAME} in {SHADER_NAME}"), source(TILES[0])));
     v.push((REDUCE_SHADER_NAME, REDUCE_SHADER_NAME.to_string(), REDUCE_SHADER.to_string()));
     v

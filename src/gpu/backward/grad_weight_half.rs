@@ -122,8 +122,9 @@ impl HalfTile {
     }
 
     /// The shader: the template with this tile's constants in front, its products and epilogue at the marker
-    /// lines, and the tap bounds (`tap_range`) behind.
-    pub fn source(&self, tap_range: &str) -> String {
+    /// lines, and `shared` (what the per-tap kernels share: shaders/backward/grad_weight_common.wgsl and
+    /// tap_range.wgsl) behind.
+    pub fn source(&self, shared: &str) -> String {
         let (acc_decl, math, epilogue, enable, module) = match self.units {
             Units::TensorCores => self.coop_parts(),
             Units::Fma => self.fma_parts(),
@@ -141,7 +142,7 @@ impl HalfTile {
             SHADER,
             &[("PROLOGUE", SCALED_PROLOGUE), ("ACC_DECL", &acc_decl), ("MATH", &math), ("EPILOGUE", &epilogue)],
         );
-        format!("{header}{}{module}{body}\n{tap_range}", scaled_module(MAXIMA_BINDING))
+        format!("{header}{}{module}{body}\n{shared}", scaled_module(MAXIMA_BINDING))
     }
 
     /// Tensor cores: x's rows as A (row-major [m][k]: `coopLoadT`), grad_output's as B (column-major [n][k]:
@@ -218,7 +219,8 @@ mod tests {
         for t in HALF_TILES {
             assert!(t.is_consistent(), "{t:?}");
             assert!(t.threads() <= 256, "{t:?}");
-            let source = t.source(super::super::grad_weight::TAP_RANGE);
+            let source =
+                t.source(&format!("{}\n{}", super::super::grad_weight::COMMON, super::super::grad_weight::TAP_RANGE));
             let bytes = coop::workgroup_bytes_aligned(&source, &t.name());
             assert_eq!(bytes, t.workgroup_bytes(), "{t:?}");
             // 32 KiB: what the software driver offers, where the FMA tile runs in CI (the tensor-core tiles are
