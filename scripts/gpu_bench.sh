@@ -40,17 +40,19 @@ run() { echo "\$ $*" >> "$log"; "$@" >> "$log" 2>&1; }
 head -4 "$out/info.txt" | tee -a "$log"
 rm "$out/info.txt"
 if [ "$what" = all ] || [ "$what" = tune ]; then
-  # Exact kernels on every case; `fast` only where tensor cores may win (64+ channels per group): elsewhere it
-  # takes the exact winner (gpu::select).
+  # Exact kernels on every case; `fast` only where tensor cores may win (64+ channels per group; for the backward's
+  # grad_weight also 32+ at stride 1): elsewhere it takes the exact winner (gpu::select).
   run "$convt" tune --runs 10
   run "$convt" tune --precision fast --runs 10 --case kb57 kb65 kb69 up2x dcgan
   run "$convt" tune --backward --runs 10
+  run "$convt" tune --backward --precision fast --runs 10 --case kb57 kb65 kb69 kb71 kb78 up2x dcgan
   grep -E -- '->' "$log"
 fi
 if [ "$what" = all ] || [ "$what" = bench ]; then
   run "$convt" verify
   run "$convt" verify --precision fast
   run "$convt" verify --backward
+  run "$convt" verify --backward --precision fast
   run "$convt" bench --ceilings --runs 20 --json "$out/convt_f32.json"
   run "$convt" bench --precision fast --runs 20 --json "$out/convt_fast.json"
   run "$convt" bench --backward --runs 20 --json "$out/convt_backward.json"

@@ -7,10 +7,10 @@
 //! selectors at `fast`, with and without a tuning cache; and `convt verify --backward --precision fast`.
 //!
 //! On Mesa's software driver (SHADER_F16, no cooperative matrices) the fast kernels that run are grad_weight's FMA
-//! tile (`grad_weight_f16_64x64`) and grad_input's f16-operand GEMM tiles, on the transposed convolution (stride 1)
+//! tile (`grad_weight_f16_64x64x32`) and grad_input's f16-operand GEMM tiles, on the transposed convolution (stride 1)
 //! and on the sampled correlation (any stride). The tensor-core tiles (`grad_weight_coop_*`, and grad_input's
-//! cooperative-matrix and padded-NHWC kernels) are checked on the GPU machine by this same binary: every test loops
-//! over whatever kernels the adapter runs.
+//! cooperative-matrix and padded-NHWC kernels) are checked by this same binary on an adapter with cooperative
+//! matrices: every test loops over whatever kernels the adapter runs.
 
 mod common;
 

@@ -229,7 +229,8 @@ class ConvTranspose2d:
 
     @property
     def precision(self):
-        """``"f32"`` (exact) or ``"fast"`` (1e-3 relative error allowed, like PyTorch's TF32)."""
+        """``"f32"`` (exact) or ``"fast"`` (1e-3 relative error allowed, like PyTorch's TF32), for the forward and
+        the backward."""
         return self._layer.precision
 
     @precision.setter
@@ -248,7 +249,8 @@ class ConvTranspose2d:
     def backward(self, input, grad_output):
         """``(grad_input, grad_weight, grad_bias)`` given the gradient of the output, as autograd computes them
         (grad_bias is None without a bias). The output_padding is the one whose output has grad_output's size,
-        so a forward with ``output_size`` is differentiated as run. In the input's dtype."""
+        so a forward with ``output_size`` is differentiated as run. In the input's dtype, at the layer's
+        ``precision`` (``"fast"``: f16 operands with f32 sums, as in the forward)."""
         x, code, dtype = _float_input(input, "input")
         go = _operand(grad_output, "grad_output")
         gi, gw, gb = self._layer.backward(x, go, code, self.device)

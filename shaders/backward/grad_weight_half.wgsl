@@ -20,8 +20,9 @@
 // - on tensor cores: each subgroup of 32 owns a WM x WN part of the tile as (WM/16) x (WN/16) f32 cooperative
 //   matrices; x's rows load as A (row-major, [m][k]), grad_output's as B (column-major, [n][k]). The epilogue
 //   goes through a per-subgroup scratch (src/gpu/forward/coop.rs `epilogue`);
-// - on the FMA units (adapters without cooperative matrices): each invocation owns 4 input channels x TN output
-//   channels of the tile, f32 sums of the same f16 operands.
+// - on the FMA units (a variant for adapters without cooperative matrices, run where the tuner or a caller picks
+//   it): each invocation owns 4 input channels x FMA_TN output channels of the tile, f32 sums of the same f16
+//   operands.
 // Either way the sums are unscaled (times 2^-(kx + kg), exact) as they are written.
 //
 // Large tensors arrive in slices (src/gpu/slices.rs, x read with grad_output): a dispatch covers samples

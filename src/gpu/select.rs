@@ -107,9 +107,11 @@ fn tuned_forward(ctx: &GpuContext, shape: &ConvShape, has_bias: bool, precision:
 /// - the tuning cache's entry (written by `convt tune --backward`) where it computes the shape on this device (for
 ///   an exact call, an exact kernel only);
 /// - for `fast`: where the shape has a transposed convolution, the forward selector's `fast` choice for it where
-///   that is an f16 kernel; elsewhere the staged cooperative-matrix tile on the sampled correlation where the
-///   forward would take tensor cores for a stride-1 problem of its sizes (64+ channels a side per group, not a
-///   gather kernel's shape). Otherwise `fast` takes the exact choice below, as the forward does;
+///   that is an f16 kernel (a forced f16 strategy reaches grad_input this way, through the forward's selector);
+///   elsewhere the staged cooperative-matrix tile on the sampled correlation where its problem has 64+ channels a
+///   side per group and is not a gather kernel's shape (the forward's rule for tensor cores, without its
+///   Winograd exception: Winograd does not compute the sampled correlation). Otherwise `fast` takes the exact
+///   choice below, as the forward does;
 /// - where the shape has a transposed convolution, the forward selector's exact choice for it, if that is a GEMM
 ///   or Winograd kernel;
 /// - else the forward's heuristic for a stride-1 problem of the sampled correlation's sizes: its GEMM tile, or the
@@ -173,7 +175,8 @@ pub fn grad_input(ctx: &GpuContext, shape: &ConvShape, precision: Precision) -> 
 
 /// grad_weight's kernel for `shape` at `precision` with the input and grad_output in `chunks` bindings: the tuning
 /// cache's entry where it computes the shape here (for an exact call, an exact kernel only); for `fast` on an
-/// adapter with cooperative matrices the tensor-core per-tap GEMM with [`grad_weight_half_tile`] where a group has
+/// adapter with cooperative matrices the tensor-core per-tap GEMM with the first of `grad_weight_half_tiles` that
+/// runs here, where a group has
 /// 64+ input and output channels, or 32+ at stride 1 (on kb81's strided groups of 32 x 64 the exact 32-wide tile
 /// measured faster); else the rows kernel wherever it takes the shape (strided, small groups: it measured faster
 /// than the per-tap GEMM's 16-wide tile there, `grad_weight::RowsKernel::for_shape`), else the per-tap GEMM with
@@ -185,11 +188,16 @@ pub fn grad_weight(ctx: &GpuContext, shape: &ConvShape, chunks: [usize; 2], prec
     if let Some(tuned) = tuned.filter(|k| allowed(k) && k.computes(ctx, shape, chunks)) {
         return tuned;
     }
-    let half = GradWeightKernel::Half(grad_weight_half_tile(shape));
     let channels = shape.in_per_group().min(shape.out_per_group());
     let wide = channels >= 64 || (channels >= 32 && shape.stride == [1, 1]);
-    if precision == Precision::Fast && wide && half.computes(ctx, shape, chunks) {
-        return half;
+    if precision == Precision::Fast && wide {
+        let half = grad_weight_half_tiles(shape)
+            .into_iter()
+            .map(GradWeightKernel::Half)
+            .find(|k| k.computes(ctx, shape, chunks));
+        if let Some(half) = half {
+            return half;
+        }
     }
     if GradWeightKernel::Rows.computes(ctx, shape, chunks) {
         GradWeightKernel::Rows
@@ -198,14 +206,17 @@ pub fn grad_weight(ctx: &GpuContext, shape: &ConvShape, chunks: [usize; 2], prec
     }
 }
 
-/// grad_weight's tensor-core tile at `fast`: 64 x 64 channels in K steps of 128 pixels where a group has 64+ input
-/// and output channels (the fastest measured on kb69, up2x and dcgan, within 6% of the fastest on kb57), else
-/// 32 x 32 (one subgroup; on kb71's groups of 32 it measured faster than every exact tile).
-pub(crate) fn grad_weight_half_tile(shape: &ConvShape) -> HalfTile {
+/// grad_weight's tensor-core tiles at `fast`, the preferred first (the selector takes the first that runs here):
+/// where a group has 64+ input and output channels, 64 x 64 channels in K steps of 128 pixels (the fastest measured
+/// on kb69, up2x and dcgan, within 6% of the fastest on kb57), then in steps of 64 (half the workgroup memory, for
+/// adapters with less of it); 32 x 32 (one subgroup; on kb71's groups of 32 it measured faster than every exact
+/// tile) for narrower groups, and last for every group.
+pub(crate) fn grad_weight_half_tiles(shape: &ConvShape) -> Vec<HalfTile> {
+    use grad_weight_half::{HALF_32X32X32, HALF_64X64X128, HALF_64X64X64};
     if shape.in_per_group().min(shape.out_per_group()) >= 64 {
-        grad_weight_half::HALF_64X64X128
+        vec![HALF_64X64X128, HALF_64X64X64, HALF_32X32X32]
     } else {
-        grad_weight_half::HALF_32X32X32
+        vec![HALF_32X32X32]
     }
 }
 

@@ -54,7 +54,7 @@ pub struct VerifyArgs {
     /// tensors plus the dtype's unit roundoff, 2^-11 or 2^-8, for the result's rounding).
     #[arg(long, value_parser = non_negative, allow_hyphen_values = true)]
     tolerance: Option<f64>,
-    /// Arithmetic of the forward: `f32` (exact) or `fast` (the fastest kernel within 1e-3: f16 operands with f32
+    /// Arithmetic of the forward and the backward: `f32` (exact) or `fast` (the fastest kernel within 1e-3: f16 operands with f32
     /// accumulation, or an exact kernel where that measured faster). Each line names the kernel that ran and how
     /// it computes.
     #[arg(long, default_value = "f32")]

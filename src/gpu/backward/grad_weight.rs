@@ -1,8 +1,11 @@
 //! The grad_weight kernels. `shaders/backward/grad_weight.wgsl`: one GEMM per tap (input channels x output channels,
 //! reduced over samples and pixels) in square workgroup tiles (64, or 32 or 16 for groups with fewer channels)
 //! with the reduction split into chunks. `shaders/backward/grad_weight_rows.wgsl` ([`RowsKernel`]): for strided problems
-//! with few input channels per group, a kernel row's taps from one pass over their grad_output rows. Both write
-//! partial sums that `shaders/backward/grad_weight_reduce.wgsl` adds in a fixed order: deterministic, no atomics.
+//! with few input channels per group, a kernel row's taps from one pass over their grad_output rows. At precision
+//! `fast`, `shaders/backward/grad_weight_half.wgsl` ([`super::grad_weight_half`]): the per-tap GEMM with f16
+//! operands on tensor cores. The per-tap kernels share `shaders/backward/grad_weight_common.wgsl` and
+//! `shaders/backward/tap_range.wgsl`. All write partial sums that `shaders/backward/grad_weight_reduce.wgsl` adds in
+//! a fixed order: deterministic, no atomics.
 
 use crate::error::{ConvtError, Result};
 use crate::gpu::absmax;
@@ -436,8 +439,8 @@ enum Tile {
     Half(HalfTile),
 }
 
-/// This kernel's shaders for validation (`gpu::shader_sources`): every per-tap GEMM tile (with the tap bounds they
-/// share), the rows kernel at every CIG4 `RowsKernel::for_shape` makes (groups of up to 16 input channels: the one
+/// This kernel's shaders for validation (`gpu::shader_sources`): every per-tap GEMM tile, exact and f16 (with the
+/// declarations and tap bounds they share), the rows kernel at every CIG4 `RowsKernel::for_shape` makes (groups of up to 16 input channels: the one
 /// constant its source depends on; the rest of its layout are override constants), and the reduction.
 pub(crate) fn shader_variants() -> Vec<crate::gpu::ShaderVariant> {
     let mut v: Vec<crate::gpu::ShaderVariant> =

@@ -1,7 +1,8 @@
 //! grad_weight at precision `fast` (`shaders/backward/grad_weight_half.wgsl`): the per-tap GEMM of the exact kernel
-//! with f16 operands scaled by powers of two per tensor and f32 sums, on tensor cores (cooperative matrices) or,
-//! where the adapter has none, on the FMA units; its partial sums go through the exact kernel's deterministic
-//! split-K reduction ([`super::grad_weight`]).
+//! with f16 operands scaled by powers of two per tensor and f32 sums, on tensor cores (cooperative matrices; what
+//! the selector takes) or on the FMA units (a variant for adapters without cooperative matrices, which only the
+//! tuner or a caller forces: there it measured slower than the exact kernels, which the selector takes instead);
+//! its partial sums go through the exact kernel's deterministic split-K reduction ([`super::grad_weight`]).
 
 use crate::gpu::context::GpuContext;
 use crate::gpu::forward::coop::{self, FULL_RUN, SUBGROUP};
@@ -21,7 +22,8 @@ const FMA_TN: u32 = 8;
 pub enum Units {
     /// Cooperative matrices (16x16x16 f16 x f16 -> f32), one subgroup of 32 per WM x WN part of the tile.
     TensorCores,
-    /// f32 fused multiply-adds of the f16 operands: for adapters with f16 shaders and no cooperative matrices.
+    /// f32 fused multiply-adds of the f16 operands, for adapters with f16 shaders and no cooperative matrices: a
+    /// candidate of the tuner (`convt tune --backward --precision fast`) and of a forced run, never the selector's.
     Fma,
 }
 

@@ -79,7 +79,9 @@ impl GpuGradients {
 
 /// The gradients of `conv_transpose2d(input, weight, bias, **options)` given `grad_output`, on GPU-resident
 /// tensors, at `options.precision`: exact f32 sums (half-precision tensors read as f32), or for `fast` f16 operands
-/// scaled by powers of two per tensor with f32 sums, on tensor cores where the adapter has them (as the forward).
+/// scaled by powers of two per tensor with f32 sums on tensor cores, where the adapter has cooperative matrices and
+/// the shape is one the selector gives them ([`crate::gpu::select`]: grad_weight from 64 channels a side per group,
+/// or 32 at stride 1; elsewhere, and on adapters without cooperative matrices, `fast` runs the exact kernels).
 /// Each gradient comes back in its tensor's dtype, rounded once from f32 sums. `bias` only says whether there is one
 /// (its values do not enter the gradients).
 pub fn conv_transpose2d_backward(
@@ -120,9 +122,9 @@ pub fn conv_transpose2d_backward_into(
         DType::F32 => Ok(()),
         _ => t.expect_dtype(what, input.dtype()),
     };
-    master(&grads.grad_weight, "grad_weight")?;
+    master(&grads.grad_weight, "grad_weight (or f32: GpuGradients::empty_with_f32_weight)")?;
     if let Some(gb) = &grads.grad_bias {
-        master(gb, "grad_bias")?;
+        master(gb, "grad_bias (or f32: GpuGradients::empty_with_f32_weight)")?;
     }
     let cannot =
         |name: String| Err(ConvtError::InvalidArgument(format!("{name} does not compute this shape on this adapter")));

@@ -137,7 +137,8 @@ impl Parts {
     }
 }
 
-/// The module-scope code of the f16-operand variants: the operand maxima (binding 5, written by
+/// The module-scope code of the f16-operand variants (behind the maxima's binding, [`scaled_module`]): the
+/// operand maxima (written by
 /// shaders/common/absmax.wgsl, the GEMM's weight maximum by its packing, shaders/forward/gemm_weights.wgsl; the padded-NHWC
 /// kernel's input maximum by its copy, shaders/forward/coop_nhwc_input.wgsl) and the scaling by powers of two. Each operand's
 /// scale 2^k has k capped at 127, so it is one normal f32 and staging a value costs one exact multiplication (k
