@@ -563,7 +563,8 @@ impl GpuTensor {
     }
 
     /// This tensor's values in `dtype` (rounded to nearest even where it is narrower), in a new tensor, on the GPU:
-    /// PyTorch's `.to(dtype)`. An f32 master weight's f16 or bf16 copy for a mixed-precision step, say.
+    /// PyTorch's `.to(dtype)`, except that the result is always a new tensor (a copy where `dtype` is this tensor's
+    /// own). An f32 master weight's f16 or bf16 copy for a mixed-precision step, say.
     pub fn to_dtype(&self, ctx: &GpuContext, dtype: DType) -> Result<GpuTensor> {
         let out = GpuTensor::empty_with(ctx, &self.shape, dtype)?;
         out.mark_written();

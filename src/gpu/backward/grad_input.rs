@@ -91,7 +91,9 @@ pub enum GradInputKernel {
     /// `dilation * (kernel - 1)`), with the weight flipped.
     Transposed(Strategy),
     /// The GEMM kernel with this tile (a register tile, f32 or f16 operands, or a cooperative-matrix tile) on the
-    /// sampled correlation of grad_output with the flipped weight (any stride).
+    /// sampled correlation of grad_output with the flipped weight (any stride). Only `Strategy::Gemm` and
+    /// `Strategy::Coop` compute it: [`GradInputKernel::computes`] is false for any other strategy, and running one
+    /// is an error.
     Sampled(Strategy),
     /// `shaders/backward/grad_input.wgsl`, the gather over grad_output (every option).
     Gather,
