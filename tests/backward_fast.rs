@@ -15,7 +15,7 @@
 mod common;
 
 use common::cli::{convt_ok, describe, text};
-use common::problems::Problem;
+use common::problems::{self, Problem};
 use convt::gpu::tune::{Pass, TuneCache, TuneEntry, TuneKey};
 use convt::gpu::{self, select, BackwardRun, GpuOptions, GradInputKernel, GradWeightKernel, Strategy};
 use convt::{
@@ -94,24 +94,7 @@ fn fast_problems() -> impl proptest::strategy::Strategy<Value = Problem> {
                 ([0i64..=3, 0i64..=3], [0i64..=3, 0i64..=3], any::<bool>(), any::<u64>()),
             )
         })
-        .prop_filter_map(
-            "output must be non-empty",
-            |((n, g, cig, cog), (h, w, kh, kw), (s, d), (p, op, bias, seed))| {
-                // output_padding < max(stride, dilation), as PyTorch requires.
-                let op = [op[0] % s[0].max(d[0]), op[1] % s[1].max(d[1])];
-                let params = ConvTranspose2dOptions {
-                    stride: s,
-                    padding: p,
-                    output_padding: op,
-                    dilation: d,
-                    groups: g as i64,
-                    ..Default::default()
-                };
-                let pr =
-                    Problem { input: vec![n, g * cig, h, w], weight: vec![g * cig, cog, kh, kw], bias, params, seed };
-                params.resolve(&pr.input, &pr.weight, bias.then_some(&[cog * g][..])).ok().map(|_| pr)
-            },
-        );
+        .prop_filter_map("output must be non-empty", problems::problem_of);
     (drawn, any::<bool>()).prop_filter_map("stride 1 must leave an output", |(p, stride_1)| match stride_1 {
         true => transposable(p),
         false => Some(p),

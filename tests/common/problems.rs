@@ -28,6 +28,29 @@ impl Problem {
     }
 }
 
+/// What [`problems`] draws: (batch, groups, input and output channels per group), (H, W, kH, kW), (stride,
+/// dilation), (padding, output_padding, bias, seed).
+pub type Drawn =
+    ((usize, usize, usize, usize), (usize, usize, usize, usize), ([i64; 2], [i64; 2]), ([i64; 2], [i64; 2], bool, u64));
+
+/// The problem `drawn` describes, its output_padding taken modulo max(stride, dilation) (PyTorch's bound), or
+/// `None` where it has no valid output.
+pub fn problem_of(((n, g, cig, cog), (h, w, kh, kw), (s, d), (p, op, bias, seed)): Drawn) -> Option<Problem> {
+    // output_padding < max(stride, dilation), as PyTorch requires.
+    let op = [op[0] % s[0].max(d[0]), op[1] % s[1].max(d[1])];
+    let params = ConvTranspose2dOptions {
+        stride: s,
+        padding: p,
+        output_padding: op,
+        dilation: d,
+        groups: g as i64,
+        ..Default::default()
+    };
+    let pr = Problem { input: vec![n, g * cig, h, w], weight: vec![g * cig, cog, kh, kw], bias, params, seed };
+    let cout = cog * g;
+    params.resolve(&pr.input, &pr.weight, bias.then_some(&[cout][..])).ok().map(|_| pr)
+}
+
 pub fn problems() -> impl Strategy<Value = Problem> {
     (
         (1usize..=3, 1usize..=4, 1usize..=4, 1usize..=4), // batch, groups, in per group, out per group
@@ -35,23 +58,5 @@ pub fn problems() -> impl Strategy<Value = Problem> {
         ([1i64..=4, 1i64..=4], [1i64..=3, 1i64..=3]),     // stride, dilation
         ([0i64..=3, 0i64..=3], [0i64..=3, 0i64..=3], any::<bool>(), any::<u64>()),
     )
-        .prop_filter_map(
-            "output must be non-empty",
-            |((n, g, cig, cog), (h, w, kh, kw), (s, d), (p, op, bias, seed))| {
-                // output_padding < max(stride, dilation), as PyTorch requires.
-                let op = [op[0] % s[0].max(d[0]), op[1] % s[1].max(d[1])];
-                let params = ConvTranspose2dOptions {
-                    stride: s,
-                    padding: p,
-                    output_padding: op,
-                    dilation: d,
-                    groups: g as i64,
-                    ..Default::default()
-                };
-                let pr =
-                    Problem { input: vec![n, g * cig, h, w], weight: vec![g * cig, cog, kh, kw], bias, params, seed };
-                let cout = cog * g;
-                params.resolve(&pr.input, &pr.weight, bias.then_some(&[cout][..])).ok().map(|_| pr)
-            },
-        )
+        .prop_filter_map("output must be non-empty", problem_of)
 }

@@ -41,12 +41,7 @@ impl GpuGradients {
         bias: Option<&GpuTensor>,
         params: &ConvTranspose2dOptions,
     ) -> Result<Self> {
-        let shape = params.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?;
-        Ok(Self {
-            grad_input: GpuTensor::empty_with(ctx, &shape.input_dims_as_given(), input.dtype())?,
-            grad_weight: GpuTensor::empty_with(ctx, &shape.weight_dims(), weight.dtype())?,
-            grad_bias: bias.map(|b| GpuTensor::empty_with(ctx, &[shape.out_channels], b.dtype())).transpose()?,
-        })
+        Self::empty_as(ctx, input, weight, bias, params, None)
     }
 
     /// Uninitialised gradients as [`GpuGradients::empty`], but those of the weight and the bias in f32 whatever the
@@ -59,11 +54,26 @@ impl GpuGradients {
         bias: Option<&GpuTensor>,
         params: &ConvTranspose2dOptions,
     ) -> Result<Self> {
+        Self::empty_as(ctx, input, weight, bias, params, Some(DType::F32))
+    }
+
+    /// Uninitialised gradients, each in the dtype of the tensor it is the gradient of, or for the weight and the bias
+    /// in `params_dtype` where given.
+    fn empty_as(
+        ctx: &GpuContext,
+        input: &GpuTensor,
+        weight: &GpuTensor,
+        bias: Option<&GpuTensor>,
+        params: &ConvTranspose2dOptions,
+        params_dtype: Option<DType>,
+    ) -> Result<Self> {
         let shape = params.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?;
         Ok(Self {
             grad_input: GpuTensor::empty_with(ctx, &shape.input_dims_as_given(), input.dtype())?,
-            grad_weight: GpuTensor::empty_with(ctx, &shape.weight_dims(), DType::F32)?,
-            grad_bias: bias.map(|_| GpuTensor::empty_with(ctx, &[shape.out_channels], DType::F32)).transpose()?,
+            grad_weight: GpuTensor::empty_with(ctx, &shape.weight_dims(), params_dtype.unwrap_or(weight.dtype()))?,
+            grad_bias: bias
+                .map(|b| GpuTensor::empty_with(ctx, &[shape.out_channels], params_dtype.unwrap_or(b.dtype())))
+                .transpose()?,
         })
     }
 
