@@ -72,15 +72,6 @@ impl DType {
                 .for_each(|(o, b)| *o = half::bf16::from_le_bytes([b[0], b[1]]).to_f32()),
         }
     }
-
-    /// Its code in the shaders' `DTYPE` override constants (shaders/common/dtype.wgsl).
-    pub(crate) fn shader_code(self) -> f64 {
-        match self {
-            DType::F32 => 0.0,
-            DType::F16 => 1.0,
-            DType::BF16 => 2.0,
-        }
-    }
 }
 
 impl fmt::Display for DType {

@@ -80,10 +80,27 @@ fn check_forward(ctx: &GpuContext, p: &Problem, dtype: DType, precision: Precisi
 
 /// The backward of `p` in `dtype` on `ctx`, each gradient checked against the reference.
 fn check_backward(ctx: &GpuContext, p: &Problem, dtype: DType) -> Result<(), String> {
+    check_backward_with(ctx, p, dtype, Precision::F32, gpu::BackwardRun::default())
+}
+
+/// [`check_backward`] at `precision` with the kernels `run` forces (the selector's where it names none).
+fn check_backward_with(
+    ctx: &GpuContext,
+    p: &Problem,
+    dtype: DType,
+    precision: Precision,
+    run: gpu::BackwardRun<'_>,
+) -> Result<(), String> {
     let (x, w, b) = tensors_in(p, dtype);
     let shape = p.shape();
     let go = Tensor::uniform(shape.output_dims_as_given(), -1.0, 1.0, p.seed ^ 3).unwrap().to_dtype(dtype);
-    let grads = common::backward_host(ctx, &x, &w, b.as_ref(), &go, &p.params).map_err(|e| e.to_string())?;
+    let options = p.params.precision(precision);
+    let err = |e: ConvtError| e.to_string();
+    let up = |t: &Tensor| GpuTensor::upload(ctx, t).map_err(err);
+    let (gx, gw, gb, ggo) = (up(&x)?, up(&w)?, b.as_ref().map(up).transpose()?, up(&go)?);
+    let grads = gpu::GpuGradients::empty(ctx, &gx, &gw, gb.as_ref(), &options).map_err(err)?;
+    gpu::conv_transpose2d_backward_into(ctx, &gx, &gw, gb.as_ref(), &ggo, &options, &grads, run).map_err(err)?;
+    let grads = grads.download(ctx).map_err(err)?;
     let gi = cpu::grad_input_f64(&shape, go.data(), w.data()).unwrap();
     let gi_m = cpu::grad_input_f64(&shape, &abs(&go), &abs(&w)).unwrap();
     check_rounded(dtype, "grad_input", &grads.grad_input, &gi, &gi_m)?;
@@ -164,6 +181,29 @@ fn the_backward_computes_half_precision_gradients() {
     for dtype in HALVES {
         for p in [mixed_problem(common::fresh_seed()), one_group_problem(common::fresh_seed())] {
             check_backward(ctx, &p, dtype).unwrap_or_else(|e| panic!("seed {}: {e}", p.seed));
+        }
+    }
+}
+
+#[test]
+fn every_backward_kernel_computes_half_precision_gradients() {
+    // Each grad_input kernel (with the first grad_weight candidate) and each grad_weight kernel (with the first
+    // grad_input one) the adapter runs, at both precisions, on half-precision tensors, into poisoned gradients.
+    let ctx = common::ctx();
+    for dtype in HALVES {
+        for p in [mixed_problem(common::fresh_seed()), one_group_problem(common::fresh_seed())] {
+            let shape = p.shape();
+            for precision in [Precision::F32, Precision::Fast] {
+                let gis = gpu::GradInputKernel::candidates(ctx, &shape, precision);
+                let gws = gpu::GradWeightKernel::candidates(ctx, &shape, [1, 1], precision);
+                let runs = gis.iter().map(|&gi| (gi, gws[0])).chain(gws.iter().map(|&gw| (gis[0], gw)));
+                for (gi, gw) in runs {
+                    let run = gpu::BackwardRun { grad_input: Some(gi), grad_weight: Some(gw), ..Default::default() };
+                    check_backward_with(ctx, &p, dtype, precision, run).unwrap_or_else(|e| {
+                        panic!("seed {}: {} / {} {dtype} {precision}: {e}", p.seed, gi.name(), gw.name())
+                    });
+                }
+            }
         }
     }
 }

@@ -29,8 +29,8 @@ struct Chunk {
 }
 
 @group(0) @binding(0) var<uniform> chunk: Chunk;
-@group(0) @binding(1) var<storage, read> grad_out: array<f32>;
-@group(0) @binding(2) var<storage, read_write> grad_b: array<f32>;
+// grad_out (binding 1) and grad_b (2), read with grad_out_ld(i) and written with grad_b_st(i, v) in their dtypes
+// (declared by the host: src/gpu/wgsl/operands.rs).
 
 // Each invocation's sum and the rounding errors it has gathered.
 var<workgroup> partial: array<vec2<f32>, WG>;
@@ -69,7 +69,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     for (var p = first; p < chunk.planes; p += C_OUT) {
         let base = p * pixels;
         for (var i = lid; i < pixels; i += WG) {
-            sum = add(sum, grad_out[base + i]);
+            sum = add(sum, grad_out_ld(base + i));
         }
     }
     partial[lid] = sum;
@@ -85,10 +85,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     if (lid == 0u) {
         var total = partial[0];
         if (chunk.accumulate != 0u) {
-            total = add(total, grad_b[co]);
+            total = add(total, grad_b_ld(co));
         }
         // A non-finite sum (an Inf or NaN term, or overflow) is the plain sum itself: its error term is then
         // NaN (Inf - Inf) and must not replace the definition's Inf.
-        grad_b[co] = select(total.x, total.x + total.y, is_finite(total.x));
+        grad_b_st(co, select(total.x, total.x + total.y, is_finite(total.x)));
     }
 }

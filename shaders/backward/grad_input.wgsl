@@ -39,9 +39,8 @@ struct Slice {
 }
 
 @group(0) @binding(0) var<uniform> slice: Slice;
-@group(0) @binding(1) var<storage, read> grad_out: array<f32>;
-@group(0) @binding(2) var<storage, read> w: array<f32>;
-@group(0) @binding(3) var<storage, read_write> grad_in: array<f32>;
+// grad_out (binding 1), w (2) and grad_in (3, written), in the tensors' dtype: read with grad_out_ld(i) and the
+// like, written with grad_in_st(i, v) (declared by the host: src/gpu/wgsl/operands.rs).
 
 // The taps k of one axis whose output index i*s - pad + k*d lies in [0, out_size): k in [lo, lo + count).
 struct Taps {
@@ -103,9 +102,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             let oh = ih * S_H + kh * D_H - P_H;
             for (var kw = tw.lo; kw < tw.lo + tw.count; kw++) {
                 let ow = iw * S_W + kw * D_W - P_W;
-                let g = grad_out[go_plane + oh * OUT_W + ow];
+                let g = grad_out_ld(go_plane + oh * OUT_W + ow);
                 let t = w_col + kh * K_W + kw;
-                acc += g * vec4<f32>(w[rows.x + t], w[rows.y + t], w[rows.z + t], w[rows.w + t]);
+                acc += g * vec4<f32>(w_ld(rows.x + t), w_ld(rows.y + t), w_ld(rows.z + t), w_ld(rows.w + t));
             }
         }
     }
@@ -120,8 +119,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         let idx = gi_sample + (ci - slice.gi_first_channel) * pixels + ih * IN_W + iw;
         var v = acc[j];
         if (slice.accumulate != 0u) {
-            v += grad_in[idx];
+            v += grad_in_ld(idx);
         }
-        grad_in[idx] = v;
+        grad_in_st(idx, v);
     }
 }

@@ -11,8 +11,8 @@ override TAPS: u32;
 override WORKGROUP_SIZE: u32 = 256u;
 
 @group(0) @binding(0) var<uniform> dispatch_width: u32;
-@group(0) @binding(1) var<storage, read> src: array<f32>;
-@group(0) @binding(2) var<storage, read_write> dst: array<f32>;
+// src (binding 1) and dst (2) in the weight's dtype, through src_ld and dst_st (declared by the host:
+// src/gpu/wgsl/operands.rs).
 
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -24,5 +24,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let ic = (i / TAPS) % CIG;
     let co = i / (TAPS * CIG);
     let g = co / COG;
-    dst[i] = src[((g * CIG + ic) * COG + co % COG) * TAPS + (TAPS - 1u - tap)];
+    dst_st(i, src_ld(((g * CIG + ic) * COG + co % COG) * TAPS + (TAPS - 1u - tap)));
 }

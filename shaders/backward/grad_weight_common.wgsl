@@ -19,8 +19,8 @@ struct Slice {
 }
 
 @group(0) @binding(0) var<uniform> slice: Slice;
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read> grad_out: array<f32>;
+// x (binding 1) and grad_out (2), in the tensors' dtype, are read with x_ld(i) and grad_out_ld(i) (declared by
+// the host: src/gpu/wgsl/operands.rs).
 @group(0) @binding(3) var<storage, read_write> partial: array<f32>;
 
 // What the loads of a step need.

@@ -65,13 +65,13 @@ fn load_step(c: LoadCtx, k0: u32) -> Staged {
     for (var j = 0u; j < LOADS_A; j++) {
         let ic = c.ic_lo + c.row0 + j * (THREADS / BK);
         if (ic >= slice.ic_begin && ic < c.ic_hi) {
-            r.x[j] = x[xi + (ic - slice.ic_begin) * in_pixels];
+            r.x[j] = x_ld(xi + (ic - slice.ic_begin) * in_pixels);
         }
     }
     for (var j = 0u; j < LOADS_B; j++) {
         let oc = c.oc_lo + c.row0 + j * (THREADS / BK);
         if (oc >= slice.oc_begin && oc < c.oc_hi) {
-            r.g[j] = grad_out[gi + (oc - slice.go_first_channel) * out_pixels];
+            r.g[j] = grad_out_ld(gi + (oc - slice.go_first_channel) * out_pixels);
         }
     }
     return r;

@@ -13,7 +13,8 @@ struct Params {
 
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read> partial: array<f32>;
-@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+// out (binding 2), grad_weight in its dtype, is read with out_ld(i) and written with out_st(i, v) (declared by the
+// host: src/gpu/wgsl/operands.rs).
 
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -26,7 +27,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         sum += partial[s * params.elems + i];
     }
     if (params.accumulate != 0u) {
-        sum += out[i];
+        sum += out_ld(i);
     }
-    out[i] = sum;
+    out_st(i, sum);
 }

@@ -45,8 +45,8 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> u: Params;
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read> grad_out: array<f32>;
+// x (binding 1) and grad_out (2), in the tensors' dtype, are read with x_ld(i) and grad_out_ld(i) (declared by
+// the host: src/gpu/wgsl/operands.rs).
 @group(0) @binding(3) var<storage, read_write> partial: array<f32>;
 
 var<workgroup> xs: array<vec4<f32>, XW * CIG4>; // [iw - c0][ic / 4]
@@ -95,7 +95,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 let ic = i / XW;
                 var v = 0.0;
                 if (ic < cig && c0 + col < IN_W) {
-                    v = x[x_row + ic * IN_H * IN_W + c0 + col];
+                    v = x_ld(x_row + ic * IN_H * IN_W + c0 + col);
                 }
                 xs[col * CIG4 + ic / 4u][ic % 4u] = v;
             }
@@ -110,7 +110,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 for (; iw + UNROLL <= hi; iw += UNROLL) {
                     var g: array<f32, UNROLL>;
                     for (var j = 0u; j < UNROLL; j++) {
-                        g[j] = grad_out[go_row + (iw + j) * S_W + kw * D_W - P_W];
+                        g[j] = grad_out_ld(go_row + (iw + j) * S_W + kw * D_W - P_W);
                     }
                     for (var j = 0u; j < UNROLL; j++) {
                         for (var q = 0u; q < CIG4; q++) {
@@ -119,7 +119,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                     }
                 }
                 for (; iw < hi; iw++) {
-                    let g = grad_out[go_row + iw * S_W + kw * D_W - P_W];
+                    let g = grad_out_ld(go_row + iw * S_W + kw * D_W - P_W);
                     for (var q = 0u; q < CIG4; q++) {
                         acc[q] += xs[(iw - c0) * CIG4 + q] * g;
                     }

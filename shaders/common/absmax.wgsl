@@ -20,7 +20,8 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> data: array<f32>;
+// data (binding 1), the tensor in its dtype, is read with data_ld(i) (declared by the host:
+// src/gpu/wgsl/operands.rs).
 @group(0) @binding(2) var<storage, read_write> maxima: array<atomic<u32>>;
 
 var<workgroup> wg_max: atomic<u32>;
@@ -36,7 +37,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation
         for (var k = 0u; k < LOADS; k++) {
             let j = i + k * p.stride;
             if (j < p.count) {
-                m = max(m, finite_magnitude_bits(data[j]));
+                m = max(m, finite_magnitude_bits(data_ld(j)));
             }
         }
     }

@@ -1,29 +1,12 @@
-// dtype.wgsl: tensors' element types in the shaders (src/dtype.rs): code 0 is f32, one value per u32 word; codes 1
-// (f16) and 2 (bf16) hold two values per word, element e in the low half of word e / 2 where e is even, the high
-// half where it is odd (little-endian, as the host and safetensors store them). Put in the same module as the
-// shaders that read or write tensors of any dtype; no entry point of its own.
+// dtype.wgsl: the bits of half-precision values (src/dtype.rs): f16 and bf16 tensors hold two values per u32 word,
+// element e in the low half of word e / 2 where e is even, the high half where it is odd (little-endian, as the
+// host and safetensors store them). The operand functions of src/gpu/wgsl/operands.rs put these in the modules
+// whose loads decode f16 bits or whose stores round to f16 or bf16; no entry point of its own.
 //
 // The conversions are written in integer arithmetic rather than with WGSL's `pack2x16float` and
 // `unpack2x16float`: WGSL leaves their rounding, their result beyond f16's range and their subnormals to the
 // implementation, and these round to nearest even, give infinities beyond the range and keep subnormals, as
 // PyTorch's conversions do.
-
-// The word that holds element e of a tensor of dtype `dtype`.
-fn dtype_word(dtype: u32, e: u32) -> u32 {
-    return select(e / 2u, e, dtype == 0u);
-}
-
-// Element e's value, from the word that holds it (dtype_word).
-fn dtype_value(dtype: u32, word: u32, e: u32) -> f32 {
-    if (dtype == 0u) {
-        return bitcast<f32>(word);
-    }
-    let h = (word >> (16u * (e % 2u))) & 0xffffu;
-    if (dtype == 2u) {
-        return bitcast<f32>(h << 16u);
-    }
-    return f16_value(h);
-}
 
 // The f32 value of f16 bits h (exact: every f16 value is an f32).
 fn f16_value(h: u32) -> f32 {
@@ -78,12 +61,4 @@ fn bf16_bits(v: f32) -> u32 {
         return (b >> 16u) | 0x40u; // NaN, quiet
     }
     return (b + 0x7fffu + ((b >> 16u) & 1u)) >> 16u;
-}
-
-// The word holding values a (low half) and b (high half) of a half-precision dtype.
-fn dtype_pack(dtype: u32, a: f32, b: f32) -> u32 {
-    if (dtype == 2u) {
-        return bf16_bits(a) | (bf16_bits(b) << 16u);
-    }
-    return f16_bits(a) | (f16_bits(b) << 16u);
 }

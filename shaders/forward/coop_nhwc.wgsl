@@ -87,8 +87,10 @@ struct Dispatch {
 @group(0) @binding(0) var<uniform> u: Dispatch;
 @group(0) @binding(1) var<storage, read> xp: array<f16>;
 @group(0) @binding(2) var<storage, read> wp: array<f16>;
-@group(0) @binding(3) var<storage, read> bias: array<f32>;
-@group(0) @binding(4) var<storage, read_write> out: array<f32>;
+// bias (binding 3) and out (4), in the call's dtype, read with bias_ld(i) and written with out_st(i, v) (declared by
+// the host: src/gpu/wgsl/operands.rs). The direct stores of the epilogue exist for f32 outputs only (a
+// cooperative matrix stores its own element type, and naga converts none from f32 to f16); a half-precision output
+// takes every fragment through workgroup memory.
 
 //#MODULE
 
@@ -114,9 +116,9 @@ fn store(p: OutPixel, oc: u32, v: f32) {
     if (p.ok) {
         var r = unscale(v);
         if (HAS_BIAS) {
-            r += bias[oc];
+            r += bias_ld(oc);
         }
-        out[p.index + oc * (OUT_H * OUT_W)] = r;
+        out_st(p.index + oc * (OUT_H * OUT_W), r);
     }
 }
 

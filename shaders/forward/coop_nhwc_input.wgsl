@@ -1,5 +1,6 @@
 // coop_nhwc_input.wgsl: the input of the padded-NHWC cooperative-matrix kernel (shaders/forward/coop_nhwc.wgsl,
-// precision `fast`): the NCHW input (of dtype DTYPE: f32, f16 or bf16, shaders/common/dtype.wgsl), scaled by a power of two, as f16 in NHWC order, each image in H_P rows of
+// precision `fast`): the NCHW input (f32, f16 or bf16, read with x_ld: src/gpu/wgsl/operands.rs), scaled by a power
+// of two where it is not f16 already (SCALED), as f16 in NHWC order, each image in H_P rows of
 // W_P pixels of C_IN channels with the input starting at row PAD_T and column PAD_L: zeros around it, and input
 // rows or columns outside COPY_H_BEGIN..COPY_H_END, COPY_W_BEGIN..COPY_W_END (which no output reads: padding crops
 // them) left out. The last chunk's dispatch also writes the zero rows after the last sample that its last outputs
@@ -17,7 +18,8 @@
 // C_IN is a multiple of 16 (the kernel's `check`).
 // One dispatch per input chunk (its samples: the uniform's sample range).
 //
-// The scale, in two passes so that the input is read once where its magnitudes are like the last call's (a
+// The scale (f32 and bf16 inputs; an f16 input is copied as it is, SCALED false, and runs neither the scale check nor
+// the fix-up), in two passes so that the input is read once where its magnitudes are like the last call's (a
 // separate pass for the largest magnitude measured a noticeable share of the whole convolution,
 // docs/PERFORMANCE.md):
 // - the first pass (FIXUP false) scales by 2^guess[0], the exponent the last call of this shape (any batch size)
@@ -28,8 +30,8 @@
 //   (shaders/common/scale.wgsl); where they differ, it keeps the new exponent as the next guess and this shader
 //   runs again (FIXUP true, dispatched indirectly), scaling by that exponent. The result is the same either way.
 //
-// The host puts `enable f16;` and the shape's override constants (shaders/common/shape.wgsl) in front of this file,
-// and the scale and dtype functions after it.
+// The host puts the shape's override constants (shaders/common/shape.wgsl) and x's binding in front of this file,
+// and the scale functions after it.
 
 // The input rows and columns copied, from the first some output reads to the last (padding may crop the others).
 override COPY_H_BEGIN: u32;
@@ -46,7 +48,7 @@ override BLOCK_P: u32;       // padded pixels of a block (along a padded row)
 override BLOCK_C: u32;       // channels of a block, a multiple of 4
 override QUADS: u32;         // BLOCK_C / 4: 4-channel stores per pixel of a block
 override BLOCKS_PER_WG: u32; // blocks per workgroup
-override DTYPE: u32;         // the input's dtype (shaders/common/dtype.wgsl)
+override SCALED: bool;       // false for an f16 input: scale 1, no maximum taken
 
 struct Params {
     first_sample: u32,   // the chunk's first sample (index into the whole padded tensor)
@@ -56,7 +58,7 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> u: Params;
-@group(0) @binding(1) var<storage, read> x: array<u32>; // values of dtype DTYPE
+enable f16;
 @group(0) @binding(2) var<storage, read_write> xp: array<vec4<f16>>; // 4 channels of a pixel each
 @group(0) @binding(3) var<storage, read_write> op_max: array<atomic<u32>>;
 @group(0) @binding(4) var<storage, read> guess: array<i32>; // the scale exponent of the first pass
@@ -69,7 +71,7 @@ var<workgroup> largest: atomic<u32>; // the block's largest finite magnitude, as
 
 @compute @workgroup_size(THREADS)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    var k = guess[0];
+    var k = select(0, guess[0], SCALED);
     if (FIXUP) {
         k = min(scale_exponent(atomicLoad(&op_max[0])), 127);
     }
@@ -104,7 +106,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             if (n < u.samples && c < C_IN && h >= i32(COPY_H_BEGIN) && h < i32(COPY_H_END) && w >= i32(COPY_W_BEGIN)
                 && w < i32(COPY_W_END)) {
                 let e = ((n * C_IN + c) * IN_H + u32(h)) * IN_W + u32(w);
-                v = dtype_value(DTYPE, x[dtype_word(DTYPE, e)], e);
+                v = x_ld(e);
                 m = max(m, finite_magnitude_bits(v)); // non-finite values do not set the scale
             }
             tile[i * (BLOCK_P + 1u) + lane] = v;
@@ -132,7 +134,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
         workgroupBarrier(); // the tile is read before the next block overwrites it
     }
-    if (!FIXUP) {
+    if (!FIXUP && SCALED) {
         atomicMax(&largest, m);
         workgroupBarrier();
         if (lid == 0u) {

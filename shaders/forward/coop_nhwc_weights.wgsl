@@ -1,5 +1,5 @@
 // coop_nhwc_weights.wgsl: one stride phase's weight for the padded-NHWC cooperative-matrix kernel
-// (shaders/forward/coop_nhwc.wgsl, precision `fast`): from [C_IN, C_OUT, K_H, K_W] f32 (one group) the phase's T_H
+// (shaders/forward/coop_nhwc.wgsl, precision `fast`): from [C_IN, C_OUT, K_H, K_W] (one group, any dtype: w_ld) the phase's T_H
 // x T_W taps as [tap][ic][oc] f16 at W_OFF, scaled by its power of two (shaders/common/scale.wgsl), the taps
 // flipped: packed tap t = a * T_W + b holds kernel element (LAST_H - a*KSTEP_H, LAST_W - b*KSTEP_W), the one that
 // pairs an output pixel of the phase with the input pixel a*D_H rows and b*D_W columns after that of packed tap
@@ -7,7 +7,7 @@
 // halves apart (C_OUT + 8: see shaders/forward/coop_nhwc.wgsl); the halves past C_OUT are never written or read.
 // One invocation per packed value.
 //
-// The host puts `enable f16;` and the shape's override constants (shaders/common/shape.wgsl) in front of this file.
+// The host puts the shape's override constants (shaders/common/shape.wgsl) and w's binding in front of this file.
 
 override T_H: u32;     // the phase's taps
 override T_W: u32;
@@ -26,7 +26,7 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> u: Params;
-@group(0) @binding(1) var<storage, read> w: array<f32>;
+enable f16;
 @group(0) @binding(2) var<storage, read_write> wp: array<f16>;
 @group(0) @binding(3) var<storage, read> op_max: array<u32>;
 
@@ -42,5 +42,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let t = i / (C_OUT * C_IN);
     let kh = LAST_H - (t / T_W) * KSTEP_H;
     let kw = LAST_W - (t % T_W) * KSTEP_W;
-    wp[W_OFF + (t * C_IN + ic) * W_ROW + oc] = f16(w[((ic * C_OUT + oc) * K_H + kh) * K_W + kw] * scale);
+    wp[W_OFF + (t * C_IN + ic) * W_ROW + oc] = f16(w_ld(((ic * C_OUT + oc) * K_H + kh) * K_W + kw) * scale);
 }

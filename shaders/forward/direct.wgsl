@@ -66,8 +66,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             var xi = x_sample + (ic_lo - slice.ic_begin) * plane + ih * IN_W + iw;
             for (var ic = ic_lo; ic < ic_hi; ic++) {
                 let w_row = (ic * cog) * taps;
-                let wv = vec4<f32>(w[w_row + w_taps.x], w[w_row + w_taps.y], w[w_row + w_taps.z], w[w_row + w_taps.w]);
-                acc += x[xi] * wv;
+                let wv = vec4<f32>(w_ld(w_row + w_taps.x), w_ld(w_row + w_taps.y), w_ld(w_row + w_taps.z), w_ld(w_row + w_taps.w));
+                acc += x_ld(xi) * wv;
                 xi += plane;
             }
         }
@@ -83,10 +83,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         let idx = out_sample + (co - slice.out_first_channel) * pixels + oh * OUT_W + ow;
         var v = acc[j];
         if (slice.accumulate != 0u) {
-            v += out[idx];
+            v += out_ld(idx);
         } else if (HAS_BIAS) {
-            v += bias[co];
+            v += bias_ld(co);
         }
-        out[idx] = v;
+        out_st(idx, v);
     }
 }

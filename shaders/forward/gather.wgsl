@@ -35,10 +35,8 @@ struct Slice {
 }
 
 @group(0) @binding(0) var<uniform> slice: Slice;
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read> w: array<f32>;
-@group(0) @binding(3) var<storage, read> bias: array<f32>;
-@group(0) @binding(4) var<storage, read_write> out: array<f32>;
+// The tensors: x (binding 1), w (2), bias (3) and out (4, written), read with x_ld(i) and the like and written
+// with out_st(i, v) in the call's dtype (declared by the host: src/gpu/wgsl/operands.rs).
 
 // The first kernel index of the progression of output coordinate o, with q = o + pad (the same for every o of
 // one stride phase), when there is one: ok is false where no kernel index k < k_size has k*d = q (mod s).

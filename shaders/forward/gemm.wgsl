@@ -98,10 +98,8 @@ struct Dispatch {
 }
 
 @group(0) @binding(0) var<uniform> u: Dispatch;
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read> w: array<f32>;
-@group(0) @binding(3) var<storage, read> bias: array<f32>;
-@group(0) @binding(4) var<storage, read_write> out: array<f32>;
+// The tensors x (binding 1), w (2, packed), bias (3) and out (4), in the call's dtype: read with x_ld(i) and the
+// like, written with out_st(i, v) (declared by the host, src/gpu/wgsl/operands.rs).
 
 // The phase of this workgroup, set once at the start of main.
 var<private> ph: Phase;
@@ -170,7 +168,7 @@ fn load_step(c: LoadCtx, p: Step) -> Staged {
     for (var i = 0u; i < A_LOADS; i++) {
         var v = 0.0;
         if (i * (THREADS / BM) < a_left) {
-            v = x[a_at + i * (THREADS / BM) * IN_H * IN_W];
+            v = x_ld(a_at + i * (THREADS / BM) * IN_H * IN_W);
         }
         r.a[i] = v;
     }
@@ -183,7 +181,7 @@ fn load_step(c: LoadCtx, p: Step) -> Staged {
     for (var i = 0u; i < B_LOADS; i++) {
         var v = 0.0;
         if (i * (THREADS / BN) < b_left) {
-            v = w[b_at + i * (THREADS / BN) * c.cog];
+            v = w_ld(b_at + i * (THREADS / BN) * c.cog);
         }
         r.b[i] = v;
     }
@@ -224,11 +222,11 @@ fn store1(c: StoreCtx, px: Pixel, oc: u32, v: f32) {
     let idx = px.base + (co - u.out_first_channel) * OUT_H * OUT_W;
     var r = v;
     if (u.accumulate != 0u) {
-        r += out[idx];
+        r += out_ld(idx);
     } else if (HAS_BIAS) {
-        r += bias[co];
+        r += bias_ld(co);
     }
-    out[idx] = r;
+    out_st(idx, r);
 }
 
 // Stores four output channels (oc0 .. oc0 + 3, within the group) of pixel m.

@@ -10,7 +10,7 @@
 // shaders/common/absmax.wgsl would (`finite_magnitude_bits` of shaders/common/scale.wgsl, which the host appends;
 // one atomicMax per workgroup), so that the weight is read once rather than twice.
 //
-// The host puts the shape's override constants (shaders/common/shape.wgsl) in front of this file.
+// The host puts the shape's override constants (shaders/common/shape.wgsl) and the bindings in front of this file.
 
 override COG: u32;
 override TAPS: u32;
@@ -24,8 +24,8 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> u: Params;
-@group(0) @binding(1) var<storage, read> src: array<f32>;
-@group(0) @binding(2) var<storage, read_write> dst: array<f32>;
+// src (binding 1) and dst (2) in the weight's dtype, read with src_ld(i) and written with dst_st(i, v) (declared
+// by the host, src/gpu/wgsl/operands.rs).
 @group(0) @binding(3) var<storage, read_write> maxima: array<atomic<u32>>; // read only with TAKE_MAX
 
 const BLOCK: u32 = 32u;
@@ -53,7 +53,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         let r = r0 + j;
         let t = t0 + lane;
         if (r < rows && t < TAPS) {
-            let v = src[r * TAPS + t];
+            let v = src_ld(r * TAPS + t);
             tile[lane * (BLOCK + 1u) + j] = v;
             m = max(m, finite_magnitude_bits(v));
         }
@@ -64,7 +64,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         let r = r0 + lane;
         let t = t0 + j;
         if (r < rows && t < TAPS) {
-            dst[t * rows + r] = tile[j * (BLOCK + 1u) + lane];
+            dst_st(t * rows + r, tile[j * (BLOCK + 1u) + lane]);
         }
     }
     if (TAKE_MAX) {

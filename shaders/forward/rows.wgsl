@@ -97,7 +97,7 @@ fn stage(wk: Work, jb: u32, kb: u32, ib: u32, lid: u32) {
         let oc = wk.oc0 + j;
         if (jh < wk.phase_taps && kw < K_W && ic < wk.ic_hi && oc < wk.cog) {
             let kh = wk.k0 + jh * (S_H / G_H);
-            slab[(jl * KWC + kwl) * COL + icl * QUADS + j / 4u][j % 4u] = w[((ic * wk.cog + oc) * K_H + kh) * K_W + kw];
+            slab[(jl * KWC + kwl) * COL + icl * QUADS + j / 4u][j % 4u] = w_ld(((ic * wk.cog + oc) * K_H + kh) * K_W + kw);
         }
     }
 }
@@ -113,11 +113,11 @@ fn store(wk: Work, oh: u32, ow: u32, oc: u32, v: f32) {
     let idx = slice.out_offset + wk.n * C_OUT * pixels + (co - slice.out_first_channel) * pixels + oh * OUT_W + ow;
     var y = v;
     if (slice.accumulate != 0u) {
-        y += out[idx];
+        y += out_ld(idx);
     } else if (HAS_BIAS) {
-        y += bias[co];
+        y += bias_ld(co);
     }
-    out[idx] = y;
+    out_st(idx, y);
 }
 
 @compute @workgroup_size(WG)

@@ -119,12 +119,10 @@ struct Dispatch {
 }
 
 @group(0) @binding(0) var<uniform> u: Dispatch;
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read> wu: array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read> bias: array<f32>;
-@group(0) @binding(4) var<storage, read_write> out: array<f32>;
-// The weight as given, [Cin, Cog, K_H, K_W]: for the exact recomputation of a non-finite output (below).
-@group(0) @binding(5) var<storage, read> w_raw: array<f32>;
+@group(0) @binding(2) var<storage, read> wu: array<vec4<f32>>; // the transformed weight, f32
+// The tensors, in the call's dtype (declared by the host, src/gpu/wgsl/operands.rs): x (binding 1), bias (3), out
+// (4, written with out_st), and w_raw (5), the weight as given, [Cin, Cog, K_H, K_W], for the exact recomputation
+// of a non-finite output (below).
 
 fn smem_store(i: u32, v: f32) {
     smem[i / 4u][i % 4u] = v;
@@ -251,7 +249,7 @@ fn exact_px(c: OutCtx, v: f32, n: u32, oc: u32, oh: u32, ow: u32) -> f32 {
             for (var kw = 0u; kw < K_W; kw++) {
                 let iw = i32(ow + P_W) - i32(kw);
                 if (iw >= 0 && iw < i32(IN_W)) {
-                    sum += x[plane + u32(ih) * IN_W + u32(iw)] * w_raw[((ic * c.cog + oc) * K_H + kh) * K_W + kw];
+                    sum += x_ld(plane + u32(ih) * IN_W + u32(iw)) * w_raw_ld(((ic * c.cog + oc) * K_H + kh) * K_W + kw);
                 }
             }
         }
@@ -262,9 +260,9 @@ fn exact_px(c: OutCtx, v: f32, n: u32, oc: u32, oh: u32, ow: u32) -> f32 {
 // Stores one output pixel: v plus the bias b, or plus the partial sum an earlier slice wrote there.
 fn store_px(at: u32, v: f32, b: f32) {
     if (u.accumulate != 0u) {
-        out[at] = v + out[at];
+        out_st(at, v + out_ld(at));
     } else {
-        out[at] = v + b;
+        out_st(at, v + b);
     }
 }
 
@@ -300,7 +298,7 @@ fn output_pass(c: OutCtx, q: u32, j: u32) {
         let at = u.out_offset + n * C_OUT * plane + (co - u.out_first_channel) * plane + oh * OUT_W + ow0;
         var b = 0.0;
         if (u.accumulate == 0u && HAS_BIAS) {
-            b = bias[co];
+            b = bias_ld(co);
         }
         // Generated: the tile's row (AT_h's row oy, then AT_w), each pixel inside the output stored.
 //#OUTPUT_ROW

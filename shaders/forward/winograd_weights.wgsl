@@ -11,7 +11,7 @@ override COG: u32;
 override COG4: u32; // COG rounded up to a multiple of 4: U's row length (the padding is zero)
 override WORKGROUP_SIZE: u32;
 
-@group(0) @binding(0) var<storage, read> w: array<f32>;
+// w (binding 0), the weight in its dtype, is read with w_ld(i) (declared by the host: src/gpu/wgsl/operands.rs).
 @group(0) @binding(1) var<storage, read_write> wu: array<f32>;
 
 @compute @workgroup_size(WORKGROUP_SIZE)
@@ -36,7 +36,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     for (var j = 0u; j < K_H; j++) {
         for (var k = 0u; k < K_W; k++) {
             let tap = ((ic * COG + oc) * K_H + K_H - 1u - j) * K_W + K_W - 1u - k;
-            sum += gh[ph * K_H + j] * gw[pw * K_W + k] * w[tap];
+            sum += gh[ph * K_H + j] * gw[pw * K_W + k] * w_ld(tap);
         }
     }
     wu[i] = sum;

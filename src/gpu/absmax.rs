@@ -1,16 +1,24 @@
 //! The operand maxima for the f16 kernels, `shaders/common/absmax.wgsl`: a tensor's largest finite magnitude, from which
 //! the kernels derive its power-of-two scale (the GEMM kernel's input here, its weight's while packing it:
-//! shaders/forward/gemm_weights.wgsl; the padded-NHWC kernel's weight here, its input's in its copy).
+//! shaders/forward/gemm_weights.wgsl; the padded-NHWC kernel's weight here, its input's in its copy). An f16 tensor
+//! needs no scale: its slot stays zero, which scales by 1 (`scale_exponent(0)` is 0), and no pass reads it.
 
+use crate::dtype::DType;
 use crate::error::Result;
 use crate::gpu::context::GpuContext;
 use crate::gpu::kernel::dispatch_buffers;
 use crate::gpu::memory::{self, GpuTensor};
+use crate::gpu::wgsl::operands::{declare, Access, Io};
+use crate::gpu::wgsl::{self, scale::SCALE_FUNCTIONS};
 
 pub const SHADER_NAME: &str = "common/absmax.wgsl";
-/// `shaders/common/absmax.wgsl` with the scale functions it uses (`finite_magnitude_bits`).
-pub const SHADER: &str =
-    concat!(include_str!("../../shaders/common/absmax.wgsl"), "\n", include_str!("../../shaders/common/scale.wgsl"));
+const SHADER: &str = include_str!("../../shaders/common/absmax.wgsl");
+
+/// `shaders/common/absmax.wgsl` for a tensor of `io`'s dtype, with the scale functions it uses
+/// (`finite_magnitude_bits`).
+fn source(io: Io) -> String {
+    wgsl::module(&[&declare(io.storage, &[io.operand("data", 1, Access::Read)]), SHADER, SCALE_FUNCTIONS])
+}
 const WORKGROUP_SIZE: u32 = 256;
 /// Enough workgroups to fill a large GPU; each invocation walks the rest with a grid stride.
 const MAX_WORKGROUPS: usize = 4096;
@@ -29,15 +37,19 @@ struct Params {
 
 /// Encodes the maximum of each (slot, tensor) into that slot of a new buffer of u32 f32-bits (at least 4 slots),
 /// which starts with the (slot, bits) of `known` (maxima found earlier: a prepared weight's) and zeros elsewhere.
+/// The slot of an f16 tensor stays zero: it is multiplied as it is.
 pub(crate) fn encode_slots(
     ctx: &GpuContext,
     tensors: &[(usize, &GpuTensor)],
     known: &[(usize, u32)],
     pass: &mut wgpu::ComputePass<'_>,
 ) -> Result<wgpu::Buffer> {
-    let module = ctx.module(SHADER_NAME, SHADER)?;
     let consts = [("WORKGROUP_SIZE", WORKGROUP_SIZE as f64), ("LOADS", LOADS as f64)];
-    let pipeline = ctx.pipeline(format!("absmax {:?}", ctx.options().shader_checks), &module, &consts)?;
+    let pipeline = |dtype: DType| {
+        let io = Io::of(ctx, dtype);
+        let module = ctx.module_with(&format!("{SHADER_NAME} {}", io.key()), || source(io))?;
+        ctx.pipeline(format!("absmax {} {:?}", io.key(), ctx.options().shader_checks), &module, &consts)
+    };
     ctx.scoped(|| {
         let slots = tensors.iter().map(|&(slot, _)| slot).chain(known.iter().map(|&(slot, _)| slot)).max();
         let mut initial = vec![0u32; slots.map_or(0, |s| s + 1).max(4)];
@@ -46,7 +58,8 @@ pub(crate) fn encode_slots(
         }
         let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC;
         let maxima = memory::buffer_with(&ctx.device, "convt operand maxima", bytemuck::cast_slice(&initial), usage);
-        for &(slot, t) in tensors {
+        for &(slot, t) in tensors.iter().filter(|(_, t)| t.dtype() != DType::F16) {
+            let pipeline = pipeline(t.dtype())?;
             for c in t.chunks() {
                 let count = c.planes * t.plane_elems();
                 if count == 0 {
@@ -68,5 +81,6 @@ pub(crate) fn encode_slots(
 
 /// This kernel's shader for validation (`gpu::shader_sources`).
 pub(crate) fn shader_variants() -> Vec<crate::gpu::ShaderVariant> {
-    vec![(SHADER_NAME, SHADER_NAME.to_string(), SHADER.to_string())]
+    let variants = Io::variants().into_iter().filter(|io| io.input == io.output);
+    variants.map(|io| (SHADER_NAME, format!("{SHADER_NAME} {}", io.key()), source(io))).collect()
 }

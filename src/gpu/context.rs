@@ -163,6 +163,7 @@ pub fn describe(ctx: &GpuContext, options: &GpuOptions) -> serde_json::Value {
         ("TIMESTAMP_QUERY_INSIDE_PASSES", wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES),
         ("SUBGROUP", wgpu::Features::SUBGROUP),
         ("SHADER_F16", wgpu::Features::SHADER_F16),
+        ("SHADER_I16", wgpu::Features::SHADER_I16),
         ("EXPERIMENTAL_COOPERATIVE_MATRIX", wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX),
     ]
     .into_iter()
@@ -234,8 +235,8 @@ pub fn coop_f16_supported(adapter: &wgpu::Adapter) -> bool {
     let f = adapter.features();
     let info = adapter.get_info();
     f.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SHADER_F16)
-        && info.subgroup_min_size == crate::gpu::forward::coop::SUBGROUP
-        && info.subgroup_max_size == crate::gpu::forward::coop::SUBGROUP
+        && info.subgroup_min_size == crate::gpu::wgsl::coop::SUBGROUP
+        && info.subgroup_max_size == crate::gpu::wgsl::coop::SUBGROUP
         && adapter.cooperative_matrix_properties().iter().any(|p| {
             (p.m_size, p.n_size, p.k_size) == (16, 16, 16)
                 && p.ab_type == wgpu::CooperativeScalarType::F16
@@ -340,10 +341,12 @@ impl GpuContext {
 
         // The adapter's own limits: wgpu's defaults cap storage bindings at 128 MiB.
         let limits = adapter.limits();
-        // Timestamps for the benchmark; f16 and cooperative matrices for precision `fast` (only used by the
-        // kernels that need them, which run only where the device has them).
+        // Timestamps for the benchmark; f16 and cooperative matrices for precision `fast`, f16 and 16-bit integer
+        // storage for half-precision tensors (only used by the kernels that need them, which run only where the
+        // device has them: src/gpu/wgsl/operands.rs).
         let coop = coop_f16_supported(&adapter);
-        let mut features = adapter.features() & (wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::SHADER_F16);
+        let wanted = wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::SHADER_F16 | wgpu::Features::SHADER_I16;
+        let mut features = adapter.features() & wanted;
         if coop {
             features |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
         }
@@ -372,7 +375,8 @@ impl GpuContext {
     ///
     /// What the device must offer is checked here: the compute limits of [`REQUIRED_LIMITS`] (wgpu's defaults
     /// meet them), else [`ConvtError::DeviceLacks`] names each one missing. Features are optional, and convt uses
-    /// those the device was opened with: `SHADER_F16` for precision `fast` without tensor cores,
+    /// those the device was opened with: `SHADER_F16` for precision `fast` without tensor cores and for reading f16
+    /// tensors as stored, `SHADER_I16` for writing f16 and bf16 tensors with 16-bit stores,
     /// `EXPERIMENTAL_COOPERATIVE_MATRIX` with `SHADER_F16` (on an adapter with 16x16x16 f16 products and
     /// subgroups of 32) for the tensor-core kernels, `TIMESTAMP_QUERY` for [`crate::GpuTimer`]. Larger limits
     /// (storage binding size, workgroup memory) let convt bind larger tensors and run larger tiles.
@@ -489,6 +493,12 @@ impl GpuContext {
     /// Whether the device runs f16 shaders (`SHADER_F16`).
     pub fn has_f16(&self) -> bool {
         self.device.features().contains(wgpu::Features::SHADER_F16)
+    }
+
+    /// Whether the device's shaders store 16-bit integers (`SHADER_I16`): how kernels write half-precision
+    /// tensors where it has them (src/gpu/wgsl/operands.rs).
+    pub fn has_i16(&self) -> bool {
+        self.device.features().contains(wgpu::Features::SHADER_I16)
     }
 
     /// Whether the device runs the cooperative-matrix kernels: opened with cooperative matrices and f16, on an
@@ -651,6 +661,27 @@ impl GpuContext {
     /// (buffers created so far, idle buffers kept for reuse, their bytes).
     pub fn buffer_stats(&self) -> (u64, usize, u64) {
         self.pool.stats()
+    }
+
+    /// The most device memory convt's buffers held at once since the last [`GpuContext::reset_peak_memory`]: its
+    /// tensors, scratch, prepared weights and staging (`convt bench` reports it per call).
+    pub fn peak_memory(&self) -> u64 {
+        self.pool.peak_bytes()
+    }
+
+    /// Bytes of convt's buffers in use now (what [`GpuContext::peak_memory`] counts).
+    pub fn buffer_bytes_in_use(&self) -> u64 {
+        self.pool.live_bytes()
+    }
+
+    /// Waits until the GPU has run everything submitted so far.
+    pub fn wait_idle(&self) -> Result<()> {
+        self.wait()
+    }
+
+    /// Starts [`GpuContext::peak_memory`] anew from what is held now.
+    pub fn reset_peak_memory(&self) {
+        self.pool.reset_peak()
     }
 
     /// Bytes held by live GPU tensors (what the memory budget counts).

@@ -1,18 +1,19 @@
-//! Conversions between tensor dtypes on the GPU (`shaders/common/convert.wgsl`), and the rule that lets every
-//! kernel take half-precision tensors: a kernel that reads and writes f32 gets f32 copies of half-precision
-//! operands and writes an f32 result that is then rounded to the output's dtype, all in the call's one compute
-//! pass. Kernels that read a dtype themselves (the padded-NHWC kernel's input copy) skip the copy of that operand.
+//! Conversions between tensor dtypes on the GPU (`shaders/common/convert.wgsl`): [`GpuTensor::to_dtype`], and the
+//! one case where a kernel writes an f32 result for a half-precision output: a sum that several dispatches add up
+//! in place (a sample's input channels over several bindings, grad_weight and grad_bias over several slices), which
+//! would round at every step in the output's dtype. The result is then rounded once, at the end, in the call's
+//! compute pass ([`f32_result`], [`finish`]). Every kernel reads half-precision tensors as stored.
 
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::gpu::context::GpuContext;
 use crate::gpu::kernel::{dispatch_buffers, grid};
 use crate::gpu::memory::{GpuTensor, InFlight};
+use crate::gpu::wgsl;
+use crate::gpu::wgsl::operands::{declare, Access, Io};
 
 pub const SHADER_NAME: &str = "common/convert.wgsl";
 const SHADER: &str = include_str!("../../shaders/common/convert.wgsl");
-/// The dtype functions every shader that reads or writes half-precision tensors appends.
-pub(crate) const DTYPE_FUNCTIONS: &str = include_str!("../../shaders/common/dtype.wgsl");
 const WORKGROUP_SIZE: usize = 256;
 
 #[repr(C)]
@@ -23,8 +24,9 @@ struct Params {
     _pad: [u32; 2],
 }
 
-fn source() -> String {
-    format!("{SHADER}\n{DTYPE_FUNCTIONS}")
+fn source(io: Io) -> String {
+    let operands = declare(io.storage, &[io.operand("src", 1, Access::Read), io.operand("dst", 2, Access::ReadWrite)]);
+    wgsl::module(&[&operands, SHADER])
 }
 
 /// Encodes `dst = src` rounded to `dst`'s dtype into `pass`; the shapes must be equal (their chunks then hold
@@ -36,14 +38,13 @@ pub(crate) fn encode(
     pass: &mut wgpu::ComputePass<'_>,
 ) -> Result<()> {
     debug_assert_eq!(src.shape(), dst.shape());
-    let module = ctx.module_with(SHADER_NAME, source)?;
-    let consts = [("SRC", src.dtype().shader_code()), ("DST", dst.dtype().shader_code())];
-    let pipeline = ctx.pipeline(format!("convert {:?} {consts:?}", ctx.options().shader_checks), &module, &consts)?;
+    let io = Io::new(ctx, src.dtype(), dst.dtype());
+    let module = ctx.module_with(&format!("{SHADER_NAME} {}", io.key()), || source(io))?;
+    let pipeline = ctx.pipeline(format!("convert {} {:?}", io.key(), ctx.options().shader_checks), &module, &[])?;
     ctx.scoped(|| {
         for (a, b) in src.chunks().iter().zip(dst.chunks()) {
             let count = a.planes * src.plane_elems();
-            let words = if dst.dtype() == DType::F32 { count } else { count.div_ceil(2) };
-            let g = grid(ctx, words.div_ceil(WORKGROUP_SIZE));
+            let g = grid(ctx, count.div_ceil(WORKGROUP_SIZE));
             let p = Params { count: count as u32, dispatch_width: g.0, _pad: [0; 2] };
             dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&p), &[&a, &b], g);
         }
@@ -51,7 +52,8 @@ pub(crate) fn encode(
     })
 }
 
-/// An f32 copy of `t` encoded into `pass` where `t` is of another dtype (`None` where it is f32 already).
+/// An f32 copy of `t` encoded into `pass` where `t` is of another dtype (`None` where it is f32 already): the
+/// backward's operands (src/gpu/backward/mod.rs says why).
 pub(crate) fn to_f32(ctx: &GpuContext, t: &GpuTensor, pass: &mut wgpu::ComputePass<'_>) -> Result<Option<GpuTensor>> {
     if t.dtype() == DType::F32 {
         return Ok(None);
@@ -61,10 +63,11 @@ pub(crate) fn to_f32(ctx: &GpuContext, t: &GpuTensor, pass: &mut wgpu::ComputePa
     Ok(Some(copy))
 }
 
-/// An f32 tensor for a kernel to write where `out` is of another dtype (`None` where it is f32): poisoned like
+/// An f32 tensor for a kernel to write where `out` is of another dtype and the kernel `accumulates` in it (`None`
+/// otherwise): poisoned like
 /// an output where the context asks for it, so an element the kernel misses shows up after the conversion.
-pub(crate) fn f32_result(ctx: &GpuContext, out: &GpuTensor) -> Result<Option<GpuTensor>> {
-    (out.dtype() != DType::F32).then(|| GpuTensor::empty(ctx, out.shape())).transpose()
+pub(crate) fn f32_result(ctx: &GpuContext, out: &GpuTensor, accumulates: bool) -> Result<Option<GpuTensor>> {
+    (accumulates && out.dtype() != DType::F32).then(|| GpuTensor::empty(ctx, out.shape())).transpose()
 }
 
 /// Encodes the rounding of `result` (from [`f32_result`]) into `out`, and keeps it until the call submits.
@@ -82,7 +85,20 @@ pub(crate) fn finish(
     Ok(())
 }
 
-/// This module's shader for validation (`gpu::shader_sources`), which also holds the dtype functions.
+/// This module's shader for validation (`gpu::shader_sources`): every pair of dtypes, with and without 16-bit storage,
+/// and in it the dtype functions.
 pub(crate) fn shader_variants() -> Vec<crate::gpu::ShaderVariant> {
-    vec![(SHADER_NAME, SHADER_NAME.to_string(), source()), ("common/dtype.wgsl", SHADER_NAME.to_string(), source())]
+    use crate::gpu::wgsl::operands::{Storage16, DTYPE_SHADER_NAME};
+    let mut v = Vec::new();
+    for input in [DType::F32, DType::F16, DType::BF16] {
+        for output in [DType::F32, DType::F16, DType::BF16] {
+            for storage in [Storage16::ALL, Storage16::NONE] {
+                let io = Io { input, output, storage };
+                v.push((SHADER_NAME, format!("{SHADER_NAME} {}", io.key()), source(io)));
+            }
+        }
+    }
+    let half = Io { input: DType::F16, output: DType::BF16, storage: Storage16::NONE };
+    v.push((DTYPE_SHADER_NAME, format!("{DTYPE_SHADER_NAME} in {SHADER_NAME}"), source(half)));
+    v
 }

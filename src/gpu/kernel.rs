@@ -35,67 +35,12 @@ pub(crate) fn check_index_range(shape: &ConvShape) -> Result<()> {
     Ok(())
 }
 
-/// The shape's override constants (`shaders/common/shape.wgsl`: no entry point of its own, validated in the kernels
-/// that read them).
-pub(crate) const SHAPE_SHADER_NAME: &str = "common/shape.wgsl";
-
-/// The WGSL of the shader files named (paths below `shaders/`, one after the other) behind the shape's override
-/// constants, `shaders/common/shape.wgsl`: the source of a kernel that reads the shape. (A file with an `enable`
-/// directive leaves it to the host, in front of the whole: WGSL wants directives before every declaration.)
-macro_rules! with_shape_prelude {
-    ($($file:literal),+) => {
-        concat!(
-            include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/common/shape.wgsl")),
-            $(include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/", $file))),+
-        )
-    };
-}
-pub(crate) use with_shape_prelude;
-
-/// The values of `shaders/common/shape.wgsl` for a shape: the problem's sizes, all of them (a kernel that does not
-/// read one compiles the same whatever its value).
-pub(crate) fn shape_constants(shape: &ConvShape, has_bias: bool) -> Vec<(&'static str, f64)> {
-    [
-        ("C_IN", shape.in_channels),
-        ("C_OUT", shape.out_channels),
-        ("GROUPS", shape.groups),
-        ("IN_H", shape.in_hw[0]),
-        ("IN_W", shape.in_hw[1]),
-        ("OUT_H", shape.out_hw[0]),
-        ("OUT_W", shape.out_hw[1]),
-        ("K_H", shape.kernel[0]),
-        ("K_W", shape.kernel[1]),
-        ("S_H", shape.stride[0]),
-        ("S_W", shape.stride[1]),
-        ("P_H", shape.padding[0]),
-        ("P_W", shape.padding[1]),
-        ("D_H", shape.dilation[0]),
-        ("D_W", shape.dilation[1]),
-        ("HAS_BIAS", has_bias as usize),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k, v as f64))
-    .collect()
-}
-
 /// A kernel's weight: the tensor, and where the caller has it, the weight as that kernel prepared it earlier
 /// ([`crate::gpu::plan`]); without it the kernel prepares the weight in its own pass.
 #[derive(Clone, Copy)]
 pub(crate) struct Weight<'a> {
     pub tensor: &'a GpuTensor,
     pub prepared: Option<&'a crate::gpu::plan::PreparedWeight>,
-}
-
-/// `template` with each marker line `//#NAME` of `parts` (`(NAME, code)`) replaced by the code (lines ending in a
-/// newline, or nothing): how every generated kernel fills its template. A marker named that the template lacks is
-/// a bug in the generator (checked in debug builds); that no marker line is left in any variant, the tests check
-/// (tests/shaders.rs), and a shader left incomplete fails naga's validation as a typed error, never a wrong answer.
-pub(crate) fn fill_markers(template: &str, parts: &[(&str, &str)]) -> String {
-    parts.iter().fold(template.to_string(), |text, (name, code)| {
-        let line = format!("//#{name}\n");
-        debug_assert!(text.contains(&line), "no marker line {name} in the template");
-        text.replace(&line, code)
-    })
 }
 
 /// What a kernel binds: a whole buffer of convt's own, or a tensor's chunk (which in a view of an application's

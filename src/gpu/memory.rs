@@ -18,7 +18,9 @@ use crate::params::checked_numel;
 use crate::tensor::Tensor;
 
 /// Idle buffers kept for reuse, by (size, usage). Bounded: at most `MAX_IDLE_BYTES` wait in the pool, and a
-/// buffer coming back displaces other idle ones to fit (the call that just ran is the likeliest to run again).
+/// buffer coming back displaces the least recently returned idle ones to fit (the call that just ran is the
+/// likeliest to run again). The order is the calls' own, the same in every process: which buffers a call finds
+/// idle never depends on a hash seed.
 #[derive(Default)]
 pub(crate) struct BufferPool {
     inner: Arc<Mutex<PoolInner>>,
@@ -26,16 +28,20 @@ pub(crate) struct BufferPool {
 
 #[derive(Default)]
 struct PoolInner {
-    idle: HashMap<(u64, wgpu::BufferUsages), Vec<wgpu::Buffer>>,
+    /// Oldest first.
+    idle: Vec<((u64, wgpu::BufferUsages), wgpu::Buffer)>,
     idle_bytes: u64,
     created: u64,
     /// Bytes of tensor storage reserved by live [`GpuTensor`]s (checked against the memory budget).
     tensor_bytes: u64,
+    /// Bytes of the pool's buffers in use now (handed out and not yet back: tensors, scratch, prepared weights,
+    /// staging), and the most there were since the last [`BufferPool::reset_peak`].
+    live_bytes: u64,
+    peak_bytes: u64,
 }
 
 /// At most this many bytes of idle buffers wait in the pool: room for a call's scratch buffers (the suite's
-/// largest: a padded f16 input of 1.08 GB in precision `fast`, and with half-precision tensors an f32 result of
-/// 2.16 GB beside it). A scratch buffer that cannot wait here is freed after each call and allocated again by the
+/// largest forward: a padded f16 input of 1.21 GB in precision `fast`). A scratch buffer that cannot wait here is freed after each call and allocated again by the
 /// next, and that mapping churn made the kernels running meanwhile much slower (docs/PERFORMANCE.md). The memory
 /// budget still drops idle buffers whenever a tensor needs their room.
 pub const MAX_IDLE_BYTES: u64 = 4 << 30;
@@ -62,24 +68,17 @@ impl Drop for PooledBuffer {
         };
         let mut p = lock(&pool);
         let key = (buffer.size(), buffer.usage());
+        p.live_bytes = p.live_bytes.saturating_sub(key.0);
         if !self.reusable || key.0 > MAX_IDLE_BYTES {
             return;
         }
-        // Make room by dropping idle buffers of other sizes first, then of this one.
-        while p.idle_bytes + key.0 > MAX_IDLE_BYTES {
-            let victim = p.idle.keys().copied().find(|k| *k != key).unwrap_or(key);
-            let Some(list) = p.idle.get_mut(&victim) else { break };
-            let dropped = list.pop();
-            if list.is_empty() {
-                p.idle.remove(&victim);
-            }
-            // An empty list (its buffers are out) is gone now: look at the next one.
-            if let Some(b) = dropped {
-                p.idle_bytes -= b.size();
-            }
+        // Make room by dropping the least recently returned idle buffers.
+        while p.idle_bytes + key.0 > MAX_IDLE_BYTES && !p.idle.is_empty() {
+            let (k, _) = p.idle.remove(0);
+            p.idle_bytes -= k.0;
         }
         p.idle_bytes += key.0;
-        p.idle.entry(key).or_default().push(buffer);
+        p.idle.push((key, buffer));
     }
 }
 
@@ -93,15 +92,15 @@ impl BufferPool {
     pub(crate) fn get(&self, device: &wgpu::Device, size: u64, usage: wgpu::BufferUsages) -> PooledBuffer {
         let reused = {
             let mut p = lock(&self.inner);
-            let b = p.idle.get_mut(&(size, usage)).and_then(|v| v.pop());
-            if p.idle.get(&(size, usage)).is_some_and(|v| v.is_empty()) {
-                p.idle.remove(&(size, usage));
-            }
+            // The most recently returned buffer of this size and usage.
+            let b = p.idle.iter().rposition(|(k, _)| *k == (size, usage)).map(|i| p.idle.remove(i).1);
             if let Some(b) = &b {
                 p.idle_bytes -= b.size();
             } else {
                 p.created += 1;
             }
+            p.live_bytes += size;
+            p.peak_bytes = p.peak_bytes.max(p.live_bytes);
             b
         };
         let buffer = reused.unwrap_or_else(|| {
@@ -153,10 +152,27 @@ impl BufferPool {
         lock(&self.inner).tensor_bytes
     }
 
+    /// The most bytes of the pool's buffers in use at once since the last [`BufferPool::reset_peak`] (device memory
+    /// convt holds for tensors, scratch and prepared weights; views of an application's buffers aside).
+    pub fn peak_bytes(&self) -> u64 {
+        lock(&self.inner).peak_bytes
+    }
+
+    /// Bytes of the pool's buffers in use now.
+    pub fn live_bytes(&self) -> u64 {
+        lock(&self.inner).live_bytes
+    }
+
+    /// Starts a new peak at the bytes in use now.
+    pub fn reset_peak(&self) {
+        let mut p = lock(&self.inner);
+        p.peak_bytes = p.live_bytes;
+    }
+
     /// (buffers created so far, idle buffers, idle bytes): for soak tests and diagnostics.
     pub fn stats(&self) -> (u64, usize, u64) {
         let p = lock(&self.inner);
-        (p.created, p.idle.values().map(Vec::len).sum(), p.idle_bytes)
+        (p.created, p.idle.len(), p.idle_bytes)
     }
 }
 

@@ -18,10 +18,12 @@ pub mod select;
 pub(crate) mod slices;
 pub(crate) mod timing;
 pub mod tune;
+pub(crate) mod wgsl;
 
 use backward::{grad_bias, grad_input, grad_weight};
 use forward::gemm::GemmKernel;
 use forward::{coop, coop_nhwc, direct, gemm, rows, winograd};
+use wgsl::shape_constants;
 
 pub use backward::grad_input::GradInputKernel;
 pub use backward::grad_weight::GradWeightKernel;
@@ -30,7 +32,6 @@ pub use context::{describe, list_adapters, AdapterSummary, GpuContext, GpuOption
 pub use memory::GpuTensor;
 pub use timing::GpuTimer;
 
-use crate::dtype::DType;
 use crate::error::{ConvtError, Result};
 use crate::params::{ConvShape, ConvTranspose2dOptions};
 use crate::precision::Precision;
@@ -138,11 +139,11 @@ impl Strategy {
     /// its pipeline is made of; for inspection tools such as `tools/kernel-stats`).
     pub fn shader(&self, shape: &ConvShape, has_bias: bool) -> Result<(String, Vec<(&'static str, f64)>)> {
         Ok(match self {
-            Strategy::Direct => (direct::SHADER.to_string(), direct::constants(shape, has_bias)?),
-            Strategy::Rows(r) => (r.source(), r.constants(shape, has_bias)?),
-            Strategy::Gemm(t) => (t.source(), kernel::shape_constants(shape, has_bias)),
-            Strategy::Coop(t) => (t.source(), kernel::shape_constants(shape, has_bias)),
-            Strategy::CoopNhwc(t) => (t.source(), coop_nhwc::constants(t, shape, has_bias)),
+            Strategy::Direct => (direct::source(wgsl::operands::Io::F32), direct::constants(shape, has_bias)?),
+            Strategy::Rows(r) => (r.source(wgsl::operands::Io::F32), r.constants(shape, has_bias)?),
+            Strategy::Gemm(t) => (t.source(wgsl::operands::Io::F32), shape_constants(shape, has_bias)),
+            Strategy::Coop(t) => (t.source(wgsl::operands::Io::F32), shape_constants(shape, has_bias)),
+            Strategy::CoopNhwc(t) => (t.source(wgsl::operands::Io::F32), coop_nhwc::constants(t, shape, has_bias)),
             Strategy::Winograd(t) => winograd::shader(t, shape, has_bias)?,
         })
     }
@@ -179,16 +180,12 @@ impl Strategy {
         }
     }
 
-    /// Whether this strategy's kernel reads an input of `dtype` itself (f32 always; the padded-NHWC kernel's input
-    /// copy every dtype); other inputs reach it as an f32 copy.
-    pub(crate) fn reads_input(&self, dtype: DType) -> bool {
-        dtype == DType::F32 || matches!(self, Strategy::CoopNhwc(_))
-    }
-
     /// Bytes of the weight as this strategy prepares it for `shape` (it must fit one storage binding), or `None`
     /// for a kernel that reads the weight as it is or a shape it does not take.
     pub fn prepared_weight_bytes(&self, shape: &ConvShape) -> Option<u64> {
         let weight = shape.weight_dims().iter().fold(4u64, |acc, &v| acc.saturating_mul(v as u64));
+        // (f32 bytes: a half-precision weight's packed copy takes half of it, and a budget check may ask for more
+        // than it needs, never less.)
         match self {
             Strategy::Direct | Strategy::Rows(_) => None,
             Strategy::Gemm(_) | Strategy::Coop(_) => Some(weight),
@@ -209,15 +206,11 @@ impl Strategy {
         let what = || format!("the weight prepared for {}", self.name());
         let reserved = ctx.pool.reserve_held(bytes, ctx.memory_budget(), &what)?;
         let mut encoder = ctx.device.create_command_encoder(&Default::default());
-        // A half-precision weight is prepared from an f32 copy, kept until the submission.
-        let f32_weight;
         let (buffer, maxima) = {
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
                 label: Some("convt weight preparation"),
                 timestamp_writes: None,
             });
-            f32_weight = convert::to_f32(ctx, weight, &mut pass)?;
-            let weight = f32_weight.as_ref().unwrap_or(weight);
             match self {
                 Strategy::Gemm(tile) => gemm::prepare_weight(ctx, shape, tile, weight, &mut pass)?,
                 Strategy::Coop(tile) => gemm::prepare_weight(ctx, shape, tile, weight, &mut pass)?,
@@ -230,7 +223,6 @@ impl Strategy {
             ctx.queue.submit([encoder.finish()]);
             Ok(())
         })?;
-        drop(f32_weight);
         // The f16 kernels' weight scale: its largest magnitude, read once here instead of found on every call.
         let max_bits = match maxima {
             Some(m) => Some(memory::read_back(ctx, (&m, 0, 8), |b| bytemuck::cast_slice::<u8, u32>(b)[1])?),
@@ -397,18 +389,13 @@ pub(crate) fn forward_prepared(
             label: Some("convt conv_transpose2d"),
             timestamp_writes: timer.map(|(t, slot)| t.pass_writes(slot)),
         });
-        // Half-precision operands as f32 copies for kernels that read f32, the result rounded from an f32 one
-        // (src/gpu/convert.rs).
-        let x = if strategy.reads_input(input.dtype()) { None } else { convert::to_f32(ctx, input, &mut pass)? };
-        let w = convert::to_f32(ctx, weight.tensor, &mut pass)?;
-        let b = bias.map(|b| convert::to_f32(ctx, b, &mut pass)).transpose()?.flatten();
-        let result = convert::f32_result(ctx, output)?;
-        let weight = kernel::Weight { tensor: w.as_ref().unwrap_or(weight.tensor), prepared: weight.prepared };
-        let (input, bias) = (x.as_ref().unwrap_or(input), b.as_ref().or(bias));
+        // Every kernel reads the tensors as stored and writes the output's dtype; only a sum that later slices add
+        // to (a sample's input channels over several bindings) goes through an f32 result, rounded once at the end.
+        let accumulates = slices::plan(shape, input, output).iter().any(|s| s.accumulate);
+        let result = convert::f32_result(ctx, output, accumulates)?;
         let out = result.as_ref().unwrap_or(output);
         strategy.encode(ctx, shape, input, weight, bias, out, &mut pass, &mut in_flight)?;
         convert::finish(ctx, result, output, &mut pass, &mut in_flight)?;
-        [x, w, b].into_iter().flatten().for_each(|t| in_flight.keep_tensor(t));
     }
     in_flight.submit(ctx, encoder)?;
     output.mark_written();

@@ -459,8 +459,8 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
     let tolerance = crate::verify::tolerance(a.precision, a.dtype);
     let mut rows = Vec::new();
     println!(
-        "{:<6} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>9}  algorithm",
-        "case", "ms", "min ms", "TFLOP/s", "GB/s", "%FMA", "%copy", "rel L2"
+        "{:<6} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>9} {:>9} {:>10}  algorithm",
+        "case", "ms", "min ms", "TFLOP/s", "GB/s", "%FMA", "%copy", "rel L2", "peak MB", "scratch MB"
     );
     let mut over = Vec::new();
     for &case in &cases {
@@ -470,7 +470,14 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
             prepared.as_layer(&ctx, a.precision)?;
         }
         let shape = prepared.shape;
+        // Device memory: what convt's buffers held at most during the timed calls, and of it the calls' scratch (above
+        // the tensors and prepared weights held before them).
+        ctx.wait_idle()?;
+        let held = ctx.buffer_bytes_in_use();
+        ctx.reset_peak_memory();
         let times = prepared.time(&ctx, None, a.warmup, MIN_WARMUP, a.runs)?;
+        let peak = ctx.peak_memory();
+        let scratch_mb = peak.saturating_sub(held) as f64 / 1e6;
         let last_set = (a.warmup + a.runs - 1) as usize % prepared.inputs.len();
         // (tensor, its error): the forward's output, or each gradient.
         let errors: Vec<(&str, ErrorStats)> = match (pass, a.check_samples) {
@@ -500,7 +507,7 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
             String::new()
         };
         println!(
-            "{:<6} {:>9.3} {:>9.3} {:>9.2} {:>9.0} {:>8} {:>8} {:>9}  {algorithm}{gradient_errors}{}",
+            "{:<6} {:>9.3} {:>9.3} {:>9.2} {:>9.0} {:>8} {:>8} {:>9} {:>9.0} {:>10.0}  {algorithm}{gradient_errors}{}",
             case.name,
             ms,
             min,
@@ -509,12 +516,15 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
             pct(tflops, ceil.as_ref().map(|c| c.fma_tflops)),
             pct(gbs, ceil.as_ref().map(|c| c.copy_gbs)),
             rel_l2.map_or("-".to_string(), |e| format!("{e:.1e}")),
+            peak as f64 / 1e6,
+            scratch_mb,
             if within == Some(false) { "  OVER TOLERANCE" } else { "" }
         );
         let mut row = json!({"case": case.name, "batch": case.batch, "ms": ms, "min_ms": min, "times_ms": times,
             "tflops": tflops, "gbs": gbs, "gflop": flops as f64 / 1e9, "gb": bytes as f64 / 1e9,
             "input_sets": prepared.inputs.len(), "algorithm": algorithm, "rel_l2": rel_l2,
-            "error_samples": errors.first().map(|(_, e)| e.compared), "within_tolerance": within});
+            "error_samples": errors.first().map(|(_, e)| e.compared), "within_tolerance": within,
+            "peak_mb": peak as f64 / 1e6, "scratch_mb": scratch_mb});
         if let Ran::Backward(gi, gw) = prepared.ran(&ctx) {
             // Each gradient's kernel, and its error under the name PyTorch's side gives it
             // (`{mode}_grad_input_rel_l2` there, `grad_input_rel_l2` here), with the elements compared.

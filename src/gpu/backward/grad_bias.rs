@@ -3,13 +3,22 @@
 
 use crate::error::Result;
 use crate::gpu::context::GpuContext;
-use crate::gpu::kernel::{dispatch_buffers, grid, with_shape_prelude};
+use crate::gpu::kernel::{dispatch_buffers, grid};
 use crate::gpu::memory::GpuTensor;
+use crate::gpu::wgsl::operands::{declare, Access, Io};
+use crate::gpu::wgsl::{self, with_shape_prelude};
 use crate::params::ConvShape;
 
 pub const SHADER_NAME: &str = "backward/grad_bias.wgsl";
 /// `shaders/backward/grad_bias.wgsl` behind the shape's constants (it reads C_OUT, OUT_H and OUT_W).
-pub const SHADER: &str = with_shape_prelude!("backward/grad_bias.wgsl");
+const SHADER: &str = with_shape_prelude!("backward/grad_bias.wgsl");
+
+/// The shader for grad_output of `io`'s input dtype and grad_bias of its output dtype.
+fn source(io: Io) -> String {
+    let operands =
+        declare(io.storage, &[io.operand("grad_out", 1, Access::Read), io.operand("grad_b", 2, Access::ReadWrite)]);
+    wgsl::module(&[&operands, SHADER])
+}
 
 /// The uniform block `Chunk` of the shader, field for field.
 #[repr(C)]
@@ -39,12 +48,13 @@ pub(crate) fn encode(
 ) -> Result<()> {
     let accumulate = accumulates(grad_output);
     let gb = grad_bias.single_buffer("grad_bias", ctx)?;
-    let module = ctx.module(SHADER_NAME, SHADER)?;
+    let io = Io::new(ctx, grad_output.dtype(), grad_bias.dtype());
+    let module = ctx.module_with(&format!("{SHADER_NAME} {}", io.key()), || source(io))?;
     let consts: Vec<(&str, f64)> =
         [("C_OUT", shape.out_channels), ("OUT_H", shape.out_hw[0]), ("OUT_W", shape.out_hw[1])]
             .map(|(k, v)| (k, v as f64))
             .to_vec();
-    let key = format!("grad_bias {:?} {:?}", ctx.options().shader_checks, consts);
+    let key = format!("grad_bias {} {:?} {:?}", io.key(), ctx.options().shader_checks, consts);
     let pipeline = ctx.pipeline(key, &module, &consts)?;
     let grid = grid(ctx, shape.out_channels);
     ctx.scoped(|| {
@@ -65,5 +75,5 @@ pub(crate) fn encode(
 
 /// This kernel's shader for validation (`gpu::shader_sources`).
 pub(crate) fn shader_variants() -> Vec<crate::gpu::ShaderVariant> {
-    vec![(SHADER_NAME, SHADER_NAME.to_string(), SHADER.to_string())]
+    Io::variants().into_iter().map(|io| (SHADER_NAME, format!("{SHADER_NAME} {}", io.key()), source(io))).collect()
 }

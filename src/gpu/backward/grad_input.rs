@@ -15,20 +15,39 @@ use crate::error::{ConvtError, Result};
 use crate::gpu::context::GpuContext;
 use crate::gpu::forward::gather::SliceUniform;
 use crate::gpu::forward::gemm::{self, Geometry};
-use crate::gpu::kernel::{
-    channel_blocks, check_index_range, dispatch_buffers, grid, shape_constants, with_shape_prelude, Weight,
-};
+use crate::gpu::kernel::{channel_blocks, check_index_range, dispatch_buffers, grid, Weight};
 use crate::gpu::memory::{GpuTensor, InFlight};
 use crate::gpu::slices::{plan_between, Side};
+use crate::gpu::wgsl::operands::{declare, Access, Io};
+use crate::gpu::wgsl::{self, shape_constants, with_shape_prelude};
 use crate::gpu::Strategy;
 use crate::params::{ConvShape, ConvTranspose2dOptions};
 use crate::precision::Precision;
 
 pub const SHADER_NAME: &str = "backward/grad_input.wgsl";
 /// `shaders/backward/grad_input.wgsl` behind the shape's constants.
-pub const SHADER: &str = with_shape_prelude!("backward/grad_input.wgsl");
+const SHADER: &str = with_shape_prelude!("backward/grad_input.wgsl");
 pub const FLIP_SHADER_NAME: &str = "backward/grad_input_weights.wgsl";
-pub const FLIP_SHADER: &str = include_str!("../../../shaders/backward/grad_input_weights.wgsl");
+const FLIP_SHADER: &str = include_str!("../../../shaders/backward/grad_input_weights.wgsl");
+
+/// The gather kernel's source for tensors of `io` (grad_output and the weight read, grad_input written).
+fn source(io: Io) -> String {
+    let operands = declare(
+        io.storage,
+        &[
+            io.operand("grad_out", 1, Access::Read),
+            io.operand("w", 2, Access::Read),
+            io.operand("grad_in", 3, Access::ReadWrite),
+        ],
+    );
+    wgsl::module(&[&operands, SHADER])
+}
+
+/// The weight flip's source for a weight of `io` (the flipped weight has its dtype).
+fn flip_source(io: Io) -> String {
+    let operands = declare(io.storage, &[io.operand("src", 1, Access::Read), io.operand("dst", 2, Access::ReadWrite)]);
+    wgsl::module(&[&operands, FLIP_SHADER])
+}
 const WORKGROUP_SIZE: u32 = 256;
 /// Input channels per invocation (`IC_BLOCK` in the shader).
 const IC_BLOCK: usize = 4;
@@ -254,8 +273,16 @@ pub(crate) fn encode(
     Ok(())
 }
 
+/// Whether grad_input's kernels add to it over several slices (grad_output's channels of a sample over several
+/// bindings): then a half-precision grad_input is summed in an f32 result.
+pub(crate) fn accumulates(shape: &ConvShape, grad_output: &GpuTensor, grad_input: &GpuTensor) -> bool {
+    let go = Side { tensor: grad_output, channels: shape.out_channels, per_group: shape.out_per_group() };
+    let gi = Side { tensor: grad_input, channels: shape.in_channels, per_group: shape.in_per_group() };
+    plan_between(shape.batch, go, gi).iter().any(|s| s.accumulate)
+}
+
 /// The weight [Cout, Cin/groups, kH, kW] of [`as_transposed_convolution`] and [`as_sampled_correlation`]
-/// (`shaders/backward/grad_input_weights.wgsl`): flipped, input and output channels swapped.
+/// (`shaders/backward/grad_input_weights.wgsl`): flipped, input and output channels swapped, in the weight's dtype.
 fn flip_weights(
     ctx: &GpuContext,
     shape: &ConvShape,
@@ -263,8 +290,10 @@ fn flip_weights(
     pass: &mut wgpu::ComputePass<'_>,
 ) -> Result<GpuTensor> {
     let src = weight.single_buffer("weight", ctx)?;
-    let flipped = GpuTensor::empty(ctx, &[shape.out_channels, shape.in_per_group(), shape.kernel[0], shape.kernel[1]])?;
-    let module = ctx.module(FLIP_SHADER_NAME, FLIP_SHADER)?;
+    let dims = [shape.out_channels, shape.in_per_group(), shape.kernel[0], shape.kernel[1]];
+    let flipped = GpuTensor::empty_with(ctx, &dims, weight.dtype())?;
+    let io = Io::of(ctx, weight.dtype());
+    let module = ctx.module_with(&format!("{FLIP_SHADER_NAME} {}", io.key()), || flip_source(io))?;
     let consts = [
         ("COUT", shape.out_channels),
         ("CIG", shape.in_per_group()),
@@ -273,7 +302,8 @@ fn flip_weights(
         ("WORKGROUP_SIZE", WORKGROUP_SIZE as usize),
     ]
     .map(|(k, v)| (k, v as f64));
-    let pipeline = ctx.pipeline(format!("flip {:?} {consts:?}", ctx.options().shader_checks), &module, &consts)?;
+    let key = format!("flip {} {:?} {consts:?}", io.key(), ctx.options().shader_checks);
+    let pipeline = ctx.pipeline(key, &module, &consts)?;
     let grid = grid(ctx, weight.numel().div_ceil(WORKGROUP_SIZE as usize));
     let dst = flipped.single_buffer("flipped weight", ctx)?;
     ctx.scoped(|| {
@@ -298,11 +328,12 @@ fn encode_gather(
         Side { tensor: grad_input, channels: shape.in_channels, per_group: shape.in_per_group() },
     );
     let weight = weight.single_buffer("weight", ctx)?;
-    let module = ctx.module(SHADER_NAME, SHADER)?;
+    let io = Io::new(ctx, grad_output.dtype(), grad_input.dtype());
+    let module = ctx.module_with(&format!("{SHADER_NAME} {}", io.key()), || source(io))?;
     check_index_range(shape)?;
     let mut consts = shape_constants(shape, false);
     consts.push(("WORKGROUP_SIZE", WORKGROUP_SIZE as f64));
-    let key = format!("grad_input {:?} {:?}", ctx.options().shader_checks, consts);
+    let key = format!("grad_input {} {:?} {:?}", io.key(), ctx.options().shader_checks, consts);
     let pipeline = ctx.pipeline(key, &module, &consts)?;
     let pixels = shape.in_hw[0] * shape.in_hw[1];
     ctx.scoped(|| {
@@ -323,8 +354,12 @@ fn encode_gather(
 /// This kernel's shaders for validation (`gpu::shader_sources`): the gather kernel and the weight flip (the other
 /// two forms run the forward's shaders).
 pub(crate) fn shader_variants() -> Vec<crate::gpu::ShaderVariant> {
-    vec![
-        (SHADER_NAME, SHADER_NAME.to_string(), SHADER.to_string()),
-        (FLIP_SHADER_NAME, FLIP_SHADER_NAME.to_string(), FLIP_SHADER.to_string()),
-    ]
+    let variants = Io::variants().into_iter().flat_map(|io| {
+        let key = io.key();
+        [
+            (SHADER_NAME, format!("{SHADER_NAME} {key}"), source(io)),
+            (FLIP_SHADER_NAME, format!("{FLIP_SHADER_NAME} {key}"), flip_source(io)),
+        ]
+    });
+    variants.collect()
 }

@@ -11,12 +11,12 @@ use crate::error::{ConvtError, Result};
 use crate::gpu::absmax;
 use crate::gpu::backward::grad_weight_half::{self, HalfTile, HALF_TILES};
 use crate::gpu::context::GpuContext;
-use crate::gpu::forward::gemm;
-use crate::gpu::kernel::{
-    check_index_range, dispatch_buffers, fill_markers, grid, shape_constants, with_shape_prelude,
-};
+use crate::gpu::kernel::{check_index_range, dispatch_buffers, grid};
 use crate::gpu::memory::{GpuTensor, InFlight, STORAGE};
 use crate::gpu::slices::plan;
+use crate::gpu::wgsl::operands::{declare, Access, Io};
+use crate::gpu::wgsl::register::register_tile;
+use crate::gpu::wgsl::{self, fill_markers, shape_constants, with_shape_prelude};
 use crate::params::ConvShape;
 use crate::precision::Precision;
 
@@ -34,7 +34,18 @@ pub const ROWS_SHADER_NAME: &str = "backward/grad_weight_rows.wgsl";
 /// `shaders/backward/grad_weight_rows.wgsl` behind the shape's constants.
 pub const ROWS_SHADER: &str = with_shape_prelude!("backward/grad_weight_rows.wgsl");
 pub const REDUCE_SHADER_NAME: &str = "backward/grad_weight_reduce.wgsl";
-pub const REDUCE_SHADER: &str = include_str!("../../../shaders/backward/grad_weight_reduce.wgsl");
+const REDUCE_SHADER: &str = include_str!("../../../shaders/backward/grad_weight_reduce.wgsl");
+
+/// The tensors every grad_weight kernel reads, x (binding 1) and grad_output (2), in `io`'s input dtype.
+pub(crate) fn operands(io: Io) -> String {
+    declare(io.storage, &[io.operand("x", 1, Access::Read), io.operand("grad_out", 2, Access::Read)])
+}
+
+/// The reduction's source: f32 partial sums into a grad_weight of `io`'s output dtype.
+fn reduce_source(io: Io) -> String {
+    let operands = declare(io.storage, &[io.operand("out", 2, Access::ReadWrite)]);
+    wgsl::module(&[&operands, REDUCE_SHADER])
+}
 /// The tile sizes (channels per workgroup tile on each side, `TILE` in the shader), and pixels per K step (`BK`).
 pub const TILES: [usize; 3] = [16, 32, 64];
 const BK: usize = 16;
@@ -184,11 +195,11 @@ fn invocations(tile: usize) -> usize {
     (tile / 4) * (tile / per_invocation(tile))
 }
 
-/// The shader for a tile size: `shaders/backward/grad_weight.wgsl` with its `TILE` and `TN` constants in front and the
-/// register tile's code (the GEMM kernel's micro-kernel, [`gemm::register_tile`]) at its marker lines.
-pub fn source(tile: usize) -> String {
+/// The shader for a tile size and tensors of `io`: `shaders/backward/grad_weight.wgsl` with its `TILE` and `TN`
+/// constants in front and the register tile's code (the kit's micro-kernel, [`register_tile`]) at its marker lines.
+pub(crate) fn source(tile: usize, io: Io) -> String {
     let tn = per_invocation(tile) as u32;
-    let (decl, math) = gemm::register_tile(
+    let (decl, math) = register_tile(
         4,
         tn,
         BK as u32,
@@ -202,7 +213,8 @@ pub fn source(tile: usize) -> String {
         }
     }
     let body = fill_markers(SHADER, &[("ACC_DECL", &decl), ("MATH", &math), ("EPILOGUE", &epilogue)]);
-    format!("const TILE: u32 = {tile}u;\nconst TN: u32 = {tn}u;\n{body}\n{COMMON}\n{TAP_RANGE}")
+    let header = format!("const TILE: u32 = {tile}u;\nconst TN: u32 = {tn}u;\n");
+    wgsl::module(&[&header, &operands(io), &body, COMMON, TAP_RANGE])
 }
 
 /// The layout of `shaders/backward/grad_weight_rows.wgsl` for a shape: vec4s of input channels per group (`cig4`),
@@ -268,14 +280,15 @@ impl RowsKernel {
         self.slots(shape) * shape.groups * shape.out_per_group().div_ceil(self.ocb) * shape.kernel[0]
     }
 
-    /// The shader: `shaders/backward/grad_weight_rows.wgsl` with this layout's CIG4 in front.
-    pub fn source(&self) -> String {
-        format!("const CIG4: u32 = {}u;\n{ROWS_SHADER}\n{TAP_RANGE}", self.cig4)
+    /// The shader for tensors of `io`: `shaders/backward/grad_weight_rows.wgsl` with this layout's CIG4 in front.
+    pub(crate) fn source(&self, io: Io) -> String {
+        let header = format!("const CIG4: u32 = {}u;\n", self.cig4);
+        wgsl::module(&[&header, &operands(io), ROWS_SHADER, TAP_RANGE])
     }
 
     /// The shader module's name: what its source depends on.
-    fn module_name(&self) -> String {
-        format!("grad_weight_rows cig4 {}", self.cig4)
+    fn module_name(&self, io: Io) -> String {
+        format!("grad_weight_rows cig4 {} {}", self.cig4, io.key())
     }
 
     /// The layout's override constants of the shader.
@@ -335,8 +348,12 @@ pub(crate) fn encode(
     let checks = ctx.options().shader_checks;
     let elems = grad_weight.numel();
     let partial_cap = partial_cap(ctx, elems);
-    let reduce_module = ctx.module(REDUCE_SHADER_NAME, REDUCE_SHADER)?;
-    let reduce = ctx.pipeline(format!("reduce_splits {checks:?}"), &reduce_module, &[])?;
+    // x and grad_output of one dtype; grad_weight of it or f32 (a master copy's, or a sum over several slices).
+    let io = Io::new(ctx, input.dtype(), input.dtype());
+    let reduce_io = Io::new(ctx, crate::dtype::DType::F32, grad_weight.dtype());
+    let reduce_module =
+        ctx.module_with(&format!("{REDUCE_SHADER_NAME} {}", reduce_io.key()), || reduce_source(reduce_io))?;
+    let reduce = ctx.pipeline(format!("reduce_splits {} {checks:?}", reduce_io.key()), &reduce_module, &[])?;
     let chunks = [input.chunks().len(), grad_output.chunks().len()];
     let tile = match kernel {
         GradWeightKernel::Taps(tile) => Tile::Exact(tile),
@@ -346,8 +363,8 @@ pub(crate) fn encode(
                 ConvtError::InvalidArgument(format!("{} does not compute this shape here", kernel.name()))
             })?;
             return ctx.scoped(|| {
-                let name = rows.module_name();
-                let module = ctx.module_with(&name, || rows.source())?;
+                let name = rows.module_name(io);
+                let module = ctx.module_with(&name, || rows.source(io))?;
                 let consts: Vec<_> = consts.iter().copied().chain(rows.constants()).collect();
                 let pipeline = ctx.pipeline(format!("{name} {checks:?} {consts:?}"), &module, &consts)?;
                 let slots = rows.slots(shape);
@@ -368,12 +385,14 @@ pub(crate) fn encode(
     // The per-tap GEMMs: (BM, BN) channels per workgroup tile, K steps of `bk` pixels, and for the f16 tiles the
     // operand maxima (slot 0 x's, slot 1 grad_output's) their scales come from.
     let (name, source, (bm, bn), bk, threads): (String, Box<dyn FnOnce() -> String>, _, _, _) = match tile {
-        Tile::Exact(t) => (format!("grad_weight_{t}"), Box::new(move || source(t)), (t, t), BK, invocations(t)),
+        Tile::Exact(t) => {
+            (format!("grad_weight_{t} {}", io.key()), Box::new(move || source(t, io)), (t, t), BK, invocations(t))
+        }
         Tile::Half(t) => {
             let size = (t.bm as usize, t.bn as usize);
             (
-                t.name(),
-                Box::new(move || t.source(&format!("{COMMON}\n{TAP_RANGE}"))),
+                format!("{} {}", t.name(), io.key()),
+                Box::new(move || t.source(&shared_source(io))),
                 size,
                 t.bk as usize,
                 t.threads() as usize,
@@ -432,6 +451,11 @@ pub(crate) fn encode(
     })
 }
 
+/// What the f16 tiles share with the exact ones: the operands, the load context and the tap bounds.
+pub(crate) fn shared_source(io: Io) -> String {
+    format!("{}\n{COMMON}\n{TAP_RANGE}", operands(io))
+}
+
 /// The per-tap GEMM's tile: exact (square, this many channels a side) or f16.
 #[derive(Clone, Copy)]
 enum Tile {
@@ -443,17 +467,29 @@ enum Tile {
 /// declarations and tap bounds they share), the rows kernel at every CIG4 `RowsKernel::for_shape` makes (groups of up to 16 input channels: the one
 /// constant its source depends on; the rest of its layout are override constants), and the reduction.
 pub(crate) fn shader_variants() -> Vec<crate::gpu::ShaderVariant> {
-    let mut v: Vec<crate::gpu::ShaderVariant> =
-        TILES.iter().map(|&t| (SHADER_NAME, format!("grad_weight_{t}"), source(t))).collect();
-    v.extend((1..=4).map(|cig4| {
-        let k = RowsKernel { cig4, ocb: 16, kernel_w: 5, rb: 4, xw: 256 };
-        (ROWS_SHADER_NAME, format!("grad_weight_rows cig4 {cig4}"), k.source())
-    }));
-    let shared = format!("{COMMON}\n{TAP_RANGE}");
-    v.extend(HALF_TILES.iter().map(|t| (grad_weight_half::SHADER_NAME, t.name(), t.source(&shared))));
-    v.push((COMMON_SHADER_NAME, format!("{COMMON_SHADER_NAME} in {SHADER_NAME}"), source(TILES[0])));
-    v.push((TAP_RANGE_SHADER_NAME, format!("{TAP_RANGE_SHADER_NAME} in {SHADER_NAME}"), source(TILES[0])));
-    v.push((REDUCE_SHADER_NAME, REDUCE_SHADER_NAME.to_string(), REDUCE_SHADER.to_string()));
+    let mut v: Vec<crate::gpu::ShaderVariant> = Vec::new();
+    // Tensors of one dtype read (the variants with an f32 output are the reduction's).
+    for io in Io::variants().into_iter().filter(|io| io.input == io.output) {
+        let key = io.key();
+        v.extend(TILES.iter().map(|&t| (SHADER_NAME, format!("grad_weight_{t} {key}"), source(t, io))));
+        v.extend((1..=4).map(|cig4| {
+            let k = RowsKernel { cig4, ocb: 16, kernel_w: 5, rb: 4, xw: 256 };
+            (ROWS_SHADER_NAME, k.module_name(io), k.source(io))
+        }));
+        let shared = shared_source(io);
+        v.extend(
+            HALF_TILES
+                .iter()
+                .map(|t| (grad_weight_half::SHADER_NAME, format!("{} {key}", t.name()), t.source(&shared))),
+        );
+    }
+    v.push((COMMON_SHADER_NAME, format!("{COMMON_SHADER_NAME} in {SHADER_NAME}"), source(TILES[0], Io::F32)));
+    v.push((TAP_RANGE_SHADER_NAME, format!("{TAP_RANGE_SHADER_NAME} in {SHADER_NAME}"), source(TILES[0], Io::F32)));
+    for io in Io::variants() {
+        // The reduction reads f32 partial sums and writes grad_weight's dtype.
+        let reduce_io = Io { input: crate::dtype::DType::F32, ..io };
+        v.push((REDUCE_SHADER_NAME, format!("{REDUCE_SHADER_NAME} {}", reduce_io.key()), reduce_source(reduce_io)));
+    }
     v
 }
 

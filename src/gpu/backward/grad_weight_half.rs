@@ -5,9 +5,9 @@
 //! its partial sums go through the exact kernel's deterministic split-K reduction ([`super::grad_weight`]).
 
 use crate::gpu::context::GpuContext;
-use crate::gpu::forward::coop::{self, FULL_RUN, SUBGROUP};
-use crate::gpu::forward::gemm::{scaled_module, SCALED_PROLOGUE};
-use crate::gpu::kernel::{fill_markers, with_shape_prelude};
+use crate::gpu::wgsl::coop::{self, FULL_RUN, SUBGROUP};
+use crate::gpu::wgsl::scale::{scaled_module, SCALED_PROLOGUE};
+use crate::gpu::wgsl::{self, fill_markers, with_shape_prelude};
 
 pub const SHADER_NAME: &str = "backward/grad_weight_half.wgsl";
 /// `shaders/backward/grad_weight_half.wgsl` behind the shape's constants: the template of every tile.
@@ -144,7 +144,7 @@ impl HalfTile {
             SHADER,
             &[("PROLOGUE", SCALED_PROLOGUE), ("ACC_DECL", &acc_decl), ("MATH", &math), ("EPILOGUE", &epilogue)],
         );
-        format!("{header}{}{module}{body}\n{shared}", scaled_module(MAXIMA_BINDING))
+        wgsl::module(&[&header, &scaled_module(MAXIMA_BINDING), &module, &body, shared])
     }
 
     /// Tensor cores: x's rows as A (row-major [m][k]: `coopLoadT`), grad_output's as B (column-major [n][k]:
@@ -221,8 +221,7 @@ mod tests {
         for t in HALF_TILES {
             assert!(t.is_consistent(), "{t:?}");
             assert!(t.threads() <= 256, "{t:?}");
-            let source =
-                t.source(&format!("{}\n{}", super::super::grad_weight::COMMON, super::super::grad_weight::TAP_RANGE));
+            let source = t.source(&super::super::grad_weight::shared_source(crate::gpu::wgsl::operands::Io::F32));
             let bytes = coop::workgroup_bytes_aligned(&source, &t.name());
             assert_eq!(bytes, t.workgroup_bytes(), "{t:?}");
             // 32 KiB: what the software driver offers, where the FMA tile runs in CI (the tensor-core tiles are

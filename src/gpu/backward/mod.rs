@@ -178,10 +178,15 @@ pub fn conv_transpose2d_backward_into(
     written();
     let mut encoder = ctx.device.create_command_encoder(&Default::default());
     let mut in_flight = InFlight::default();
-    // Half-precision gradients are rounded from f32 ones (src/gpu/convert.rs).
-    let gi = convert::f32_result(ctx, &grads.grad_input)?;
-    let gw = convert::f32_result(ctx, &grads.grad_weight)?;
-    let gb = grad_bias.map(|gb| convert::f32_result(ctx, gb)).transpose()?.flatten();
+    // Every kernel reads the tensors as stored and writes the gradients' dtypes; only a gradient that several
+    // slices add up in place goes through an f32 result, rounded once at the end (src/gpu/convert.rs).
+    let gi_sums = grad_input::accumulates(&shape, grad_output, &grads.grad_input);
+    let gi = convert::f32_result(ctx, &grads.grad_input, gi_sums)?;
+    let gw = convert::f32_result(ctx, &grads.grad_weight, grad_weight::accumulates(&shape, input, grad_output))?;
+    let gb = match grad_bias {
+        Some(gb) => convert::f32_result(ctx, gb, grad_bias::accumulates(grad_output))?,
+        None => None,
+    };
     let (gi_out, gw_out) = (gi.as_ref().unwrap_or(&grads.grad_input), gw.as_ref().unwrap_or(&grads.grad_weight));
     let gb_out = gb.as_ref().or(grad_bias);
     // Reductions split over several slices add up in place, from zero; an empty batch sums nothing: zero.
@@ -197,9 +202,18 @@ pub fn conv_transpose2d_backward_into(
             label: Some("convt conv_transpose2d backward"),
             timestamp_writes: timer.map(|(t, slot)| t.pass_writes(slot)),
         });
-        let x = convert::to_f32(ctx, input, &mut pass)?;
-        let w = convert::to_f32(ctx, weight, &mut pass)?;
-        let go = convert::to_f32(ctx, grad_output, &mut pass)?;
+        // Where grad_weight runs its f16 cooperative-matrix kernel, the gradients' kernels read f32 copies of
+        // half-precision operands: reading f16 as stored there measured about 3x slower than the copies on an H200
+        // (docs/PERFORMANCE.md), a cost not found yet; every other backward kernel reads them as stored, which
+        // measured faster. The results are written in the gradients' dtypes by the kernels themselves.
+        let copy = matches!(gw_kernel, GradWeightKernel::Half(_));
+        let to_f32 = |t: &GpuTensor, pass: &mut wgpu::ComputePass<'_>| match copy {
+            true => convert::to_f32(ctx, t, pass),
+            false => Ok(None),
+        };
+        let x = to_f32(input, &mut pass)?;
+        let w = to_f32(weight, &mut pass)?;
+        let go = to_f32(grad_output, &mut pass)?;
         let (input, weight) = (x.as_ref().unwrap_or(input), w.as_ref().unwrap_or(weight));
         let grad_output = go.as_ref().unwrap_or(grad_output);
         grad_input::encode(ctx, &shape, kernel, weight, grad_output, gi_out, &mut pass, &mut in_flight)?;

@@ -5,16 +5,18 @@
 //! rows the workgroup copies into workgroup memory); then one dispatch per stride phase and output chunk. One
 //! module per [`NhwcTile`].
 
+use crate::dtype::DType;
 use crate::error::{ConvtError, Result};
 use crate::gpu::absmax;
 use crate::gpu::context::GpuContext;
-use crate::gpu::forward::coop::{self, SUBGROUP};
-use crate::gpu::forward::gemm::{scaled_module, MAXIMA_BINDING, SCALED_PROLOGUE};
 use crate::gpu::kernel::{
-    axis_phase, bind_buffers, check_index_range, dispatch_buffers, fill_markers, grid, with_shape_prelude, AxisPhase,
-    GridParams, Operands, Weight,
+    axis_phase, bind_buffers, check_index_range, dispatch_buffers, grid, AxisPhase, GridParams, Operands, Weight,
 };
 use crate::gpu::memory::{buffer_with, GpuTensor, InFlight, PooledBuffer, STORAGE};
+use crate::gpu::wgsl::coop::{self, SUBGROUP};
+use crate::gpu::wgsl::operands::{declare, Access, Io};
+use crate::gpu::wgsl::scale::{scaled_module, MAXIMA_BINDING, SCALED_PROLOGUE, SCALE_FUNCTIONS};
+use crate::gpu::wgsl::{self, fill_markers, with_shape_prelude, without_section};
 use crate::params::ConvShape;
 
 pub const SHADER_NAME: &str = "forward/coop_nhwc.wgsl";
@@ -27,7 +29,6 @@ pub const WEIGHT_SHADER_NAME: &str = "forward/coop_nhwc_weights.wgsl";
 pub const WEIGHT_SHADER: &str = concat!("enable f16;\n", with_shape_prelude!("forward/coop_nhwc_weights.wgsl"));
 pub const SCALE_CHECK_SHADER_NAME: &str = "forward/coop_nhwc_scale_check.wgsl";
 pub const SCALE_CHECK_SHADER: &str = include_str!("../../../shaders/forward/coop_nhwc_scale_check.wgsl");
-const SCALE_FUNCTIONS: &str = include_str!("../../../shaders/common/scale.wgsl");
 /// The input's scale exponent (shaders/common/scale.wgsl) the first call of a shape on a context guesses: that of largest
 /// magnitudes in [1, 2). Later calls guess the exponent the call before them found (shaders/forward/coop_nhwc_scale_check.wgsl).
 const FIRST_SCALE_GUESS: i32 = 14;
@@ -218,8 +219,9 @@ impl NhwcTile {
         Ok(())
     }
 
-    /// The shader: `shaders/forward/coop_nhwc.wgsl` with this tile's constants and generated parts.
-    pub fn source(&self) -> String {
+    /// The shader for tensors of `io`: `shaders/forward/coop_nhwc.wgsl` with this tile's constants and generated
+    /// parts.
+    pub(crate) fn source(&self, io: Io) -> String {
         let (mi, nj) = (self.wm / 16, self.wn / 16);
         // A from the staged rows or from the padded input itself: rows padded either way (STAGE_STRIDE is STAGE_C +
         // ROW_PAD, a direct tile's PIXEL_STRIDE C_IN + ROW_PAD).
@@ -239,7 +241,7 @@ impl NhwcTile {
         }
         let (decl, products) = coop::products(mi, nj);
         math += &products;
-        let epi = self.epilogue();
+        let epi = self.epilogue(io.input == DType::F32 && io.output == DType::F32);
         // Workgroup memory: every variable a multiple of 16 bytes (the word `direct_rows` as an array of 4), so
         // that the arrays cooperative matrices load from and store to (the staged rows, the epilogue's scratch)
         // start 16-byte aligned in whatever order the driver lays the variables out. NVIDIA's driver was seen not
@@ -279,7 +281,9 @@ impl NhwcTile {
                 ("EPILOGUE", &epi),
             ],
         );
-        format!("{header}{body}")
+        let operands =
+            declare(io.storage, &[io.operand("bias", 3, Access::Read), io.operand("out", 4, Access::ReadWrite)]);
+        wgsl::module(&[&header, &operands, &body])
     }
 
     /// The epilogue (the shader's opening comment), per fragment row i (16 pixels) of the subgroups: where the
@@ -288,12 +292,20 @@ impl NhwcTile {
     /// repeats the bias row in all 16 rows); else through the subgroup's scratch (`scratch_rounds`): two
     /// neighbouring rows that both need it as one 32-pixel run, a row alone as a 16-pixel run. The choice depends
     /// on the workgroup's tile only: naga wants cooperative-matrix operations (and barriers) in workgroup-uniform
-    /// control flow.
-    fn epilogue(&self) -> String {
+    /// control flow. Without `direct` (a half-precision output, which an f32 accumulator cannot be stored to as a
+    /// matrix) every pair of rows goes through the scratch.
+    fn epilogue(&self, direct: bool) -> String {
         let (mi, nj) = (self.wm / 16, self.wn / 16);
         let mut e = String::from(
             "    let plane = OUT_H * OUT_W;\n    let factors = unscale_factors();\n    let scratch = sg * C_LD * 16u;\n",
         );
+        if !direct {
+            e += "    if (lid == 0u) {\n        direct_rows[0] = 0u;\n    }\n";
+            for i in (0..mi).step_by(2) {
+                e += &format!("    {{\n{}    }}\n", scratch_rounds(&[i, i + 1], nj));
+            }
+            return e;
+        }
         // Bit i: fragment row i is a direct run in every subgroup row. Every invocation computes the same bits;
         // they pass through workgroup memory because naga takes only a `workgroupUniformLoad` (not the workgroup
         // id) for workgroup-uniform.
@@ -366,24 +378,17 @@ const EPILOGUE_RUN: u32 = coop::FULL_RUN;
 const INPUT_BINDING: &str = "@group(0) @binding(1) var<storage, read> xp: array<f16>;";
 const STAGED_INPUT_BINDING: &str = "@group(0) @binding(1) var<storage, read> xp4: array<vec4<f16>>;";
 
-/// `text` without the lines from `//#<name>_BEGIN` to `//#<name>_END`.
-fn without_section(text: &str, name: &str) -> String {
-    let (begin, end) = (format!("//#{name}_BEGIN\n"), format!("//#{name}_END\n"));
-    match (text.find(&begin), text.find(&end)) {
-        (Some(b), Some(e)) if b < e => format!("{}{}", &text[..b], &text[e + end.len()..]),
-        _ => text.to_string(),
-    }
-}
-
-/// The preparation shaders with the scale functions they call.
-pub fn input_shader() -> String {
-    format!("{INPUT_SHADER}\n{SCALE_FUNCTIONS}\n{}", crate::gpu::convert::DTYPE_FUNCTIONS)
+/// The preparation shaders with the scale functions they call, the input's and the weight's for tensors of `io`.
+pub(crate) fn input_shader(io: Io) -> String {
+    let operands = declare(io.storage, &[io.operand("x", 1, Access::Read)]);
+    wgsl::module(&[&operands, INPUT_SHADER, SCALE_FUNCTIONS])
 }
 pub fn scale_check_shader() -> String {
     format!("{SCALE_CHECK_SHADER}\n{SCALE_FUNCTIONS}")
 }
-pub fn weight_shader() -> String {
-    format!("{WEIGHT_SHADER}\n{SCALE_FUNCTIONS}")
+pub(crate) fn weight_shader(io: Io) -> String {
+    let operands = declare(io.storage, &[io.operand("w", 1, Access::Read)]);
+    wgsl::module(&[&operands, WEIGHT_SHADER, SCALE_FUNCTIONS])
 }
 
 /// One stride phase of the padded-NHWC form: its outputs (rows R_H + S_H*i, i < count[0]; columns likewise), its
@@ -688,7 +693,8 @@ fn encode_weight(
     let (cin, cout) = (shape.in_channels, shape.out_channels);
     ctx.scoped(|| {
         let wpk = ctx.pool.get(&ctx.device, g.weight_bytes(shape), STORAGE);
-        let module = ctx.module_with(WEIGHT_SHADER_NAME, weight_shader)?;
+        let io = Io::of(ctx, weight.dtype());
+        let module = ctx.module_with(&format!("{WEIGHT_SHADER_NAME} {}", io.key()), || weight_shader(io))?;
         let w = weight.single_buffer("weight", ctx)?;
         for p in g.phases.iter().filter(|p| p.has_taps()) {
             let consts = override_values(&[
@@ -705,8 +711,8 @@ fn encode_weight(
                 ("W_OFF", p.weight_offset),
                 ("W_ROW", weight_row(shape)),
             ]);
-            let pipeline =
-                ctx.pipeline(format!("pack_f16 {:?} {consts:?}", ctx.options().shader_checks), &module, &consts)?;
+            let key = format!("pack_f16 {} {:?} {consts:?}", io.key(), ctx.options().shader_checks);
+            let pipeline = ctx.pipeline(key, &module, &consts)?;
             let wgrid = grid(ctx, (p.taps[0] * p.taps[1] * cin * cout).div_ceil(PREP_WORKGROUP_SIZE));
             let u = GridParams::of(wgrid);
             dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &[w, &wpk, maxima], wgrid);
@@ -760,7 +766,10 @@ fn encode_preparation(
         let padded_bytes = g.padded_bytes(shape, tile);
         let xp = in_flight.keep(ctx.pool.get(&ctx.device, padded_bytes as u64, STORAGE));
         let guess = ctx.kept_i32(scale_guess_key(shape), FIRST_SCALE_GUESS);
-        let module = ctx.module_with(INPUT_SHADER_NAME, input_shader)?;
+        let io = Io::of(ctx, input.dtype());
+        // An f16 input is copied as it is: no scale, so neither its check nor a fix-up.
+        let scaled = input.dtype() != DType::F16;
+        let module = ctx.module_with(&format!("{INPUT_SHADER_NAME} {}", io.key()), || input_shader(io))?;
         let pipeline = |fixup: bool| {
             let mut consts = override_values(&[
                 ("C_IN", cin),
@@ -781,8 +790,12 @@ fn encode_preparation(
                 ("BLOCKS_PER_WG", block.per_workgroup),
             ]);
             consts.push(("FIXUP", f64::from(u8::from(fixup))));
-            consts.push(("DTYPE", input.dtype().shader_code()));
-            ctx.pipeline(format!("nhwc_f16 {:?} {consts:?}", ctx.options().shader_checks), &module, &consts)
+            consts.push(("SCALED", f64::from(u8::from(scaled))));
+            ctx.pipeline(
+                format!("nhwc_f16 {} {:?} {consts:?}", io.key(), ctx.options().shader_checks),
+                &module,
+                &consts,
+            )
         };
         let (first, fixup) = (pipeline(false)?, pipeline(true)?);
         let blocks = g.padded[1].div_ceil(block.pixels) * cin.div_ceil(block.channels);
@@ -806,6 +819,16 @@ fn encode_preparation(
             .collect();
         for (c, igrid, u) in &chunks {
             dispatch_buffers(ctx, pass, &first, bytemuck::bytes_of(u), &[&c, &xp, &maxima, &guess], *igrid);
+        }
+        if !scaled {
+            let wpk = match weight.prepared {
+                Some(p) => (*p.buffer).clone(),
+                None => in_flight.keep(encode_weight(ctx, shape, g, weight.tensor, &maxima, pass)?),
+            };
+            let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::INDIRECT | wgpu::BufferUsages::COPY_SRC;
+            let none = vec![0u8; 12 * chunks.len()];
+            let none = buffer_with(&ctx.device, "convt scale fix-up workgroups", &none, usage);
+            return Ok(Prepared { maxima, fixup_counts: none, input: xp, weight: wpk });
         }
         let counts: Vec<u32> = chunks.iter().flat_map(|(_, (x, y), _)| [*x, *y, 1]).collect();
         let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::INDIRECT | wgpu::BufferUsages::COPY_SRC;
@@ -857,13 +880,14 @@ pub(crate) fn encode(
     ctx.scoped(|| {
         // The products, one dispatch per phase and output chunk (whole samples).
         let name = tile.name();
-        let module = ctx.module_with(&name, || tile.source())?;
+        let io = Io::new(ctx, input.dtype(), output.dtype());
+        let module = ctx.module_with(&format!("{name} {}", io.key()), || tile.source(io))?;
         let ops = Operands::new(ctx, &wpk, bias)?;
         let n_tiles = cout / tile.bn() as usize;
         for p in &g.phases {
             let consts = phase_constants(tile, shape, &g, p, bias.is_some());
-            let pipeline =
-                ctx.pipeline(format!("{name} {:?} {consts:?}", ctx.options().shader_checks), &module, &consts)?;
+            let key = format!("{name} {} {:?} {consts:?}", io.key(), ctx.options().shader_checks);
+            let pipeline = ctx.pipeline(key, &module, &consts)?;
             for c in output.chunks() {
                 let (first, samples) = (c.first_plane / cout, c.planes / cout);
                 let (begin, end) = (first * g.sample_pixels(), (first + samples) * g.sample_pixels());
@@ -888,10 +912,14 @@ pub(crate) fn encode(
 
 /// This kernel's shaders for validation (`gpu::shader_sources`): every tile and the three preparation shaders.
 pub(crate) fn shader_variants() -> Vec<crate::gpu::ShaderVariant> {
-    let mut v: Vec<crate::gpu::ShaderVariant> = TILES.iter().map(|t| (SHADER_NAME, t.name(), t.source())).collect();
-    v.push((INPUT_SHADER_NAME, INPUT_SHADER_NAME.to_string(), input_shader()));
+    let mut v: Vec<crate::gpu::ShaderVariant> = Vec::new();
+    for io in Io::variants() {
+        let key = io.key();
+        v.extend(TILES.iter().map(|t| (SHADER_NAME, format!("{} {key}", t.name()), t.source(io))));
+        v.push((INPUT_SHADER_NAME, format!("{INPUT_SHADER_NAME} {key}"), input_shader(io)));
+        v.push((WEIGHT_SHADER_NAME, format!("{WEIGHT_SHADER_NAME} {key}"), weight_shader(io)));
+    }
     v.push((SCALE_CHECK_SHADER_NAME, SCALE_CHECK_SHADER_NAME.to_string(), scale_check_shader()));
-    v.push((WEIGHT_SHADER_NAME, WEIGHT_SHADER_NAME.to_string(), weight_shader()));
     v
 }
 
@@ -1184,6 +1212,16 @@ mod tests {
                     [("input", got_x, want_x, &copied, 0), ("weight", got_w, want_w, &w, 1)]
                 {
                     let largest = values.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                    // An f16 input is copied as it is: no maximum, scale 1, no check, no fix-up.
+                    if slot == 0 && dtype == DType::F16 {
+                        assert_eq!(maxima[0], 0, "an f16 input's maximum is not taken");
+                        assert!(counts.iter().all(|&c| c == 0), "no fix-up for an f16 input: {counts:?}");
+                        assert_eq!(bytemuck::pod_read_unaligned::<i32>(&guess), guess_before, "the guess is kept");
+                        for (i, (g, want)) in got.iter().zip(&want).enumerate().filter(|(_, (_, w))| !w.is_nan()) {
+                            assert_eq!(*g, *want, "{shape:?}: f16 input half {i} copied as it is");
+                        }
+                        continue;
+                    }
                     assert_eq!(maxima[slot], largest.to_bits(), "{name}'s largest magnitude");
                     // The scale brings the largest magnitude into [2^14, 2^15) (shaders/common/scale.wgsl).
                     let k = 14 - (largest as f64).log2().floor() as i32;
@@ -1259,7 +1297,7 @@ mod tests {
     fn tiles_meet_the_layout_rules_and_the_defaults_are_candidates() {
         for t in TILES {
             assert!(t.is_consistent() && t.workgroup_bytes() <= 49152, "{t:?}");
-            let source = t.source();
+            let source = t.source(Io::F32);
             assert!(!source.contains("//#"), "{t:?}");
             // A staged tile reads the padded input only through the staged rows' copy (4 halves at a time).
             assert_eq!(source.contains(STAGED_INPUT_BINDING), t.staged, "{t:?}");

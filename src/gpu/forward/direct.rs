@@ -5,14 +5,18 @@
 use crate::error::Result;
 use crate::gpu::context::GpuContext;
 use crate::gpu::forward::gather;
-use crate::gpu::kernel::with_shape_prelude;
 use crate::gpu::memory::GpuTensor;
+use crate::gpu::wgsl::operands::Io;
 use crate::params::ConvShape;
 
 pub const SHADER_NAME: &str = "forward/direct.wgsl";
+const TEMPLATE: &str = include_str!("../../../shaders/forward/direct.wgsl");
+
 /// `shaders/forward/gather.wgsl` (what the gather kernels share) in front of `shaders/forward/direct.wgsl`, behind the
-/// shape's constants.
-pub const SHADER: &str = with_shape_prelude!("forward/gather.wgsl", "forward/direct.wgsl");
+/// shape's constants, for tensors of `io`.
+pub(crate) fn source(io: Io) -> String {
+    gather::source(io, &[TEMPLATE])
+}
 const WORKGROUP_SIZE: u32 = 256;
 /// Output channels per invocation (`OC_BLOCK` in the shader).
 const OC_BLOCK: usize = 4;
@@ -37,7 +41,7 @@ pub(crate) fn encode(
     let pixels = shape.out_hw[0] * shape.out_hw[1];
     let kernel = gather::Kernel {
         name: SHADER_NAME,
-        source: || SHADER.to_string(),
+        source,
         constants: constants(shape, bias.is_some())?,
         block: OC_BLOCK,
         workgroups: |samples: usize, blocks: usize| (samples * blocks * pixels).div_ceil(WORKGROUP_SIZE as usize),
@@ -48,8 +52,11 @@ pub(crate) fn encode(
 /// This kernel's shaders for validation (`gpu::shader_sources`): its one variant, and in it what the gather
 /// kernels share and the shape's constants, which have no entry point of their own.
 pub(crate) fn shader_variants() -> Vec<crate::gpu::ShaderVariant> {
-    [SHADER_NAME, crate::gpu::forward::gather::SHADER_NAME, crate::gpu::kernel::SHAPE_SHADER_NAME]
-        .into_iter()
-        .map(|file| (file, format!("{file} in {SHADER_NAME}"), SHADER.to_string()))
-        .collect()
+    let files = [SHADER_NAME, gather::SHADER_NAME, crate::gpu::wgsl::SHAPE_SHADER_NAME];
+    let mut v: Vec<crate::gpu::ShaderVariant> =
+        files.into_iter().map(|file| (file, format!("{file} in {SHADER_NAME}"), source(Io::F32))).collect();
+    v.extend(
+        Io::variants().into_iter().skip(1).map(|io| (SHADER_NAME, format!("{SHADER_NAME} {}", io.key()), source(io))),
+    );
+    v
 }

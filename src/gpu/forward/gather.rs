@@ -4,17 +4,25 @@
 
 use crate::error::Result;
 use crate::gpu::context::GpuContext;
-use crate::gpu::kernel::{
-    channel_blocks, check_index_range, dispatch, gcd, grid, mod_inverse, shape_constants, with_shape_prelude, Operands,
-};
+use crate::gpu::kernel::{channel_blocks, check_index_range, dispatch, gcd, grid, mod_inverse, Operands};
 use crate::gpu::memory::GpuTensor;
 use crate::gpu::slices::{plan, Slice};
+use crate::gpu::wgsl::operands::Io;
+use crate::gpu::wgsl::{self, shape_constants, with_shape_prelude};
 use crate::params::ConvShape;
 
 pub const SHADER_NAME: &str = "forward/gather.wgsl";
-/// The shape constants, the Slice uniform, the bindings and the tap enumeration; each gather kernel's source
-/// starts with it.
+/// The shape constants, the Slice uniform and the tap enumeration; each gather kernel's source starts with it.
 pub const SHADER: &str = with_shape_prelude!("forward/gather.wgsl");
+
+/// A gather kernel's source from its `parts` (behind [`SHADER`] and the bindings of its tensors, of `io`: x, w and
+/// bias read, out written).
+pub(crate) fn source(io: Io, parts: &[&str]) -> String {
+    let operands = crate::gpu::wgsl::operands::forward(io);
+    let mut all = vec![operands.as_str(), SHADER];
+    all.extend_from_slice(parts);
+    wgsl::module(&all)
+}
 
 /// The uniform block `Slice` of shaders/forward/gather.wgsl, field for field; also that of
 /// shaders/backward/grad_input.wgsl, a gather whose plan reads grad_output ("in") and writes grad_input ("out").
@@ -70,10 +78,10 @@ pub(crate) fn constants(shape: &ConvShape, has_bias: bool) -> Result<Vec<(&'stat
 }
 
 /// A gather kernel as [`encode`] needs it.
-pub(crate) struct Kernel<'a, S: FnOnce() -> String, W: Fn(usize, usize) -> usize> {
+pub(crate) struct Kernel<'a, S: FnOnce(Io) -> String, W: Fn(usize, usize) -> usize> {
     /// Names the shader module (and, with the constants, the pipeline).
     pub name: &'a str,
-    /// Its whole source, made only when the context has no module of that name yet.
+    /// Its whole source for the call's tensors, made only when the context has no module of that name yet.
     pub source: S,
     /// Its override constants for the shape ([`constants`] and its own).
     pub constants: Vec<(&'static str, f64)>,
@@ -84,7 +92,7 @@ pub(crate) struct Kernel<'a, S: FnOnce() -> String, W: Fn(usize, usize) -> usize
 }
 
 /// Encodes a gather kernel over every slice of the plan into `pass`; `output` has `shape`'s output size.
-pub(crate) fn encode<S: FnOnce() -> String, W: Fn(usize, usize) -> usize>(
+pub(crate) fn encode<S: FnOnce(Io) -> String, W: Fn(usize, usize) -> usize>(
     ctx: &GpuContext,
     shape: &ConvShape,
     kernel: Kernel<'_, S, W>,
@@ -92,8 +100,10 @@ pub(crate) fn encode<S: FnOnce() -> String, W: Fn(usize, usize) -> usize>(
     bias: Option<&GpuTensor>,
     pass: &mut wgpu::ComputePass<'_>,
 ) -> Result<()> {
-    let module = ctx.module_with(kernel.name, kernel.source)?;
-    let key = format!("{} {:?} {:?}", kernel.name, ctx.options().shader_checks, kernel.constants);
+    let io = Io::new(ctx, input.dtype(), output.dtype());
+    let name = format!("{} {}", kernel.name, io.key());
+    let module = ctx.module_with(&name, || (kernel.source)(io))?;
+    let key = format!("{name} {:?} {:?}", ctx.options().shader_checks, kernel.constants);
     let pipeline = ctx.pipeline(key, &module, &kernel.constants)?;
     let slices = plan(shape, input, output);
     if slices.is_empty() {

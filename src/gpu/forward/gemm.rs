@@ -6,11 +6,14 @@ use crate::error::{ConvtError, Result};
 use crate::gpu::absmax;
 use crate::gpu::context::GpuContext;
 use crate::gpu::kernel::{
-    axis_phase, check_index_range, dispatch_buffers, fill_markers, grid, shape_constants, with_shape_prelude,
-    AxisPhase, GridParams, Operands, Weight,
+    axis_phase, check_index_range, dispatch_buffers, grid, AxisPhase, GridParams, Operands, Weight,
 };
 use crate::gpu::memory::{GpuTensor, InFlight, PooledBuffer, STORAGE};
 use crate::gpu::slices::{plan, SliceFields};
+use crate::gpu::wgsl::operands::{declare, Access, Io};
+use crate::gpu::wgsl::register::register_tile;
+use crate::gpu::wgsl::scale::{scaled_module, MAXIMA_BINDING, SCALED_PROLOGUE, SCALE_SHADER_NAME};
+use crate::gpu::wgsl::{self, fill_markers, shape_constants, with_shape_prelude};
 use crate::params::ConvShape;
 
 pub const SHADER_NAME: &str = "forward/gemm.wgsl";
@@ -19,13 +22,19 @@ pub const SHADER: &str = with_shape_prelude!("forward/gemm.wgsl");
 pub const PACK_SHADER_NAME: &str = "forward/gemm_weights.wgsl";
 /// `shaders/forward/gemm_weights.wgsl` behind the shape's constants, with the scale functions it uses
 /// (`finite_magnitude_bits`).
-pub const PACK_SHADER: &str = with_shape_prelude!("forward/gemm_weights.wgsl", "common/scale.wgsl");
-pub const SCALE_SHADER_NAME: &str = "common/scale.wgsl";
+const PACK_SHADER: &str = with_shape_prelude!("forward/gemm_weights.wgsl", "common/scale.wgsl");
+
+/// The packing's source for a weight of `io` (the packed weight has the weight's dtype).
+fn pack_source(io: Io) -> String {
+    let operands = declare(io.storage, &[io.operand("src", 1, Access::Read), io.operand("dst", 2, Access::ReadWrite)]);
+    wgsl::module(&[&operands, PACK_SHADER])
+}
 /// Rows and taps of the blocks `shaders/forward/gemm_weights.wgsl` moves per workgroup (its BLOCK).
 const PACK_BLOCK: usize = 32;
 
-/// Encodes the repacking of `weight` [Cin, Cog, kH, kW] into [kH*kW, Cin, Cog] (the GEMM kernel's B layout); with
-/// `maxima` (precision `fast`), the same pass takes the weight's largest finite magnitude into its slot 1.
+/// Encodes the repacking of `weight` [Cin, Cog, kH, kW] into [kH*kW, Cin, Cog] (the GEMM kernel's B layout, in the
+/// weight's dtype); with `maxima` (precision `fast`), the same pass takes the weight's largest finite magnitude into
+/// its slot 1, except for an f16 weight, which needs no scale (its slot stays zero: a scale of 1).
 fn pack_weights(
     ctx: &GpuContext,
     shape: &ConvShape,
@@ -35,7 +44,9 @@ fn pack_weights(
 ) -> Result<PooledBuffer> {
     let src = weight.single_buffer("weight", ctx)?;
     let packed = ctx.pool.get(&ctx.device, src.bytes, STORAGE);
-    let module = ctx.module(PACK_SHADER_NAME, PACK_SHADER)?;
+    let io = Io::of(ctx, weight.dtype());
+    let module = ctx.module_with(&format!("{PACK_SHADER_NAME} {}", io.key()), || pack_source(io))?;
+    let maxima = maxima.filter(|_| weight.dtype() != crate::dtype::DType::F16);
     let (rows, taps) = (shape.in_channels * shape.out_per_group(), shape.kernel[0] * shape.kernel[1]);
     let consts = [
         ("C_IN", shape.in_channels as f64),
@@ -43,7 +54,8 @@ fn pack_weights(
         ("TAPS", taps as f64),
         ("TAKE_MAX", f64::from(u8::from(maxima.is_some()))),
     ];
-    let pipeline = ctx.pipeline(format!("pack {:?} {consts:?}", ctx.options().shader_checks), &module, &consts)?;
+    let key = format!("pack {} {:?} {consts:?}", io.key(), ctx.options().shader_checks);
+    let pipeline = ctx.pipeline(key, &module, &consts)?;
     let grid = grid(ctx, rows.div_ceil(PACK_BLOCK) * taps.div_ceil(PACK_BLOCK));
     let u = GridParams::of(grid);
     let maxima = maxima.unwrap_or(&ctx.unused_binding);
@@ -122,7 +134,8 @@ pub(crate) struct Parts {
 }
 
 impl Parts {
-    pub fn render(&self) -> String {
+    /// The variant's whole source for tensors of `io`.
+    pub fn render(&self, io: Io) -> String {
         let body = fill_markers(
             SHADER,
             &[
@@ -133,75 +146,18 @@ impl Parts {
                 ("EPILOGUE", &self.epilogue),
             ],
         );
-        format!("{}{body}", self.header)
+        let operands = crate::gpu::wgsl::operands::forward(io);
+        wgsl::module(&[&self.header, &operands, &body])
     }
 }
-
-/// The module-scope code of the f16-operand variants (behind the maxima's binding, [`scaled_module`]): the
-/// operand maxima (written by
-/// shaders/common/absmax.wgsl, the GEMM's weight maximum by its packing, shaders/forward/gemm_weights.wgsl; the padded-NHWC
-/// kernel's input maximum by its copy, shaders/forward/coop_nhwc_input.wgsl) and the scaling by powers of two. Each operand's
-/// scale 2^k has k capped at 127, so it is one normal f32 and staging a value costs one exact multiplication (k
-/// would exceed 127 only for a tensor whose largest magnitude is below 2^-113; with the cap, every normal f32 value
-/// of it still lands in f16's normal range). The products' inverse scale can lie beyond f32's exponents; it is
-/// applied once per output, by a multiplication where it is a normal f32 and by two `ldexp` halves otherwise. (Two
-/// `ldexp` per staged value measured costlier than the tensor-core products; a branch between the two ways per
-/// staged value measured markedly slower; a product of two factors per value could be reassociated by the driver
-/// into one factor that overflows: docs/PERFORMANCE.md.)
-pub(crate) const SCALED_MODULE: &str = concat!(
-    include_str!("../../../shaders/common/scale.wgsl"),
-    "
-// The input's and the weight's scale factors, and the exponent of the products' inverse scale.
-var<private> scale_x: f32;
-var<private> scale_w: f32;
-var<private> exp_out: i32;
-
-// The f32 sum of scaled products back at the operands' scale: v * 2^exp_out, exactly. The branch is the same
-// for every invocation. The halves are clamped to ldexp's defined range: a clamp acts only where |exp_out|
-// exceeds 252, where the result is +-0 either way (the sums of scaled products lie below 2^62 in magnitude).
-fn unscale(v: f32) -> f32 {
-    if (exp_out >= -126 && exp_out <= 127) {
-        return v * ldexp(1.0, exp_out);
-    }
-    let h = exp_out / 2;
-    return ldexp(ldexp(v, clamp(h, -126, 127)), clamp(exp_out - h, -126, 127));
-}
-
-// unscale as two factors, for a cooperative matrix (which multiplies by a scalar, not by ldexp):
-// v * f.x * f.y == unscale(v), both factors powers of two.
-fn unscale_factors() -> vec2<f32> {
-    if (exp_out >= -126 && exp_out <= 127) {
-        return vec2(ldexp(1.0, exp_out), 1.0);
-    }
-    let h = exp_out / 2;
-    return vec2(ldexp(1.0, clamp(h, -126, 127)), ldexp(1.0, clamp(exp_out - h, -126, 127)));
-}
-"
-);
-
-/// The maxima's binding of [`SCALED_MODULE`] in the forward kernels.
-pub(crate) const MAXIMA_BINDING: u32 = 5;
-
-/// [`SCALED_MODULE`] with the operand maxima declared at `binding` (5 in the forward kernels: [`MAXIMA_BINDING`]).
-pub(crate) fn scaled_module(binding: u32) -> String {
-    format!("@group(0) @binding({binding}) var<storage, read> op_max: array<u32>;\n{SCALED_MODULE}")
-}
-
-/// The prologue of the f16-operand variants: the scales from the operand maxima.
-pub(crate) const SCALED_PROLOGUE: &str = "    let exp_x = min(scale_exponent(op_max[0]), 127);
-    let exp_w = min(scale_exponent(op_max[1]), 127);
-    scale_x = ldexp(1.0, exp_x);
-    scale_w = ldexp(1.0, exp_w);
-    exp_out = -(exp_x + exp_w);
-";
 
 /// A variant of the GEMM kernel as [`encode`] needs it: a register [`Tile`] or a cooperative-matrix
 /// [`crate::gpu::forward::coop::CoopTile`].
 pub trait GemmKernel {
     fn name(&self) -> String;
-    /// The shader: `shaders/forward/gemm.wgsl` with this variant's constants and generated parts (generated only when
-    /// the context has no module of this name yet).
-    fn source(&self) -> String;
+    /// The shader for tensors of `io`: `shaders/forward/gemm.wgsl` with this variant's constants and generated parts
+    /// (generated only when the context has no module of this name yet).
+    fn source(&self, io: Io) -> String;
     /// Output pixels (BM) and output channels (BN) per workgroup.
     fn tile_mn(&self) -> (u32, u32);
     /// Invocations per workgroup.
@@ -246,7 +202,7 @@ impl GemmKernel for Tile {
         bytes * self.bk * (self.bm + self.bn)
     }
     /// The register micro-kernel: named vec4 accumulators, straight-line updates.
-    fn source(&self) -> String {
+    fn source(&self, io: Io) -> String {
         let (quads_m, quads_n) = (self.tm / 4, self.tn / 4);
         // Run q of the invocation's pixels starts at pixel (q * WG_M + tm) * 4 of the tile, run j of its channels
         // at channel (j * WG_N + tn) * 4 (see the shader's opening comment).
@@ -318,7 +274,7 @@ fn stage_b(k: u32, n: u32, v: f32) {{
             math,
             epilogue,
         }
-        .render()
+        .render(io)
     }
     fn tile_mn(&self) -> (u32, u32) {
         (self.bm, self.bn)
@@ -345,53 +301,6 @@ fn stage_b(k: u32, n: u32, v: f32) {{
             && (self.bk * self.bm).is_multiple_of(t)
             && (self.bk * self.bn).is_multiple_of(t)
     }
-}
-
-/// The register micro-kernel of the register-tile kernels (this GEMM's [`Tile`] and the Winograd kernel's GEMM
-/// per transform point): the declarations of TM x TN/4 named vec4 accumulators `acc_<i>_<j>` (no array, so
-/// nothing can be demoted to local memory), and one K step's math over `bk` channels, straight-line, the next
-/// channel's fragments read before the current one's multiply-adds (as a loop the driver did not keep the reads
-/// ahead, and measured slower: docs/PERFORMANCE.md). `read_a(k, q)` and `read_b(k, j)` are the WGSL
-/// vec4 expressions of the invocation's pixel run q and channel run j at channel k of the step.
-pub(crate) fn register_tile(
-    tm: u32,
-    tn: u32,
-    bk: u32,
-    read_a: impl Fn(u32, u32) -> String,
-    read_b: impl Fn(u32, u32) -> String,
-) -> (String, String) {
-    let (quads_m, quads_n) = (tm / 4, tn / 4);
-    let mut decl = String::new();
-    for i in 0..tm {
-        for j in 0..quads_n {
-            decl += &format!("    var acc_{i}_{j} = vec4<f32>(0.0);\n");
-        }
-    }
-    let fragments = |k: u32| {
-        let mut f = String::new();
-        for q in 0..quads_m {
-            f += &format!("            let a{q}_{k} = {};\n", read_a(k, q));
-        }
-        for j in 0..quads_n {
-            f += &format!("            let b{j}_{k} = {};\n", read_b(k, j));
-        }
-        f
-    };
-    let mut math = String::from("        {\n");
-    math += &fragments(0);
-    for k in 0..bk {
-        if k + 1 < bk {
-            math += &fragments(k + 1);
-        }
-        for i in 0..tm {
-            let a = format!("a{}_{k}.{}", i / 4, ["x", "y", "z", "w"][(i % 4) as usize]);
-            for j in 0..quads_n {
-                math += &format!("            acc_{i}_{j} = fma(vec4<f32>({a}), b{j}_{k}, acc_{i}_{j});\n");
-            }
-        }
-    }
-    math += "        }\n";
-    (decl, math)
 }
 
 /// How the GEMM's output pixels reach its input.
@@ -487,12 +396,13 @@ pub(crate) fn encode(
         }
     };
     let ops = Operands::new(ctx, &packed, bias)?;
-    let module = ctx.module_with(&name, || kernel.source())?;
+    let io = Io::new(ctx, input.dtype(), output.dtype());
+    let module = ctx.module_with(&format!("{name} {}", io.key()), || kernel.source(io))?;
     let mut consts = shape_constants(shape, bias.is_some());
     if let Geometry::Sampled { step, .. } = geometry {
         consts.extend([("IN_STEP_H", step[0] as f64), ("IN_STEP_W", step[1] as f64)]);
     }
-    let key = format!("{name} {:?} {:?}", ctx.options().shader_checks, consts);
+    let key = format!("{name} {} {:?} {:?}", io.key(), ctx.options().shader_checks, consts);
     let pipeline = ctx.pipeline(key, &module, &consts)?;
     let (bm, bn) = kernel.tile_mn();
     let cog = shape.out_per_group();
@@ -587,10 +497,18 @@ pub(crate) fn encode(
 /// This kernel's shaders for validation (`gpu::shader_sources`): every register tile, f32 and f16, the weight
 /// packing, and in it the scale functions, which have no entry point of their own.
 pub(crate) fn shader_variants() -> Vec<crate::gpu::ShaderVariant> {
-    let mut v: Vec<crate::gpu::ShaderVariant> =
-        TILES.iter().chain(F16_TILES).map(|t| (SHADER_NAME, t.name(), t.source())).collect();
-    v.push((PACK_SHADER_NAME, PACK_SHADER_NAME.to_string(), PACK_SHADER.to_string()));
-    v.push((SCALE_SHADER_NAME, format!("{SCALE_SHADER_NAME} in {PACK_SHADER_NAME}"), PACK_SHADER.to_string()));
+    let tiles = TILES.iter().chain(F16_TILES);
+    let mut v: Vec<crate::gpu::ShaderVariant> = tiles
+        .flat_map(|t| {
+            Io::variants().into_iter().map(move |io| (SHADER_NAME, format!("{} {}", t.name(), io.key()), t.source(io)))
+        })
+        .collect();
+    v.extend(
+        Io::variants()
+            .into_iter()
+            .map(|io| (PACK_SHADER_NAME, format!("{PACK_SHADER_NAME} {}", io.key()), pack_source(io))),
+    );
+    v.push((SCALE_SHADER_NAME, format!("{SCALE_SHADER_NAME} in {PACK_SHADER_NAME}"), pack_source(Io::F32)));
     v
 }
 
@@ -618,8 +536,8 @@ mod tests {
 
     #[test]
     fn generated_sources_fill_every_placeholder() {
-        for t in TILES.iter().chain(F16_TILES) {
-            let src = t.source();
+        for (t, io) in TILES.iter().chain(F16_TILES).flat_map(|t| Io::variants().into_iter().map(move |io| (t, io))) {
+            let src = t.source(io);
             assert!(!src.contains("//#"), "{t:?}");
             assert_eq!(src.matches("store4(sc,").count() as u32, t.tm * t.tn / 4, "{t:?}");
         }

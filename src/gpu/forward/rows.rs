@@ -7,8 +7,10 @@
 use crate::error::Result;
 use crate::gpu::context::GpuContext;
 use crate::gpu::forward::gather;
-use crate::gpu::kernel::{fill_markers, gcd};
+use crate::gpu::kernel::gcd;
 use crate::gpu::memory::GpuTensor;
+use crate::gpu::wgsl::fill_markers;
+use crate::gpu::wgsl::operands::Io;
 use crate::params::ConvShape;
 
 pub const SHADER_NAME: &str = "forward/rows.wgsl";
@@ -36,8 +38,8 @@ impl Rows {
     }
 
     /// The shader: `shaders/forward/gather.wgsl` and `shaders/forward/rows.wgsl` with this variant's constants and the code
-    /// for its rows and named accumulators.
-    pub fn source(&self) -> String {
+    /// for its rows and named accumulators, for tensors of `io`.
+    pub(crate) fn source(&self, io: Io) -> String {
         let (quads, rows) = (self.channels / 4, self.rows);
         let mut g = std::collections::HashMap::<&str, String>::new();
         let mut add = |marker: &'static str, line: String| g.entry(marker).or_default().push_str(&(line + "\n"));
@@ -71,7 +73,7 @@ impl Rows {
         let mut unrolled = String::new();
         for i in 0..rows {
             for u in 0..UNROLL {
-                unrolled += &format!("{ind}    let v{i}_{u} = vec4<f32>(x[x{i} + {u}u * plane]);\n");
+                unrolled += &format!("{ind}    let v{i}_{u} = vec4<f32>(x_ld(x{i} + {u}u * plane));\n");
             }
         }
         for u in 0..UNROLL {
@@ -98,7 +100,7 @@ impl Rows {
                     (String::new(), String::new(), "")
                 };
                 c += &open;
-                c += &format!("{ind}{pad}    let v{i} = vec4<f32>(x[x{i}]);\n");
+                c += &format!("{ind}{pad}    let v{i} = vec4<f32>(x_ld(x{i}));\n");
                 for q in 0..quads {
                     c += &format!("{ind}{pad}    acc_{i}_{q} = fma(v{i}, w{q}, acc_{i}_{q});\n");
                 }
@@ -118,11 +120,11 @@ impl Rows {
         );
         let parts = ["ROWS", "ACC_DECL", "ROW_TAPS", "X_PTRS", "CHANNELS", "STORE"].map(|m| (m, g[m].as_str()));
         let body = fill_markers(TEMPLATE, &parts);
-        format!(
-            "const OCB: u32 = {}u;\nconst RB: u32 = {rows}u;\nconst WG: u32 = {WORKGROUP_SIZE}u;\nconst SLAB: u32 = {SLAB}u;\n{}{body}",
-            self.channels,
-            gather::SHADER
-        )
+        let header = format!(
+            "const OCB: u32 = {}u;\nconst RB: u32 = {rows}u;\nconst WG: u32 = {WORKGROUP_SIZE}u;\nconst SLAB: u32 = {SLAB}u;\n",
+            self.channels
+        );
+        gather::source(io, &[&header, &body])
     }
 
     /// Whether an adapter with these limits can run the workgroup.
@@ -186,7 +188,7 @@ pub(crate) fn encode(
     let row_groups = s_h.min(out_h) * out_h.div_ceil(s_h).div_ceil(rows.rows as usize);
     let kernel = gather::Kernel {
         name: &rows.name(),
-        source: || rows.source(),
+        source: |io| rows.source(io),
         constants: rows.constants(shape, bias.is_some())?,
         block: rows.channels as usize,
         workgroups: |samples: usize, blocks: usize| samples * blocks * row_groups,
@@ -196,7 +198,8 @@ pub(crate) fn encode(
 
 /// This kernel's shaders for validation (`gpu::shader_sources`): every variant.
 pub(crate) fn shader_variants() -> Vec<crate::gpu::ShaderVariant> {
-    VARIANTS.iter().map(|r| (SHADER_NAME, r.name(), r.source())).collect()
+    let variants = VARIANTS.iter().flat_map(|r| Io::variants().into_iter().map(move |io| (r, io)));
+    variants.map(|(r, io)| (SHADER_NAME, format!("{} {}", r.name(), io.key()), r.source(io))).collect()
 }
 
 #[cfg(test)]

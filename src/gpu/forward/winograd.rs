@@ -12,13 +12,13 @@
 
 use crate::error::{ConvtError, Result};
 use crate::gpu::context::GpuContext;
-use crate::gpu::forward::gemm::register_tile;
-use crate::gpu::kernel::{
-    check_index_range, dispatch_buffers, dispatch_weight_prep, fill_markers, grid, shape_constants, with_shape_prelude,
-    Operands, Weight,
-};
+use crate::gpu::kernel::{check_index_range, dispatch_buffers, dispatch_weight_prep, grid, Operands, Weight};
 use crate::gpu::memory::{GpuTensor, InFlight, PooledBuffer, STORAGE};
 use crate::gpu::slices::{plan, SliceFields};
+use crate::gpu::wgsl::operands::{declare, Access, Io};
+use crate::gpu::wgsl::register::register_tile;
+use crate::gpu::wgsl::winograd::{combination, lit, Transform1d, MAX_ALPHA};
+use crate::gpu::wgsl::{self, fill_markers, shape_constants, with_shape_prelude};
 use crate::params::ConvShape;
 
 pub const SHADER_NAME: &str = "forward/winograd.wgsl";
@@ -28,123 +28,6 @@ pub const WEIGHTS_SHADER_NAME: &str = "forward/winograd_weights.wgsl";
 /// `shaders/forward/winograd_weights.wgsl` behind the shape's constants.
 pub const WEIGHTS_SHADER: &str = with_shape_prelude!("forward/winograd_weights.wgsl");
 const WEIGHTS_WORKGROUP_SIZE: u32 = 256;
-
-/// The largest transform size per axis: the points 0, 1, -1, 2, -2, 1/2, -1/2, 3/4, -3/4 and infinity. The last
-/// pair measured the least rounding of the pairs tried (+-3, 4, 1/3, 1/4, 3/2, 2/3, 4/3; 1.9-2.3e-6 on F(6, 5) and
-/// F(4, 7) in the f32 simulation of the tests, 4-6e-6 with +-3 or +-4).
-pub const MAX_ALPHA: usize = 10;
-const POINTS: [f64; MAX_ALPHA - 1] = [0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5, 0.75, -0.75];
-
-/// One axis's Winograd transform F(m, r) for a correlation y[i] = sum_j d[i + j] g[j] (i < m, j < r):
-/// y = AT [(G g) * (BT d)], with alpha = m + r - 1 points. Row-major matrices.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Transform1d {
-    pub m: usize,
-    pub r: usize,
-    pub alpha: usize,
-    /// m x alpha: the output transform.
-    pub at: Vec<f64>,
-    /// alpha x r: the filter transform.
-    pub g: Vec<f64>,
-    /// alpha x alpha: the input transform.
-    pub bt: Vec<f64>,
-}
-
-impl Transform1d {
-    /// The points F(m, r) takes, m + r - 1, or None when that is more than [`MAX_ALPHA`] (or m or r is 0).
-    pub fn alpha(m: usize, r: usize) -> Option<usize> {
-        (m > 0 && r > 0).then(|| m + r - 1).filter(|&a| a <= MAX_ALPHA)
-    }
-
-    /// F(m, r), or None when it needs more than [`MAX_ALPHA`] points.
-    pub fn new(m: usize, r: usize) -> Option<Transform1d> {
-        let alpha = Self::alpha(m, r)?;
-        let eye = |n: usize| (0..n * n).map(|i| if i / n == i % n { 1.0 } else { 0.0 }).collect::<Vec<f64>>();
-        if m == 1 || r == 1 {
-            // No saving along this axis: the plain correlation, written as a transform (alpha = max(m, r)).
-            let (at, g) = if r == 1 { (eye(m), vec![1.0; m]) } else { (vec![1.0; r], eye(r)) };
-            return Some(Transform1d { m, r, alpha, at, g, bt: eye(alpha) });
-        }
-        let pts = &POINTS[..alpha - 1];
-        // AT: the Vandermonde rows of the points (and infinity's: the leading coefficient), transposed.
-        let mut at = vec![0.0; m * alpha];
-        for (p, &a) in pts.iter().enumerate() {
-            for i in 0..m {
-                at[i * alpha + p] = a.powi(i as i32);
-            }
-        }
-        at[(m - 1) * alpha + alpha - 1] = 1.0;
-        // G: the filter polynomial at each point over the product of its distances to the others.
-        let mut g = vec![0.0; alpha * r];
-        for (p, &a) in pts.iter().enumerate() {
-            let f: f64 = pts.iter().enumerate().filter(|&(q, _)| q != p).map(|(_, &b)| a - b).product();
-            for j in 0..r {
-                g[p * r + j] = a.powi(j as i32) / f;
-            }
-        }
-        g[(alpha - 1) * r + r - 1] = 1.0;
-        let bt = solve_input_transform(m, r, alpha, &at, &g)?;
-        Some(Transform1d { m, r, alpha, at, g, bt })
-    }
-
-    /// The largest deviation of AT (G g * BT d) from the correlation, over unit g and d (0 for an exact transform).
-    pub fn identity_error(&self) -> f64 {
-        let (m, r, a) = (self.m, self.r, self.alpha);
-        let mut worst: f64 = 0.0;
-        for i in 0..m {
-            for j in 0..r {
-                for t in 0..a {
-                    let v: f64 = (0..a).map(|p| self.at[i * a + p] * self.g[p * r + j] * self.bt[p * a + t]).sum();
-                    worst = worst.max((v - if t == i + j { 1.0 } else { 0.0 }).abs());
-                }
-            }
-        }
-        worst
-    }
-}
-
-/// BT such that sum_p AT[i][p] G[p][j] BT[p][t] = [t == i + j] for all i < m, j < r, t < alpha: for each t
-/// a linear system in BT's column t (m*r equations, alpha unknowns, consistent), solved through its normal
-/// equations by Gaussian elimination in f64; entries are then snapped to multiples of 2^-12 (the exact values
-/// for these points are such multiples; rounding noise is below 1e-9). None if the system is singular.
-fn solve_input_transform(m: usize, r: usize, alpha: usize, at: &[f64], g: &[f64]) -> Option<Vec<f64>> {
-    // C[(i, j)][p] = AT[i][p] * G[p][j].
-    let rows: Vec<Vec<f64>> =
-        (0..m * r).map(|e| (0..alpha).map(|p| at[(e / r) * alpha + p] * g[p * r + e % r]).collect()).collect();
-    let mut bt = vec![0.0; alpha * alpha];
-    for t in 0..alpha {
-        // Normal equations: (C^T C) x = C^T e_t.
-        let mut a = vec![vec![0.0; alpha + 1]; alpha];
-        for (p, row) in a.iter_mut().enumerate() {
-            for q in 0..alpha {
-                row[q] = rows.iter().map(|c| c[p] * c[q]).sum();
-            }
-            row[alpha] = rows.iter().enumerate().filter(|(e, _)| e / r + e % r == t).map(|(_, c)| c[p]).sum();
-        }
-        for col in 0..alpha {
-            let pivot = (col..alpha).max_by(|&x, &y| a[x][col].abs().total_cmp(&a[y][col].abs()))?;
-            if a[pivot][col].abs() < 1e-12 {
-                return None;
-            }
-            a.swap(col, pivot);
-            let pivot_row = a[col].clone();
-            for (row, r) in a.iter_mut().enumerate() {
-                if row != col {
-                    let f = r[col] / pivot_row[col];
-                    for (x, p) in r.iter_mut().zip(&pivot_row).skip(col) {
-                        *x -= f * p;
-                    }
-                }
-            }
-        }
-        for p in 0..alpha {
-            let v = a[p][alpha] / a[p][p];
-            let snapped = (v * 4096.0).round() / 4096.0;
-            bt[p * alpha + t] = if (v - snapped).abs() < 1e-9 { snapped } else { v };
-        }
-    }
-    Some(bt)
-}
 
 /// A workgroup of the Winograd kernel: output tiles of MH x MW pixels, TB tiles x CB output channels per
 /// workgroup, TM tiles x TN channels per invocation and transform point, K steps of BK (input channels; with
@@ -399,9 +282,9 @@ impl WinoTile {
         Ok(())
     }
 
-    /// The shader for a shape's transforms: `shaders/forward/winograd.wgsl` with the tile constants and the generated
-    /// transforms and register code in place of its marker lines.
-    pub fn source(&self, t: &Transforms) -> String {
+    /// The shader for a shape's transforms and tensors of `io`: `shaders/forward/winograd.wgsl` with the tile
+    /// constants and the generated transforms and register code in place of its marker lines.
+    pub(crate) fn source(&self, t: &Transforms, io: Io) -> String {
         // AH: the points along H the accumulators hold; PH_K: the kernel rows in K (one of them: none).
         // With the rows in K the output side sees the plain sum over them, F(1, 1).
         let (out_h, ph_k) = match self.rows_in_k {
@@ -492,37 +375,16 @@ impl WinoTile {
                 ("EPILOGUE", &epilogue),
             ],
         );
-        format!("{header}{body}")
-    }
-}
-
-/// A WGSL float literal of a coefficient.
-fn lit(v: f64) -> String {
-    format!("{:?}", v as f32)
-}
-
-/// `sum_k c[k] * terms[k]` over the nonzero coefficients, as WGSL (0.0 if none); coefficients of +-1 cost no
-/// multiplication.
-fn combination(coeffs: impl Iterator<Item = f64>, term: impl Fn(usize) -> String) -> String {
-    let mut s = String::new();
-    for (k, c) in coeffs.enumerate().filter(|(_, c)| *c != 0.0) {
-        let t = term(k);
-        let (sign, part) = match c {
-            1.0 => ("+", t),
-            -1.0 => ("-", t),
-            c if c < 0.0 => ("-", format!("{} * {t}", lit(-c))),
-            c => ("+", format!("{} * {t}", lit(c))),
-        };
-        if s.is_empty() {
-            s = if sign == "-" { format!("-{part}") } else { part };
-        } else {
-            s += &format!(" {sign} {part}");
-        }
-    }
-    if s.is_empty() {
-        "0.0".into()
-    } else {
-        s
+        let operands = declare(
+            io.storage,
+            &[
+                io.operand("x", 1, Access::Read),
+                io.operand("bias", 3, Access::Read),
+                io.operand("out", 4, Access::ReadWrite),
+                io.operand("w_raw", 5, Access::Read),
+            ],
+        );
+        wgsl::module(&[&header, &operands, &body])
     }
 }
 
@@ -590,7 +452,7 @@ fn load_v(h: &Transform1d, w: &Transform1d, v_per: u32) -> String {
             );
             for c in 0..aw {
                 s += &format!(
-                    "        if (ok{r} && in{c}) {{ r.v[{}u] = x[row{r} + u32(col{c})]; }}\n",
+                    "        if (ok{r} && in{c}) {{ r.v[{}u] = x_ld(row{r} + u32(col{c})); }}\n",
                     i * n * aw + r * aw + c
                 );
             }
@@ -647,7 +509,7 @@ fn load_v_band(w: &Transform1d, v_per: u32) -> String {
         );
         for c in 0..aw {
             s += &format!(
-                "        if (ok && left + {c} >= 0 && left + {c} < i32(IN_W)) {{ r.v[{}u] = x[row_at + u32(left + {c})]; }}\n",
+                "        if (ok && left + {c} >= 0 && left + {c} < i32(IN_W)) {{ r.v[{}u] = x_ld(row_at + u32(left + {c})); }}\n",
                 i * aw + c
             );
         }
@@ -750,19 +612,21 @@ fn output_row(h: &Transform1d, w: &Transform1d) -> String {
     s
 }
 
-/// The weight transform's source: the filter transforms G as constant arrays in front of
-/// `shaders/forward/winograd_weights.wgsl`.
-fn weights_source(t: &Transforms) -> String {
+/// The weight transform's source for a weight of `io`: the filter transforms G as constant arrays in front of
+/// `shaders/forward/winograd_weights.wgsl` (the transformed weight is f32).
+fn weights_source(t: &Transforms, io: Io) -> String {
     let arr = |m: &[f64]| m.iter().map(|&v| lit(v)).collect::<Vec<_>>().join(", ");
-    format!(
-        "const AH: u32 = {}u;\nconst AW: u32 = {}u;\nconst GH = array<f32, {}>({});\nconst GW = array<f32, {}>({});\n{WEIGHTS_SHADER}",
+    let operands = declare(io.storage, &[io.operand("w", 0, Access::Read)]);
+    let header = format!(
+        "const AH: u32 = {}u;\nconst AW: u32 = {}u;\nconst GH = array<f32, {}>({});\nconst GW = array<f32, {}>({});\n",
         t.h.alpha,
         t.w.alpha,
         t.h.g.len(),
         arr(&t.h.g),
         t.w.g.len(),
         arr(&t.w.g)
-    )
+    );
+    wgsl::module(&[&header, &operands, WEIGHTS_SHADER])
 }
 
 /// Encodes the transform of `weight` for `tile` on `shape` into `pass` ([`crate::gpu::plan`]).
@@ -791,8 +655,9 @@ fn transform_weights(
     let src = weight.single_buffer("weight", ctx)?;
     let elems = t.points() as usize * shape.in_channels * cog4(shape);
     let transformed = ctx.pool.get(&ctx.device, (elems * 4).max(4) as u64, STORAGE);
-    let name = format!("{WEIGHTS_SHADER_NAME} r{}x{} m{}x{}", t.h.r, t.w.r, t.h.m, t.w.m);
-    let module = ctx.module_with(&name, || weights_source(t))?;
+    let io = Io::of(ctx, weight.dtype());
+    let name = format!("{WEIGHTS_SHADER_NAME} r{}x{} m{}x{} {}", t.h.r, t.w.r, t.h.m, t.w.m, io.key());
+    let module = ctx.module_with(&name, || weights_source(t, io))?;
     let consts = [
         ("C_IN", shape.in_channels as f64),
         ("COG", shape.out_per_group() as f64),
@@ -827,7 +692,7 @@ struct DispatchUniform {
 /// The shader and its constants for `shape` (for inspection tools), or why the tile cannot compute it.
 pub(crate) fn shader(tile: &WinoTile, shape: &ConvShape, has_bias: bool) -> Result<(String, Vec<(&'static str, f64)>)> {
     let t = tile.transforms(shape).map_err(ConvtError::InvalidArgument)?;
-    Ok((tile.source(&t), shape_constants(shape, has_bias)))
+    Ok((tile.source(&t, Io::F32), shape_constants(shape, has_bias)))
 }
 
 /// Encodes the weight transform and the Winograd kernel over every slice of the plan into `pass`; the
@@ -858,8 +723,9 @@ pub(crate) fn encode(
     let ops = Operands::new(ctx, &transformed, bias)?;
     // Bound too: the kernel recomputes a non-finite output from it by the definition.
     let raw_weight = weight.tensor.single_buffer("weight", ctx)?;
-    let name = format!("{} r{}x{}", tile.name(), t.h.r, t.w.r);
-    let module = ctx.module_with(&name, || tile.source(&t))?;
+    let io = Io::new(ctx, input.dtype(), output.dtype());
+    let name = format!("{} r{}x{} {}", tile.name(), t.h.r, t.w.r, io.key());
+    let module = ctx.module_with(&name, || tile.source(&t, io))?;
     let consts = shape_constants(shape, bias.is_some());
     let key = format!("{name} {:?} {:?}", ctx.options().shader_checks, consts);
     let pipeline = ctx.pipeline(key, &module, &consts)?;
@@ -905,8 +771,16 @@ pub(crate) fn shader_variants() -> Vec<(&'static str, String, String)> {
                     _ => continue,
                 };
                 let name = format!("{} r{kh}x{kw}", tile.name());
-                v.push((WEIGHTS_SHADER_NAME, format!("weights {name}"), weights_source(&t)));
-                v.push((SHADER_NAME, name, tile.source(&t)));
+                v.push((WEIGHTS_SHADER_NAME, format!("weights {name}"), weights_source(&t, Io::F32)));
+                v.push((SHADER_NAME, name.clone(), tile.source(&t, Io::F32)));
+                // The half-precision I/O on the 3x5 kernel of the suite: the operand code is the same on every size.
+                if (kh, kw) == (3, 5) {
+                    for io in Io::variants().into_iter().skip(1) {
+                        let key = io.key();
+                        v.push((WEIGHTS_SHADER_NAME, format!("weights {name} {key}"), weights_source(&t, io)));
+                        v.push((SHADER_NAME, format!("{name} {key}"), tile.source(&t, io)));
+                    }
+                }
             }
         }
     }
@@ -1005,7 +879,7 @@ mod tests {
             tile.check(&shape([2, 3]), &software).unwrap_or_else(|e| panic!("{e}"));
             // A suite kernel every tile takes with 48 KiB.
             tile.check(&shape([3, 3]), &h100).unwrap_or_else(|e| panic!("{e}"));
-            let src = tile.source(&tile.transforms(&shape([3, 3])).unwrap());
+            let src = tile.source(&tile.transforms(&shape([3, 3])).unwrap(), Io::F32);
             assert!(!src.contains("//#"), "{tile:?}");
         }
         for case in crate::suite::CASES {
