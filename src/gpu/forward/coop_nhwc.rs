@@ -797,7 +797,7 @@ fn encode_preparation(
                 &consts,
             )
         };
-        let (first, fixup) = (pipeline(false)?, pipeline(true)?);
+        let first = pipeline(false)?;
         let blocks = g.padded[1].div_ceil(block.pixels) * cin.div_ceil(block.channels);
         let chunks: Vec<_> = input
             .chunks()
@@ -820,26 +820,24 @@ fn encode_preparation(
         for (c, igrid, u) in &chunks {
             dispatch_buffers(ctx, pass, &first, bytemuck::bytes_of(u), &[&c, &xp, &maxima, &guess], *igrid);
         }
-        if !scaled {
-            let wpk = match weight.prepared {
-                Some(p) => (*p.buffer).clone(),
-                None => in_flight.keep(encode_weight(ctx, shape, g, weight.tensor, &maxima, pass)?),
-            };
-            let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::INDIRECT | wgpu::BufferUsages::COPY_SRC;
-            let none = vec![0u8; 12 * chunks.len()];
-            let none = buffer_with(&ctx.device, "convt scale fix-up workgroups", &none, usage);
-            return Ok(Prepared { maxima, fixup_counts: none, input: xp, weight: wpk });
-        }
-        let counts: Vec<u32> = chunks.iter().flat_map(|(_, (x, y), _)| [*x, *y, 1]).collect();
+        // The fix-up's workgroups per chunk: the first pass's, which the check zeroes where the guess held; none
+        // for an unscaled (f16) input, which runs neither.
+        let counts: Vec<u32> = match scaled {
+            true => chunks.iter().flat_map(|(_, (x, y), _)| [*x, *y, 1]).collect(),
+            false => vec![0; 3 * chunks.len()],
+        };
         let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::INDIRECT | wgpu::BufferUsages::COPY_SRC;
         let counts = buffer_with(&ctx.device, "convt scale fix-up workgroups", bytemuck::cast_slice(&counts), usage);
-        let module = ctx.module_with(SCALE_CHECK_SHADER_NAME, scale_check_shader)?;
-        let check = ctx.pipeline(format!("scale_check {:?}", ctx.options().shader_checks), &module, &[])?;
-        let u = CheckParams { chunks: chunks.len() as u32, _pad: [0; 3] };
-        dispatch_buffers(ctx, pass, &check, bytemuck::bytes_of(&u), &[&maxima, &counts, &guess], (1, 1));
-        for (i, (c, _, u)) in chunks.iter().enumerate() {
-            bind_buffers(ctx, pass, &fixup, bytemuck::bytes_of(u), &[&c, &xp, &maxima, &guess]);
-            pass.dispatch_workgroups_indirect(&counts, (12 * i) as u64);
+        if scaled {
+            let fixup = pipeline(true)?;
+            let module = ctx.module_with(SCALE_CHECK_SHADER_NAME, scale_check_shader)?;
+            let check = ctx.pipeline(format!("scale_check {:?}", ctx.options().shader_checks), &module, &[])?;
+            let u = CheckParams { chunks: chunks.len() as u32, _pad: [0; 3] };
+            dispatch_buffers(ctx, pass, &check, bytemuck::bytes_of(&u), &[&maxima, &counts, &guess], (1, 1));
+            for (i, (c, _, u)) in chunks.iter().enumerate() {
+                bind_buffers(ctx, pass, &fixup, bytemuck::bytes_of(u), &[&c, &xp, &maxima, &guess]);
+                pass.dispatch_workgroups_indirect(&counts, (12 * i) as u64);
+            }
         }
 
         let wpk = match weight.prepared {

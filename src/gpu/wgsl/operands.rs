@@ -146,10 +146,13 @@ pub(crate) fn declare(storage: Storage16, operands: &[Operand]) -> String {
                     s += &format!("fn {n}_st(i: u32, v: f32) {{\n    {n}[i] = v;\n}}\n");
                 }
             }
-            (DType::F16, Access::Read) if storage.f16 => {
+            (DType::F16, access) if storage.f16 => {
                 s += "enable f16;\n";
-                s += &at("read", "f16");
+                s += &at(if access == Access::Read { "read" } else { "read_write" }, "f16");
                 s += &format!("fn {n}_ld(i: u32) -> f32 {{\n    return f32({n}[i]);\n}}\n");
+                if access == Access::ReadWrite {
+                    s += &format!("fn {n}_st(i: u32, v: f32) {{\n    {n}[i] = f16(v);\n}}\n");
+                }
             }
             (DType::BF16, Access::Read) => {
                 // The element's half as an f32's high bits: the low half shifted up, the high half masked.
@@ -165,12 +168,6 @@ pub(crate) fn declare(storage: Storage16, operands: &[Operand]) -> String {
                     "fn {n}_ld(i: u32) -> f32 {{\n    return {};\n}}\n",
                     from_bits(&half(&format!("{n}[i >> 1u]")))
                 );
-            }
-            (DType::F16, Access::ReadWrite) if storage.f16 => {
-                s += "enable f16;\n";
-                s += &at("read_write", "f16");
-                s += &format!("fn {n}_ld(i: u32) -> f32 {{\n    return f32({n}[i]);\n}}\n");
-                s += &format!("fn {n}_st(i: u32, v: f32) {{\n    {n}[i] = f16(v);\n}}\n");
             }
             (_, Access::ReadWrite) if storage.u16 => {
                 needs_dtype_functions = true;
