@@ -34,8 +34,8 @@ PY="$PYENV_DIR/bin/python"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
 case "$CARGO_TARGET_DIR" in /*) ;; *) CARGO_TARGET_DIR="$PWD/$CARGO_TARGET_DIR" ;; esac
 
-step "pip install ./python pytest numpy safetensors (builds the extension in release mode)"
-"$PY" -m pip install --quiet --disable-pip-version-check ./python pytest numpy safetensors
+step "pip install ./python pytest numpy safetensors ml_dtypes (builds the extension in release mode)"
+"$PY" -m pip install --quiet --disable-pip-version-check ./python pytest numpy safetensors ml_dtypes
 
 step "pytest python/tests"
 # From the repository root, so that `import convt` finds the installed package, not the python/convt sources

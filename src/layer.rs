@@ -309,6 +309,16 @@ pub struct GpuConvTranspose2d {
     prepared: PreparedWeights,
 }
 
+impl std::fmt::Debug for GpuConvTranspose2d {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuConvTranspose2d")
+            .field("params", &self.params)
+            .field("weight", &self.weight)
+            .field("bias", &self.bias)
+            .finish_non_exhaustive()
+    }
+}
+
 impl GpuConvTranspose2d {
     /// GPU tensor in, GPU tensor out: chain layers without reading back in between.
     pub fn forward(&self, input: &GpuTensor) -> Result<GpuTensor> {
@@ -350,7 +360,7 @@ impl GpuConvTranspose2d {
     ) -> Result<gpu::Strategy> {
         let bias = self.bias.as_ref();
         let shape = params.resolve(input.shape(), self.weight.shape(), bias.map(|b| b.shape()))?;
-        let strategy = gpu::select::forward(&self.ctx, &shape, bias.is_some(), params.precision);
+        let strategy = gpu::select::forward(&self.ctx, &shape, bias.is_some(), params.precision, input.dtype());
         let prepared = self.prepared.get(&self.ctx, strategy, &shape, &self.weight)?;
         let weight = Weight { tensor: &self.weight, prepared: prepared.as_deref() };
         gpu::forward_prepared(&self.ctx, strategy, &shape, input, weight, bias, output, timer)?;

@@ -8,7 +8,7 @@ use common::cli::{convt_fails, convt_ok, describe, text};
 use convt::gpu::tune::{Pass, TuneKey};
 use convt::gpu::{select, GpuContext, GpuOptions, Strategy};
 use convt::io::save_tensors;
-use convt::{ConvTranspose2dOptions, Precision, Tensor};
+use convt::{ConvTranspose2dOptions, DType, Precision, Tensor};
 
 /// The flags of one custom shape: 8 -> 4 channels, a 9 x 13 input, a 3 x 3 kernel at stride 2 with padding 1.
 const SHAPE: [&str; 12] =
@@ -64,9 +64,9 @@ fn tune_on_a_shape_caches_a_winner_the_selector_uses_for_its_bucket() {
     .unwrap();
     let options = ConvTranspose2dOptions::default().stride(2).padding(1);
     let near = options.resolve(&[3, 8, 10, 12], &[8, 4, 3, 3], None).unwrap();
-    let key = TuneKey::new(ctx.adapter_info(), Pass::Forward, &near, false, Precision::F32);
+    let key = TuneKey::new(ctx.adapter_info(), Pass::Forward, &near, false, Precision::F32, DType::F32);
     assert_eq!(ctx.tuned().lookup(&key), Some(winner.as_str()));
-    assert_eq!(select::forward(&ctx, &near, false, Precision::F32), Strategy::from_name(&winner).unwrap());
+    assert_eq!(select::forward(&ctx, &near, false, Precision::F32, DType::F32), Strategy::from_name(&winner).unwrap());
 }
 
 #[test]

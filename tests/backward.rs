@@ -321,7 +321,7 @@ fn grad_weight_is_right_with_every_tile_size() {
             seed: common::fresh_seed(),
         };
         let shape = p.shape();
-        match convt::gpu::select::grad_weight(common::ctx(), &shape, [1, 1], convt::Precision::F32) {
+        match convt::gpu::select::grad_weight(common::ctx(), &shape, [1, 1], convt::Precision::F32, convt::DType::F32) {
             GradWeightKernel::Taps(tile) => sizes.insert(tile),
             k => panic!("{k:?} took {shape:?}"),
         };
@@ -360,13 +360,14 @@ fn grad_weight_rows_kernel_takes_strided_problems_with_few_channels() {
     ];
     let wider = p([2, 2], [0, 0], [0, 0], [1, 1], 1).resolve(&[1, 32, 4, 4], &[32, 32, 3, 3], None).unwrap();
     assert_ne!(
-        convt::gpu::select::grad_weight(common::ctx(), &wider, [1, 1], convt::Precision::F32),
+        convt::gpu::select::grad_weight(common::ctx(), &wider, [1, 1], convt::Precision::F32, convt::DType::F32),
         GradWeightKernel::Rows,
         "32 channels per group"
     );
     for (input, weight, params) in cases {
         let shape = params.resolve(&input, &weight, None).unwrap();
-        let kernel = convt::gpu::select::grad_weight(common::ctx(), &shape, [1, 1], convt::Precision::F32);
+        let kernel =
+            convt::gpu::select::grad_weight(common::ctx(), &shape, [1, 1], convt::Precision::F32, convt::DType::F32);
         assert_eq!(kernel, GradWeightKernel::Rows, "the rows kernel does not take {shape:?}");
         for bias in [true, false] {
             let prob = Problem { bias, ..with_bias(&input, &weight, params) };

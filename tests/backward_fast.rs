@@ -933,10 +933,10 @@ fn the_selectors_keep_exact_kernels_without_tensor_cores_and_for_exact_calls() {
         ConvTranspose2dOptions::default().resolve(&[2, 16, 5, 4], &[16, 32, 2, 3], None).unwrap(),
     ];
     for shape in &shapes {
-        let gw_fast = select::grad_weight(&untuned, shape, [1, 1], Precision::Fast);
-        let gi_fast = select::grad_input(&untuned, shape, Precision::Fast);
-        let gw_exact = select::grad_weight(&untuned, shape, [1, 1], Precision::F32);
-        let gi_exact = select::grad_input(&untuned, shape, Precision::F32);
+        let gw_fast = select::grad_weight(&untuned, shape, [1, 1], Precision::Fast, DType::F32);
+        let gi_fast = select::grad_input(&untuned, shape, Precision::Fast, DType::F32);
+        let gw_exact = select::grad_weight(&untuned, shape, [1, 1], Precision::F32, DType::F32);
+        let gi_exact = select::grad_input(&untuned, shape, Precision::F32, DType::F32);
         assert_eq!((gw_exact.precision(), gi_exact.precision()), (Precision::F32, Precision::F32), "{shape:?}");
         if untuned.has_coop_f16() {
             // Tensor cores: grad_weight's f16 GEMM where a group has 64+ channels a side, or 32+ at stride 1.
@@ -963,27 +963,27 @@ fn the_selectors_keep_exact_kernels_without_tensor_cores_and_for_exact_calls() {
     let gw_name = gw_fast_kernel.unwrap_or(gw_named).name();
     let gi_name = gi_fast_kernel.unwrap_or(gi_named).cache_name();
     let mut cache = TuneCache::default();
-    let key = |pass, precision| TuneKey::new(untuned.adapter_info(), pass, &shape, false, precision);
+    let key = |pass, precision| TuneKey::new(untuned.adapter_info(), pass, &shape, false, precision, DType::F32);
     for precision in [Precision::F32, Precision::Fast] {
-        cache.insert(&key(Pass::GradWeight, precision), TuneEntry::new(gw_name.clone(), 1.0, precision));
-        cache.insert(&key(Pass::GradInput, precision), TuneEntry::new(gi_name.clone(), 1.0, precision));
+        cache.insert(&key(Pass::GradWeight, precision), TuneEntry::new(gw_name.clone(), 1.0, precision, DType::F32));
+        cache.insert(&key(Pass::GradInput, precision), TuneEntry::new(gi_name.clone(), 1.0, precision, DType::F32));
     }
     cache.save(&path).unwrap();
     let tuned = ctx_with_cache(&path);
     assert_eq!(tuned.tuned().entries.len(), 4);
     assert_eq!(
-        select::grad_weight(&tuned, &shape, [1, 1], Precision::F32),
-        select::grad_weight(&untuned, &shape, [1, 1], Precision::F32)
+        select::grad_weight(&tuned, &shape, [1, 1], Precision::F32, DType::F32),
+        select::grad_weight(&untuned, &shape, [1, 1], Precision::F32, DType::F32)
     );
     assert_eq!(
-        select::grad_input(&tuned, &shape, Precision::F32),
-        select::grad_input(&untuned, &shape, Precision::F32)
+        select::grad_input(&tuned, &shape, Precision::F32, DType::F32),
+        select::grad_input(&untuned, &shape, Precision::F32, DType::F32)
     );
     if let Some(k) = gw_fast_kernel {
-        assert_eq!(select::grad_weight(&tuned, &shape, [1, 1], Precision::Fast), k);
+        assert_eq!(select::grad_weight(&tuned, &shape, [1, 1], Precision::Fast, DType::F32), k);
     }
     if let Some(k) = gi_fast_kernel {
-        assert_eq!(select::grad_input(&tuned, &shape, Precision::Fast), k);
+        assert_eq!(select::grad_input(&tuned, &shape, Precision::Fast, DType::F32), k);
     }
     // The exact call runs exact kernels and gives exact gradients.
     let p = Problem {
@@ -999,12 +999,18 @@ fn the_selectors_keep_exact_kernels_without_tensor_cores_and_for_exact_calls() {
     check_gradients(&shape, &o, &ran).unwrap();
     // An entry recorded for `fast` under the exact key (a hand-edited cache) is ignored too.
     let mut cache = TuneCache::default();
-    cache.insert(&key(Pass::GradWeight, Precision::F32), TuneEntry::new(gw_name.clone(), 1.0, Precision::Fast));
-    cache.insert(&key(Pass::GradInput, Precision::F32), TuneEntry::new(gi_name.clone(), 1.0, Precision::Fast));
+    cache.insert(
+        &key(Pass::GradWeight, Precision::F32),
+        TuneEntry::new(gw_name.clone(), 1.0, Precision::Fast, DType::F32),
+    );
+    cache.insert(
+        &key(Pass::GradInput, Precision::F32),
+        TuneEntry::new(gi_name.clone(), 1.0, Precision::Fast, DType::F32),
+    );
     cache.save(&path).unwrap();
     let tuned = ctx_with_cache(&path);
-    assert_eq!(select::grad_weight(&tuned, &shape, [1, 1], Precision::F32).precision(), Precision::F32);
-    assert_eq!(select::grad_input(&tuned, &shape, Precision::F32).precision(), Precision::F32);
+    assert_eq!(select::grad_weight(&tuned, &shape, [1, 1], Precision::F32, DType::F32).precision(), Precision::F32);
+    assert_eq!(select::grad_input(&tuned, &shape, Precision::F32, DType::F32).precision(), Precision::F32);
 }
 
 // ---------------------------------------------------------------------------------------------------------

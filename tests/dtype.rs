@@ -272,6 +272,35 @@ fn uploads_and_downloads_keep_every_value() {
 }
 
 #[test]
+fn raw_bytes_go_to_the_gpu_and_back_unchanged() {
+    // Every bit pattern of random bytes (NaN payloads included) survives `from_bytes` and `download_bytes`, over
+    // several bindings of 1 KiB holding odd numbers of half-precision values, and decodes as `upload` stores it.
+    let ctx = common::ctx_with_binding_limit(1024, None);
+    let seed = common::fresh_seed();
+    let shape = [3, 5, 7, 9];
+    for dtype in DType::ALL {
+        let numel: usize = shape.iter().product();
+        let mut state = seed;
+        let bytes: Vec<u8> = (0..numel * dtype.size())
+            .map(|_| {
+                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                (state >> 56) as u8
+            })
+            .collect();
+        let t = GpuTensor::from_bytes(&ctx, &shape, dtype, &bytes).unwrap();
+        assert!(t.chunks().len() > 1, "{dtype}: one binding");
+        assert_eq!(t.download_bytes(&ctx).unwrap(), bytes, "{dtype}, seed {seed}");
+        let mut values = vec![0f32; numel];
+        dtype.decode(&bytes, &mut values);
+        for (a, b) in values.iter().zip(t.download(&ctx).unwrap().data()) {
+            assert!(a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()), "{dtype}: {a} came back as {b}");
+        }
+        let short = GpuTensor::from_bytes(&ctx, &shape, dtype, &bytes[1..]);
+        assert!(matches!(short, Err(ConvtError::DataLength { .. })), "{dtype}: {:?}", short.err());
+    }
+}
+
+#[test]
 fn the_gpu_rounds_to_half_precision_as_the_host_does() {
     // The conversion shader's rounding (ties to even, f16's subnormals, overflow to infinity) against the host's,
     // across f16's range and beyond: a forward with a 1x1 kernel rounds each product once. From f32's smallest

@@ -11,7 +11,7 @@ mod common;
 
 use common::problems::{problems, Problem};
 use convt::gpu::{self, GpuContext, Strategy};
-use convt::{cpu, ConvShape, ConvTranspose2d, ConvTranspose2dOptions, ErrorStats, Precision, Tensor};
+use convt::{cpu, ConvShape, ConvTranspose2d, ConvTranspose2dOptions, DType, ErrorStats, Precision, Tensor};
 use proptest::prelude::*;
 
 /// Unit roundoff of f16 (10 stored mantissa bits, round to nearest).
@@ -305,14 +305,14 @@ fn fast_says_which_path_ran_and_falls_back() {
     let params = ConvTranspose2dOptions::default().stride(2).padding(1).output_padding(1);
     let up2x_like = params.resolve(&[1, 64, 6, 7], &[64, 64, 3, 3], Some(&[64])).unwrap();
     if untuned {
-        let exact = gpu::select::forward(ctx, &gemm_shape, true, Precision::F32);
+        let exact = gpu::select::forward(ctx, &gemm_shape, true, Precision::F32, DType::F32);
         assert!(matches!(exact, Strategy::Gemm(_)), "{}", exact.name());
-        assert_eq!(gpu::select::forward(ctx, &gemm_shape, true, Precision::Fast), exact);
+        assert_eq!(gpu::select::forward(ctx, &gemm_shape, true, Precision::Fast, DType::F32), exact);
         // At stride 1 (kb57_like, kb69_like) the padded-NHWC tensor-core kernel where the adapter has cooperative
         // matrices; without them on kb57_like the exact Winograd kernel wherever its tile fits.
-        let winograd = gpu::select::forward(ctx, &kb57_like, false, Precision::F32);
+        let winograd = gpu::select::forward(ctx, &kb57_like, false, Precision::F32, DType::F32);
         for shape in [&kb57_like, &kb69_like] {
-            let chosen = gpu::select::forward(ctx, shape, false, Precision::Fast);
+            let chosen = gpu::select::forward(ctx, shape, false, Precision::Fast, DType::F32);
             if ctx.has_coop_f16() {
                 assert!(matches!(chosen, Strategy::CoopNhwc(_)), "{}", chosen.name());
             } else if shape == &kb57_like && matches!(winograd, Strategy::Winograd(_)) {
@@ -321,7 +321,7 @@ fn fast_says_which_path_ran_and_falls_back() {
         }
         // Without tensor cores, an f32 kernel (the GEMM, or the Winograd kernel on kb69_like).
         for (shape, bias) in [(&kb69_like, false), (&up2x_like, true)] {
-            let chosen = gpu::select::forward(ctx, shape, bias, Precision::Fast);
+            let chosen = gpu::select::forward(ctx, shape, bias, Precision::Fast, DType::F32);
             let ok = match ctx.has_coop_f16() {
                 true => chosen.arithmetic().contains("tensor cores"),
                 false => chosen.precision() == Precision::F32,
@@ -329,11 +329,11 @@ fn fast_says_which_path_ran_and_falls_back() {
             assert!(ok, "{} ({}) on {}", chosen.name(), chosen.arithmetic(), ctx.adapter_info().name);
         }
         if ctx.has_coop_f16() {
-            let chosen = gpu::select::forward(ctx, &up2x_like, true, Precision::Fast);
+            let chosen = gpu::select::forward(ctx, &up2x_like, true, Precision::Fast, DType::F32);
             assert!(matches!(chosen, Strategy::Coop(_)), "{}", chosen.name());
         }
         for precision in [Precision::F32, Precision::Fast] {
-            let chosen = gpu::select::forward(ctx, &kb81_like, false, precision);
+            let chosen = gpu::select::forward(ctx, &kb81_like, false, precision, DType::F32);
             assert!(matches!(chosen, Strategy::Rows(_)), "{}", chosen.name());
         }
     }
@@ -365,7 +365,7 @@ fn fast_says_which_path_ran_and_falls_back() {
         assert!(e.to_string().contains("cannot run on"), "{}: {e}", s.name());
     }
     // The exact precision never picks an f16 kernel.
-    assert_eq!(gpu::select::forward(ctx, &gemm_shape, true, Precision::F32).precision(), Precision::F32);
+    assert_eq!(gpu::select::forward(ctx, &gemm_shape, true, Precision::F32, DType::F32).precision(), Precision::F32);
 }
 
 #[test]

@@ -1,5 +1,5 @@
-//! The autotuner's cache drives the selector: a cached winner for (adapter, driver, pass, precision, bucketed
-//! shape) is chosen; an unreadable cache, or an entry naming a kernel this version lacks, is ignored (the heuristic
+//! The autotuner's cache drives the selector: a cached winner for (adapter, driver, pass, precision, dtype,
+//! bucketed shape) is chosen; an unreadable cache, or an entry naming a kernel this version lacks, is ignored (the heuristic
 //! decides), never an error. The backward's grad_input and grad_weight take their kernels from the cache too
 //! (`convt tune --backward`), and compute the right gradients with each.
 
@@ -9,7 +9,7 @@ use convt::gpu::tune::{Pass, TuneCache, TuneEntry, TuneKey};
 use convt::gpu::GradInputKernel;
 use convt::gpu::GradWeightKernel;
 use convt::gpu::{select, GpuContext, GpuGradients, GpuOptions, GpuTensor, Strategy};
-use convt::{ConvTranspose2dOptions, ErrorStats, Precision, Tensor};
+use convt::{ConvTranspose2dOptions, DType, ErrorStats, Precision, Tensor};
 
 /// An exact GEMM tile for tests that need one whatever the tile list holds.
 fn gemm_tile() -> Strategy {
@@ -39,37 +39,74 @@ fn the_selector_follows_the_tuning_cache() {
     let path = temp_path("cache.json");
 
     let plain = ctx_with_cache(&path);
-    let heuristic = select::forward(&plain, &shape, false, Precision::F32);
+    let heuristic = select::forward(&plain, &shape, false, Precision::F32, DType::F32);
     // Cache a winner that the heuristic would not pick.
     let winner = Strategy::candidates().into_iter().find(|s| *s != heuristic).unwrap();
     let mut cache = TuneCache::default();
     cache.insert(
-        &TuneKey::new(plain.adapter_info(), Pass::Forward, &shape, false, Precision::F32),
-        TuneEntry::new(winner.name(), 1.0, Precision::F32),
+        &TuneKey::new(plain.adapter_info(), Pass::Forward, &shape, false, Precision::F32, DType::F32),
+        TuneEntry::new(winner.name(), 1.0, Precision::F32, DType::F32),
     );
     // And a winner for precision `fast` (an f16 kernel where this adapter runs one, else an exact one).
-    let fast_heuristic = select::forward(&plain, &shape, false, Precision::Fast);
+    let fast_heuristic = select::forward(&plain, &shape, false, Precision::Fast, DType::F32);
     let fast_winner =
         Strategy::candidates_for(&plain, Precision::Fast).into_iter().find(|s| *s != fast_heuristic).unwrap();
     cache.insert(
-        &TuneKey::new(plain.adapter_info(), Pass::Forward, &shape, false, Precision::Fast),
-        TuneEntry::new(fast_winner.name(), 1.0, Precision::Fast),
+        &TuneKey::new(plain.adapter_info(), Pass::Forward, &shape, false, Precision::Fast, DType::F32),
+        TuneEntry::new(fast_winner.name(), 1.0, Precision::Fast, DType::F32),
     );
     cache.save(&path).unwrap();
     assert_eq!(TuneCache::load(&path).unwrap().entries.len(), 2);
 
     let tuned = ctx_with_cache(&path);
-    assert_eq!(select::forward(&tuned, &shape, false, Precision::F32), winner);
-    assert_eq!(select::forward(&tuned, &shape, false, Precision::Fast), fast_winner);
+    assert_eq!(select::forward(&tuned, &shape, false, Precision::F32, DType::F32), winner);
+    assert_eq!(select::forward(&tuned, &shape, false, Precision::Fast, DType::F32), fast_winner);
     // Another shape (or the same with a bias) is not in the cache: the heuristic decides.
     assert_eq!(
-        select::forward(&tuned, &shape, true, Precision::F32),
-        select::forward(&plain, &shape, true, Precision::F32)
+        select::forward(&tuned, &shape, true, Precision::F32, DType::F32),
+        select::forward(&plain, &shape, true, Precision::F32, DType::F32)
     );
 
     std::fs::write(&path, "not json").unwrap();
     let broken = ctx_with_cache(&path);
-    assert_eq!(select::forward(&broken, &shape, false, Precision::F32), heuristic);
+    assert_eq!(select::forward(&broken, &shape, false, Precision::F32, DType::F32), heuristic);
+    std::fs::remove_file(&path).ok();
+}
+
+#[test]
+fn each_dtype_reads_its_own_tuning_entries() {
+    // A half call runs the kernel tuned on half tensors of its dtype: the cache holds an f16 winner the heuristic
+    // would not pick, the f16 call (the selector and the functional call itself) takes it, and neither the f32
+    // call nor the bf16 call of the same shape does. An entry recording another dtype than its key's is ignored.
+    let params = ConvTranspose2dOptions::default().stride(2).padding(1);
+    let shape = params.resolve(&[2, 32, 9, 9], &[32, 64, 3, 3], None).unwrap();
+    let path = temp_path("dtype.json");
+    let plain = ctx_with_cache(&path);
+    let heuristic = |dtype| select::forward(&plain, &shape, false, Precision::F32, dtype);
+    let winner = Strategy::candidates().into_iter().find(|s| *s != heuristic(DType::F16)).unwrap();
+    let key = |dtype| TuneKey::new(plain.adapter_info(), Pass::Forward, &shape, false, Precision::F32, dtype);
+    assert_ne!(key(DType::F16).to_string(), key(DType::F32).to_string());
+    let mut cache = TuneCache::default();
+    cache.insert(&key(DType::F16), TuneEntry::new(winner.name(), 1.0, Precision::F32, DType::F16));
+    // Filed under bf16's key but measured on f16 tensors: not bf16's winner.
+    cache.insert(&key(DType::BF16), TuneEntry::new(winner.name(), 1.0, Precision::F32, DType::F16));
+    cache.save(&path).unwrap();
+
+    let tuned = ctx_with_cache(&path);
+    assert_eq!(select::forward(&tuned, &shape, false, Precision::F32, DType::F16), winner);
+    for dtype in [DType::F32, DType::BF16] {
+        assert_eq!(select::forward(&tuned, &shape, false, Precision::F32, dtype), heuristic(dtype), "{dtype}");
+    }
+    for dtype in DType::ALL {
+        let upload = |dims: Vec<usize>, seed| {
+            GpuTensor::upload(&tuned, &Tensor::uniform(dims, -1.0, 1.0, seed).unwrap().to_dtype(dtype)).unwrap()
+        };
+        let (x, w) = (upload(shape.input_dims(), 1), upload(shape.weight_dims(), 2));
+        let out = GpuTensor::empty_with(&tuned, &shape.output_dims(), dtype).unwrap();
+        let ran = convt::gpu::conv_transpose2d_into(&tuned, &x, &w, None, &params, &out, Default::default()).unwrap();
+        let expected = if dtype == DType::F16 { winner } else { heuristic(dtype) };
+        assert_eq!(ran, expected, "{dtype}");
+    }
     std::fs::remove_file(&path).ok();
 }
 
@@ -81,17 +118,17 @@ fn fast_takes_the_tuned_exact_winner_where_it_keeps_to_exact_kernels() {
     let shape = params.resolve(&[2, 32, 9, 9], &[32, 64, 3, 3], None).unwrap();
     let path = temp_path("exact-only.json");
     let plain = ctx_with_cache(&path);
-    let heuristic = select::forward(&plain, &shape, false, Precision::Fast);
+    let heuristic = select::forward(&plain, &shape, false, Precision::Fast, DType::F32);
     assert_eq!(heuristic.precision(), Precision::F32, "{}", heuristic.name());
     let winner = Strategy::candidates().into_iter().find(|s| *s != heuristic).unwrap();
     let mut cache = TuneCache::default();
     cache.insert(
-        &TuneKey::new(plain.adapter_info(), Pass::Forward, &shape, false, Precision::F32),
-        TuneEntry::new(winner.name(), 1.0, Precision::F32),
+        &TuneKey::new(plain.adapter_info(), Pass::Forward, &shape, false, Precision::F32, DType::F32),
+        TuneEntry::new(winner.name(), 1.0, Precision::F32, DType::F32),
     );
     cache.save(&path).unwrap();
     let tuned = ctx_with_cache(&path);
-    assert_eq!(select::forward(&tuned, &shape, false, Precision::Fast), winner);
+    assert_eq!(select::forward(&tuned, &shape, false, Precision::Fast, DType::F32), winner);
     std::fs::remove_file(&path).ok();
 }
 
@@ -102,20 +139,20 @@ fn a_cached_kernel_this_version_lacks_gives_way_to_the_heuristic() {
     let shape = ConvTranspose2dOptions::default().resolve(&[1, 64, 9, 11], &[64, 64, 3, 7], None).unwrap();
     let path = temp_path("stale.json");
     let plain = ctx_with_cache(&path);
-    let heuristic = select::forward(&plain, &shape, false, Precision::F32);
+    let heuristic = select::forward(&plain, &shape, false, Precision::F32, DType::F32);
     let mut cache = TuneCache::default();
     for precision in [Precision::F32, Precision::Fast] {
         cache.insert(
-            &TuneKey::new(plain.adapter_info(), Pass::Forward, &shape, false, precision),
-            TuneEntry::new("wino_w2_64x64x8_8x8".into(), 1.0, precision),
+            &TuneKey::new(plain.adapter_info(), Pass::Forward, &shape, false, precision, DType::F32),
+            TuneEntry::new("wino_w2_64x64x8_8x8".into(), 1.0, precision, DType::F32),
         );
     }
     cache.save(&path).unwrap();
     let tuned = ctx_with_cache(&path);
-    assert_eq!(select::forward(&tuned, &shape, false, Precision::F32), heuristic);
+    assert_eq!(select::forward(&tuned, &shape, false, Precision::F32, DType::F32), heuristic);
     assert_eq!(
-        select::forward(&tuned, &shape, false, Precision::Fast),
-        select::forward(&plain, &shape, false, Precision::Fast)
+        select::forward(&tuned, &shape, false, Precision::Fast, DType::F32),
+        select::forward(&plain, &shape, false, Precision::Fast, DType::F32)
     );
     std::fs::remove_file(&path).ok();
 }
@@ -150,7 +187,7 @@ fn the_backward_takes_grad_inputs_kernel_from_the_tuning_cache() {
         let dir = common::TempDir::new("tune-grad-input");
         let path = dir.path("cache.json");
         let untuned = ctx_with_cache(&path);
-        let heuristic = select::grad_input(&untuned, &shape, Precision::F32);
+        let heuristic = select::grad_input(&untuned, &shape, Precision::F32, DType::F32);
         let candidates = GradInputKernel::candidates(&untuned, &shape, Precision::F32);
         assert!(candidates.contains(&heuristic) && candidates.contains(&GradInputKernel::Gather), "{candidates:?}");
         let other = *candidates.iter().find(|k| **k != heuristic && **k != GradInputKernel::Gather).unwrap();
@@ -160,20 +197,23 @@ fn the_backward_takes_grad_inputs_kernel_from_the_tuning_cache() {
         }
         for winner in [other, GradInputKernel::Gather] {
             let mut cache = TuneCache::default();
-            let entry = TuneEntry::new(winner.cache_name(), 1.0, Precision::F32);
-            cache.insert(&TuneKey::new(untuned.adapter_info(), Pass::GradInput, &shape, false, Precision::F32), entry);
+            let entry = TuneEntry::new(winner.cache_name(), 1.0, Precision::F32, DType::F32);
+            cache.insert(
+                &TuneKey::new(untuned.adapter_info(), Pass::GradInput, &shape, false, Precision::F32, DType::F32),
+                entry,
+            );
             cache.save(&path).unwrap();
             let tuned = ctx_with_cache(&path);
-            assert_eq!(select::grad_input(&tuned, &shape, Precision::F32), winner);
+            assert_eq!(select::grad_input(&tuned, &shape, Precision::F32, DType::F32), winner);
             backward_matches_reference(&tuned, &shape, &params, &winner.name());
             assert_eq!(
-                select::forward(&tuned, &shape, false, Precision::F32),
-                select::forward(&untuned, &shape, false, Precision::F32)
+                select::forward(&tuned, &shape, false, Precision::F32, DType::F32),
+                select::forward(&untuned, &shape, false, Precision::F32, DType::F32)
             );
             if let Some(t) = GradInputKernel::transposed_problem(&shape) {
                 assert_eq!(
-                    select::forward(&tuned, &t, false, Precision::F32),
-                    select::forward(&untuned, &t, false, Precision::F32)
+                    select::forward(&tuned, &t, false, Precision::F32, DType::F32),
+                    select::forward(&untuned, &t, false, Precision::F32, DType::F32)
                 );
             }
         }
@@ -204,17 +244,17 @@ fn a_grad_input_cache_entry_that_does_not_apply_gives_way() {
     let dir = common::TempDir::new("tune-grad-input-stale");
     let path = dir.path("cache.json");
     let untuned = ctx_with_cache(&path);
-    let usual = select::grad_input(&untuned, &shape, Precision::F32);
+    let usual = select::grad_input(&untuned, &shape, Precision::F32, DType::F32);
     let fast = Strategy::fast_candidates()[0].name();
     let winograd = Strategy::candidates().into_iter().find(|s| matches!(s, Strategy::Winograd(_))).unwrap().name();
     for name in ["gemm_1x1x1_1x1", fast.as_str(), winograd.as_str()] {
         let mut cache = TuneCache::default();
         cache.insert(
-            &TuneKey::new(untuned.adapter_info(), Pass::GradInput, &shape, false, Precision::F32),
-            TuneEntry::new(name.into(), 1.0, Precision::F32),
+            &TuneKey::new(untuned.adapter_info(), Pass::GradInput, &shape, false, Precision::F32, DType::F32),
+            TuneEntry::new(name.into(), 1.0, Precision::F32, DType::F32),
         );
         cache.save(&path).unwrap();
-        assert_eq!(select::grad_input(&ctx_with_cache(&path), &shape, Precision::F32), usual, "{name}");
+        assert_eq!(select::grad_input(&ctx_with_cache(&path), &shape, Precision::F32, DType::F32), usual, "{name}");
     }
 }
 
@@ -244,7 +284,8 @@ fn the_published_tuning_cache_covers_every_suite_case() {
     let mut keys = std::collections::BTreeSet::new();
     for case in convt::suite::CASES {
         let shape = case.params.resolve(&case.input_dims(), &case.weight_dims(), None).unwrap();
-        let key = |pass, precision| TuneKey::with_adapter(adapter.clone(), pass, &shape, case.bias, precision);
+        let key =
+            |pass, precision| TuneKey::with_adapter(adapter.clone(), pass, &shape, case.bias, precision, DType::F32);
         let exact = key(Pass::Forward, Precision::F32);
         let name = cache.lookup(&exact).unwrap_or_else(|| panic!("{}: no entry `{exact}`", case.name));
         assert_eq!(Strategy::from_name(name).map(|s| s.precision()), Some(Precision::F32), "{}: {name}", case.name);
@@ -264,7 +305,10 @@ fn the_published_tuning_cache_covers_every_suite_case() {
         }
         // grad_input at stride 1 asks the forward's selector about its transposed convolution.
         if let Some(t) = GradInputKernel::transposed_problem(&shape) {
-            keys.insert(TuneKey::with_adapter(adapter.clone(), Pass::Forward, &t, false, Precision::F32).to_string());
+            keys.insert(
+                TuneKey::with_adapter(adapter.clone(), Pass::Forward, &t, false, Precision::F32, DType::F32)
+                    .to_string(),
+            );
         }
     }
     for entry in cache.entries.keys() {
@@ -280,24 +324,24 @@ fn nearby_shapes_share_a_tuned_result() {
     let tuned_for = params.resolve(&[8, 32, 16, 16], &[32, 64, 3, 3], None).unwrap();
     let path = temp_path("buckets.json");
     let plain = ctx_with_cache(&path);
-    let heuristic = select::forward(&plain, &tuned_for, false, Precision::F32);
+    let heuristic = select::forward(&plain, &tuned_for, false, Precision::F32, DType::F32);
     let winner = Strategy::candidates().into_iter().find(|s| *s != heuristic).unwrap();
     let mut cache = TuneCache::default();
-    let key = TuneKey::new(plain.adapter_info(), Pass::Forward, &tuned_for, false, Precision::F32);
-    cache.insert(&key, TuneEntry::new(winner.name(), 1.0, Precision::F32));
+    let key = TuneKey::new(plain.adapter_info(), Pass::Forward, &tuned_for, false, Precision::F32, DType::F32);
+    cache.insert(&key, TuneEntry::new(winner.name(), 1.0, Precision::F32, DType::F32));
     cache.save(&path).unwrap();
     let tuned = ctx_with_cache(&path);
     let near = params.resolve(&[7, 32, 13, 14], &[32, 64, 3, 3], None).unwrap();
-    assert_eq!(TuneKey::new(plain.adapter_info(), Pass::Forward, &near, false, Precision::F32), key);
-    assert_eq!(select::forward(&tuned, &near, false, Precision::F32), winner);
+    assert_eq!(TuneKey::new(plain.adapter_info(), Pass::Forward, &near, false, Precision::F32, DType::F32), key);
+    assert_eq!(select::forward(&tuned, &near, false, Precision::F32, DType::F32), winner);
     for far in [
         params.resolve(&[9, 32, 16, 16], &[32, 64, 3, 3], None).unwrap(),
         params.resolve(&[8, 32, 17, 16], &[32, 64, 3, 3], None).unwrap(),
         params.resolve(&[8, 32, 16, 16], &[32, 48, 3, 3], None).unwrap(),
     ] {
         assert_eq!(
-            select::forward(&tuned, &far, false, Precision::F32),
-            select::forward(&plain, &far, false, Precision::F32),
+            select::forward(&tuned, &far, false, Precision::F32, DType::F32),
+            select::forward(&plain, &far, false, Precision::F32, DType::F32),
             "{far:?}"
         );
     }
@@ -314,31 +358,34 @@ fn the_backward_takes_grad_weights_kernel_from_the_tuning_cache() {
     let dir = common::TempDir::new("tune-grad-weight");
     let path = dir.path("cache.json");
     let untuned = ctx_with_cache(&path);
-    let usual = select::grad_weight(&untuned, &shape, [1, 1], Precision::F32);
+    let usual = select::grad_weight(&untuned, &shape, [1, 1], Precision::F32, DType::F32);
     assert_eq!(usual, GradWeightKernel::Rows, "the rows kernel takes strided small groups");
     let candidates = GradWeightKernel::candidates(&untuned, &shape, [1, 1], Precision::F32);
     assert_eq!(candidates.len(), 4, "{candidates:?}");
-    let key = TuneKey::new(untuned.adapter_info(), Pass::GradWeight, &shape, false, Precision::F32);
+    let key = TuneKey::new(untuned.adapter_info(), Pass::GradWeight, &shape, false, Precision::F32, DType::F32);
     for winner in candidates {
         let mut cache = TuneCache::default();
-        cache.insert(&key, TuneEntry::new(winner.name(), 1.0, Precision::F32));
+        cache.insert(&key, TuneEntry::new(winner.name(), 1.0, Precision::F32, DType::F32));
         cache.save(&path).unwrap();
         let tuned = ctx_with_cache(&path);
-        assert_eq!(select::grad_weight(&tuned, &shape, [1, 1], Precision::F32), winner);
+        assert_eq!(select::grad_weight(&tuned, &shape, [1, 1], Precision::F32, DType::F32), winner);
         backward_matches_reference(&tuned, &shape, &strided, &winner.name());
     }
     let plain = ConvTranspose2dOptions::default();
     let stride_1 = plain.resolve(&[2, 8, 9, 7], &[8, 16, 3, 3], None).unwrap();
     let mut cache = TuneCache::default();
-    let key = TuneKey::new(untuned.adapter_info(), Pass::GradWeight, &stride_1, false, Precision::F32);
-    cache.insert(&key, TuneEntry::new(GradWeightKernel::Rows.name(), 1.0, Precision::F32));
+    let key = TuneKey::new(untuned.adapter_info(), Pass::GradWeight, &stride_1, false, Precision::F32, DType::F32);
+    cache.insert(&key, TuneEntry::new(GradWeightKernel::Rows.name(), 1.0, Precision::F32, DType::F32));
     cache.save(&path).unwrap();
     let tuned = ctx_with_cache(&path);
     assert_eq!(
-        select::grad_weight(&tuned, &stride_1, [1, 1], Precision::F32),
-        select::grad_weight(&untuned, &stride_1, [1, 1], Precision::F32)
+        select::grad_weight(&tuned, &stride_1, [1, 1], Precision::F32, DType::F32),
+        select::grad_weight(&untuned, &stride_1, [1, 1], Precision::F32, DType::F32)
     );
-    assert!(matches!(select::grad_weight(&tuned, &stride_1, [1, 1], Precision::F32), GradWeightKernel::Taps(_)));
+    assert!(matches!(
+        select::grad_weight(&tuned, &stride_1, [1, 1], Precision::F32, DType::F32),
+        GradWeightKernel::Taps(_)
+    ));
 }
 
 #[test]
@@ -349,24 +396,28 @@ fn an_entry_is_used_only_for_the_precision_and_dtype_it_was_tuned_for() {
     let shape = ConvTranspose2dOptions::default().resolve(&[1, 16, 7, 6], &[16, 16, 3, 3], None).unwrap();
     let path = temp_path("precision.json");
     let plain = ctx_with_cache(&path);
-    let heuristic = select::forward(&plain, &shape, false, Precision::F32);
+    let heuristic = select::forward(&plain, &shape, false, Precision::F32, DType::F32);
     let f16 = Strategy::fast_candidates()[0];
     let exact = Strategy::candidates().into_iter().find(|s| *s != heuristic).unwrap();
-    let k = TuneKey::new(plain.adapter_info(), Pass::Forward, &shape, false, Precision::F32);
+    let k = TuneKey::new(plain.adapter_info(), Pass::Forward, &shape, false, Precision::F32, DType::F32);
     let entries = [
-        TuneEntry::new(exact.name(), 1.0, Precision::Fast),
-        TuneEntry { precision: None, dtype: None, ..TuneEntry::new(exact.name(), 1.0, Precision::F32) },
-        TuneEntry { dtype: Some("bf16".into()), ..TuneEntry::new(exact.name(), 1.0, Precision::F32) },
+        TuneEntry::new(exact.name(), 1.0, Precision::Fast, DType::F32),
+        TuneEntry { precision: None, dtype: None, ..TuneEntry::new(exact.name(), 1.0, Precision::F32, DType::F32) },
+        TuneEntry { dtype: Some("bf16".into()), ..TuneEntry::new(exact.name(), 1.0, Precision::F32, DType::F32) },
         // A precision this build does not know: the entry is ignored, and the cache still reads.
-        TuneEntry { precision: Some("tf32".into()), ..TuneEntry::new(exact.name(), 1.0, Precision::F32) },
-        TuneEntry::new(f16.name(), 1.0, Precision::F32),
+        TuneEntry { precision: Some("tf32".into()), ..TuneEntry::new(exact.name(), 1.0, Precision::F32, DType::F32) },
+        TuneEntry::new(f16.name(), 1.0, Precision::F32, DType::F32),
     ];
     for (i, entry) in entries.into_iter().enumerate() {
         let mut cache = TuneCache::default();
         cache.insert(&k, entry.clone());
         cache.save(&path).unwrap();
         let tuned = ctx_with_cache(&path);
-        assert_eq!(select::forward(&tuned, &shape, false, Precision::F32), heuristic, "entry {i}: {entry:?}");
+        assert_eq!(
+            select::forward(&tuned, &shape, false, Precision::F32, DType::F32),
+            heuristic,
+            "entry {i}: {entry:?}"
+        );
         let seed = common::fresh_seed();
         let x = Tensor::uniform(shape.input_dims(), -1.0, 1.0, seed).unwrap();
         let w = Tensor::uniform(shape.weight_dims(), -1.0, 1.0, seed ^ 1).unwrap();
@@ -379,9 +430,9 @@ fn an_entry_is_used_only_for_the_precision_and_dtype_it_was_tuned_for() {
     }
     // The same entry, recorded for f32, is used.
     let mut cache = TuneCache::default();
-    cache.insert(&k, TuneEntry::new(exact.name(), 1.0, Precision::F32));
+    cache.insert(&k, TuneEntry::new(exact.name(), 1.0, Precision::F32, DType::F32));
     cache.save(&path).unwrap();
-    assert_eq!(select::forward(&ctx_with_cache(&path), &shape, false, Precision::F32), exact);
+    assert_eq!(select::forward(&ctx_with_cache(&path), &shape, false, Precision::F32, DType::F32), exact);
     std::fs::remove_file(&path).ok();
 }
 
@@ -412,7 +463,7 @@ fn the_library_tunes_a_shape() {
     let options = ConvTranspose2dOptions::default().stride(2).padding(1);
     let shape = options.resolve(&[2, 8, 7, 6], &[8, 4, 3, 3], None).unwrap();
     let mut cache = TuneCache::default();
-    let timed = convt::gpu::tune::tune_forward(ctx, &shape, false, Precision::F32, 3, &mut cache);
+    let timed = convt::gpu::tune::tune_forward(ctx, &shape, false, Precision::F32, DType::F32, 3, &mut cache);
     if !ctx.device().features().contains(wgpu::Features::TIMESTAMP_QUERY) {
         let e = timed.unwrap_err();
         assert!(e.to_string().contains("TIMESTAMP_QUERY"), "{e}");
@@ -427,6 +478,6 @@ fn the_library_tunes_a_shape() {
     let tuned = ctx_with_cache(&path);
     // A 5 x 8 input falls in the tuned 7 x 6 one's bucket (8 x 8; batch 2 both).
     let near = options.resolve(&[2, 8, 5, 8], &[8, 4, 3, 3], None).unwrap();
-    assert_eq!(select::forward(&tuned, &near, false, Precision::F32), winner);
+    assert_eq!(select::forward(&tuned, &near, false, Precision::F32, DType::F32), winner);
     let _ = std::fs::remove_file(&path);
 }

@@ -185,7 +185,7 @@ fn the_selector_takes_winograd_for_the_stride_1_cases_where_a_tile_fits() {
     ];
     for (name, tiles) in cases {
         let (shape, bias) = shape_of(name);
-        let chosen = convt::gpu::select::forward(&ctx, &shape, bias, convt::Precision::F32);
+        let chosen = convt::gpu::select::forward(&ctx, &shape, bias, convt::Precision::F32, convt::DType::F32);
         let picked = convt::gpu::select::winograd_tiles(&shape);
         assert_eq!(picked.iter().map(|t| t.name()).collect::<Vec<_>>(), tiles, "{name}");
         match picked.iter().map(|t| GpuStrategy::Winograd(*t)).find(|s| s.computes(&ctx, &shape)) {
@@ -194,6 +194,6 @@ fn the_selector_takes_winograd_for_the_stride_1_cases_where_a_tile_fits() {
         }
     }
     let (shape, bias) = shape_of("up2x");
-    let chosen = convt::gpu::select::forward(&ctx, &shape, bias, convt::Precision::F32);
+    let chosen = convt::gpu::select::forward(&ctx, &shape, bias, convt::Precision::F32, convt::DType::F32);
     assert!(matches!(chosen, GpuStrategy::Gemm(_)), "up2x: {}", chosen.name());
 }

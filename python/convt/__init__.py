@@ -2,7 +2,9 @@
 
 ``conv_transpose2d`` is ``torch.nn.functional.conv_transpose2d`` and ``ConvTranspose2d`` is
 ``torch.nn.ConvTranspose2d`` (forward, backward, state_dict), on numpy arrays or anything ``numpy.asarray``
-takes (CPU torch tensors included). Results are numpy arrays in the input's dtype. ``device="cpu"`` runs the
+takes (CPU torch tensors included). Results are numpy arrays in the input's dtype (a torch bfloat16 tensor, which
+numpy cannot hold, gives torch bfloat16 tensors). float16 and bfloat16 values (numpy's float16, ml_dtypes'
+bfloat16, torch's) go to the GPU and come back as stored, with no float32 copy. ``device="cpu"`` runs the
 library's float64 CPU reference instead of the GPU.
 
 Errors: invalid arguments, shapes and options raise ``ValueError``, exhausted memory ``MemoryError``, GPU and
@@ -34,8 +36,8 @@ try:
 except Exception:  # run from a source tree that was not installed
     __version__ = "unknown"
 
-# The dtypes that run as themselves on the GPU; every other floating dtype runs as float32.
-_NATIVE = {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16"}
+# A torch bfloat16 tensor's results: torch bfloat16 tensors (numpy has no bfloat16).
+_TORCH_BFLOAT16 = "torch.bfloat16"
 
 
 def _to_numpy(x, what):
@@ -62,18 +64,43 @@ def _is_float(dtype):
     return dtype.kind == "f" or "float" in dtype.name
 
 
+def _torch_bfloat16_bits(x, what):
+    """The bits of a torch bfloat16 tensor as a contiguous uint16 array, or None for anything else."""
+    if str(getattr(x, "dtype", "")) != _TORCH_BFLOAT16 or not hasattr(x, "view"):
+        return None
+    if str(getattr(x, "device", "cpu")) != "cpu":
+        raise TypeError(f"convt: cannot read {what}: a torch tensor on {x.device} (move it to the CPU first)")
+    import torch
+
+    return x.detach().contiguous().view(torch.int16).numpy().view(np.uint16)
+
+
 def _float_input(x, what):
-    """``(float32 contiguous array, compute dtype code, result dtype)`` for a tensor argument."""
+    """``(argument, compute dtype code, result dtype)`` for a tensor argument: the argument is the bits of float16
+    and bfloat16 values as a contiguous uint16 array (they compute in their dtype), else float32 values (float32
+    computes as itself, every other floating dtype as float32)."""
+    bits = _torch_bfloat16_bits(x, what)
+    if bits is not None:
+        return bits, "bf16", _TORCH_BFLOAT16
     a = _to_numpy(x, what)
     if not _is_float(a.dtype):
         raise TypeError(f"convt: {what} must be a floating-point tensor, got dtype {a.dtype}")
-    code = _NATIVE.get(a.dtype, "f32")
-    return np.ascontiguousarray(a, dtype=np.float32), code, a.dtype
+    if a.dtype == np.float16:
+        return np.ascontiguousarray(a).view(np.uint16), "f16", a.dtype
+    if a.dtype.name == "bfloat16" and a.dtype.itemsize == 2:  # ml_dtypes' bfloat16
+        return np.ascontiguousarray(a).view(np.uint16), "bf16", a.dtype
+    return np.ascontiguousarray(a, dtype=np.float32), "f32", a.dtype
 
 
-def _operand(x, what):
-    """A weight, bias or gradient as float32; it takes the input's compute dtype inside the library."""
-    return _float_input(x, what)[0]
+def _operand(x, what, code):
+    """A weight, bias or gradient for a call computing in ``code``: its bits where it has that half-precision
+    dtype, else its values as float32 (the library rounds them to ``code``)."""
+    arg, own, _ = _float_input(x, what)
+    if own == code or own == "f32":
+        return arg
+    if own == "f16":
+        return arg.view(np.float16).astype(np.float32)
+    return (arg.astype(np.uint32) << 16).view(np.float32)  # bfloat16: the high half of a float32
 
 
 def _pair(value, name):
@@ -100,7 +127,13 @@ def _int(value, name):
 
 
 def _result(out, dtype):
-    # The library returns float32 values; a float16 result's values are float16 ones, so the cast is exact.
+    """The library's result in the input's dtype: float32 values, or a half-precision result's uint16 bits."""
+    if out.dtype == np.uint16:
+        if dtype == _TORCH_BFLOAT16:
+            import torch
+
+            return torch.from_numpy(out.view(np.int16)).view(torch.bfloat16)
+        return out.view(dtype)
     return out if out.dtype == dtype else out.astype(dtype)
 
 
@@ -119,13 +152,13 @@ def conv_transpose2d(
     """``torch.nn.functional.conv_transpose2d``: input ``[N, Cin, H, W]`` or ``[Cin, H, W]``, weight
     ``[Cin, Cout/groups, kH, kW]``, optional bias ``[Cout]``; returns a numpy array in the input's dtype.
 
-    float32 and float16 inputs compute in their dtype (weight and bias are taken in it too); other floating
-    dtypes compute in float32. ``precision="fast"`` allows 1e-3 relative error for speed (f16 operands, f32
+    float32, float16 and bfloat16 inputs compute in their dtype (weight and bias are taken in it too, rounded
+    where they have another); other floating dtypes compute in float32. ``precision="fast"`` allows 1e-3 relative error for speed (f16 operands, f32
     sums), like PyTorch's TF32. ``device="cpu"`` runs the float64 CPU reference.
     """
     x, code, dtype = _float_input(input, "input")
-    w = _operand(weight, "weight")
-    b = None if bias is None else _operand(bias, "bias")
+    w = _operand(weight, "weight", code)
+    b = None if bias is None else _operand(bias, "bias", code)
     out = _convt.conv_transpose2d(
         x,
         w,
@@ -156,8 +189,8 @@ class ConvTranspose2d:
     b = 1/sqrt(out_channels/groups * kH * kW), drawn from ``seed``, random when None), the same state_dict.
 
     ``weight`` and ``bias`` return copies (numpy float32); assign to them to change the parameters (the shape
-    must stay). A float16 input runs in float16, with the parameters rounded to it for that call, and gives a
-    float16 output. ``device="cpu"`` runs every call on the float64 CPU reference.
+    must stay). A float16 or bfloat16 input runs in its dtype, with the parameters rounded to it for that call,
+    and gives results in it. ``device="cpu"`` runs every call on the float64 CPU reference.
     """
 
     def __init__(
@@ -212,7 +245,7 @@ class ConvTranspose2d:
 
     @weight.setter
     def weight(self, value):
-        self._layer.set_weight(_operand(value, "weight"))
+        self._layer.set_weight(_operand(value, "weight", "f32"))
 
     @property
     def bias(self):
@@ -225,7 +258,7 @@ class ConvTranspose2d:
             if self._layer.bias is None:
                 return
             raise ValueError("cannot remove the bias of a layer built with one (build it with bias=False)")
-        self._layer.set_bias(_operand(value, "bias"))
+        self._layer.set_bias(_operand(value, "bias", "f32"))
 
     @property
     def precision(self):
@@ -252,7 +285,7 @@ class ConvTranspose2d:
         so a forward with ``output_size`` is differentiated as run. In the input's dtype, at the layer's
         ``precision`` (``"fast"``: f16 operands with f32 sums, as in the forward)."""
         x, code, dtype = _float_input(input, "input")
-        go = _operand(grad_output, "grad_output")
+        go = _operand(grad_output, "grad_output", code)
         gi, gw, gb = self._layer.backward(x, go, code, self.device)
         return _result(gi, dtype), _result(gw, dtype), None if gb is None else _result(gb, dtype)
 

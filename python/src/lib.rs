@@ -1,6 +1,8 @@
-//! `convt._convt`: the Rust side of convt's Python package. It takes contiguous float32 numpy arrays (the
-//! pure-Python `convt` package converts whatever the caller gave), runs the library's calls with the GIL released,
-//! and returns float32 numpy arrays. Every library error becomes a Python exception carrying the library's
+//! `convt._convt`: the Rust side of convt's Python package. It takes numpy arrays of float32 values, or of the
+//! bits of float16 and bfloat16 values as uint16 (the pure-Python `convt` package passes whatever the caller gave
+//! as one of these), runs the library's calls with the GIL released, and returns float32 arrays for float32
+//! calls and the uint16 bits of the results of half-precision ones: half-precision values cross to and from the
+//! GPU as they are stored, with no float32 copy. Every library error becomes a Python exception carrying the library's
 //! message unchanged; a panic is caught and becomes a `RuntimeError`, never a crash or a `PanicException`.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -35,7 +37,8 @@ fn context() -> convt::Result<&'static GpuContext> {
 
 /// The Python exception for a library error, by kind: invalid arguments, shapes and options are `ValueError`s,
 /// memory exhaustion `MemoryError`, file-system failures `OSError`, and what the GPU or its driver did
-/// `RuntimeError`. The match lists every variant, so that a new one has to be classified here.
+/// `RuntimeError`. The match lists every variant of this version; the error type is non-exhaustive, so a variant
+/// added later is a `RuntimeError` until it is classified here.
 fn to_py(e: ConvtError) -> PyErr {
     use ConvtError::*;
     let message = e.to_string();
@@ -77,6 +80,7 @@ fn to_py(e: ConvtError) -> PyErr {
         NoAdapter { .. } | DeviceLacks { .. } | DeviceLost(_) | Gpu(_) | Shader { .. } | TooLargeForBinding { .. } => {
             PyRuntimeError::new_err(message)
         }
+        _ => PyRuntimeError::new_err(message),
     }
 }
 
@@ -96,8 +100,8 @@ fn run<T: Send>(py: Python<'_>, work: impl FnOnce() -> convt::Result<T> + Send) 
     }
 }
 
-/// A host tensor of `dtype` from a float32 array (any layout; copied in logical order). The values of a
-/// half-precision array arrive as float32 (exactly), so rounding them to `dtype` changes nothing.
+/// A host tensor of `dtype` from a float32 array (any layout; copied in logical order), its values rounded to
+/// `dtype`.
 fn tensor(array: &PyReadonlyArrayDyn<'_, f32>, dtype: DType) -> PyResult<Tensor> {
     let shape = array.shape().to_vec();
     let data: Vec<f32> = match array.as_slice() {
@@ -107,10 +111,112 @@ fn tensor(array: &PyReadonlyArrayDyn<'_, f32>, dtype: DType) -> PyResult<Tensor>
     Ok(Tensor::new(shape, data).map_err(to_py)?.to_dtype(dtype))
 }
 
-/// A float32 numpy array holding a tensor's values (a half-precision tensor's are exact in float32).
+/// A float32 numpy array holding a tensor's values.
 fn array<'py>(py: Python<'py>, tensor: Tensor) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
     let shape = tensor.shape().to_vec();
     PyArray1::from_vec(py, tensor.into_data()).reshape(shape)
+}
+
+/// A tensor argument as the package passes it: float32 values (rounded to the call's dtype), or the bits of
+/// values of the call's half-precision dtype as uint16.
+#[derive(FromPyObject)]
+enum Arg<'py> {
+    Values(PyReadonlyArrayDyn<'py, f32>),
+    Bits(PyReadonlyArrayDyn<'py, u16>),
+}
+
+/// An argument read off its array (with the GIL held), ready for a call without it: float32 values as a host
+/// tensor of the call's dtype, or half-precision values as their little-endian bytes and shape.
+enum Operand {
+    Host(Tensor),
+    Bytes(Vec<usize>, DType, Vec<u8>),
+}
+
+impl Operand {
+    fn new(arg: &Arg<'_>, dtype: DType) -> PyResult<Self> {
+        match arg {
+            Arg::Values(a) => Ok(Operand::Host(tensor(a, dtype)?)),
+            Arg::Bits(_) if dtype == DType::F32 => {
+                Err(PyValueError::new_err("convt internal error: float16 or bfloat16 bits given to a float32 call"))
+            }
+            Arg::Bits(a) => {
+                let mut bytes = Vec::new();
+                let mut push = |v: &u16| bytes.extend_from_slice(&v.to_le_bytes());
+                match a.as_slice() {
+                    Ok(bits) => bits.iter().for_each(&mut push),
+                    Err(_) => a.as_array().iter().for_each(&mut push),
+                }
+                Ok(Operand::Bytes(a.shape().to_vec(), dtype, bytes))
+            }
+        }
+    }
+
+    fn shape(&self) -> &[usize] {
+        match self {
+            Operand::Host(t) => t.shape(),
+            Operand::Bytes(shape, ..) => shape,
+        }
+    }
+
+    /// The values as a host tensor (for the float64 CPU reference).
+    fn host(&self) -> convt::Result<Tensor> {
+        match self {
+            Operand::Host(t) => Ok(t.clone()),
+            Operand::Bytes(shape, dtype, bytes) => {
+                let mut values = vec![0f32; bytes.len() / dtype.size()];
+                dtype.decode(bytes, &mut values);
+                Ok(Tensor::new(shape.clone(), values)?.to_dtype(*dtype))
+            }
+        }
+    }
+
+    /// The values on the GPU, in the call's dtype.
+    fn gpu(&self, ctx: &GpuContext) -> convt::Result<GpuTensor> {
+        match self {
+            Operand::Host(t) => GpuTensor::upload(ctx, t),
+            Operand::Bytes(shape, dtype, bytes) => GpuTensor::from_bytes(ctx, shape, *dtype, bytes),
+        }
+    }
+}
+
+/// A result as the package takes it back: float32 values, or a half-precision result's bits.
+enum Output {
+    Values(Tensor),
+    Bits(Vec<usize>, Vec<u16>),
+}
+
+impl Output {
+    /// A result on the host: float32 values, or for a half-precision dtype its values' bits.
+    fn host(t: Tensor) -> Self {
+        match t.dtype() {
+            DType::F32 => Output::Values(t),
+            dtype => {
+                let mut bytes = Vec::new();
+                dtype.encode(t.data(), &mut bytes);
+                Output::Bits(t.shape().to_vec(), bits(&bytes))
+            }
+        }
+    }
+
+    /// A result on the GPU, read back in its dtype.
+    fn gpu(ctx: &GpuContext, t: &GpuTensor) -> convt::Result<Self> {
+        match t.dtype() {
+            DType::F32 => Ok(Output::Values(t.download(ctx)?)),
+            _ => Ok(Output::Bits(t.shape().to_vec(), bits(&t.download_bytes(ctx)?))),
+        }
+    }
+
+    fn into_py(self, py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+        match self {
+            Output::Values(t) => Ok(array(py, t)?.into_any()),
+            Output::Bits(shape, bits) => Ok(PyArray1::from_vec(py, bits).reshape(shape)?.into_any()),
+        }
+    }
+}
+
+/// Little-endian 16-bit words.
+fn bits(bytes: &[u8]) -> Vec<u16> {
+    bytes.chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]])).collect()
 }
 
 fn parse_dtype(dtype: &str) -> PyResult<DType> {
@@ -153,15 +259,15 @@ fn options(
     })
 }
 
-/// `F.conv_transpose2d` on float32 arrays, computed in `dtype` (`"f32"` or `"f16"`) on `device`.
+/// `F.conv_transpose2d` computed in `dtype` (`"f32"`, `"f16"`, `"bf16"`) on `device`.
 #[pyfunction]
 #[pyo3(signature = (input, weight, bias, stride, padding, output_padding, groups, dilation, precision, device, dtype))]
 #[allow(clippy::too_many_arguments)]
 fn conv_transpose2d<'py>(
     py: Python<'py>,
-    input: PyReadonlyArrayDyn<'py, f32>,
-    weight: PyReadonlyArrayDyn<'py, f32>,
-    bias: Option<PyReadonlyArrayDyn<'py, f32>>,
+    input: Arg<'py>,
+    weight: Arg<'py>,
+    bias: Option<Arg<'py>>,
     stride: [i64; 2],
     padding: [i64; 2],
     output_padding: [i64; 2],
@@ -170,26 +276,29 @@ fn conv_transpose2d<'py>(
     precision: &str,
     device: &str,
     dtype: &str,
-) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
+) -> PyResult<Bound<'py, PyAny>> {
     let opts = options(stride, padding, output_padding, groups, dilation, bias.is_some(), precision)?;
     let (device, dtype) = (parse_device(device)?, parse_dtype(dtype)?);
-    let x = tensor(&input, dtype)?;
-    let w = tensor(&weight, dtype)?;
-    let b = bias.as_ref().map(|b| tensor(b, dtype)).transpose()?;
+    let x = Operand::new(&input, dtype)?;
+    let w = Operand::new(&weight, dtype)?;
+    let b = bias.as_ref().map(|b| Operand::new(b, dtype)).transpose()?;
     let out = run(py, || {
         // Validated before the context is made: a bad argument is a ValueError on a machine without a GPU too.
         opts.resolve(x.shape(), w.shape(), b.as_ref().map(|b| b.shape()))?;
         match device {
-            Device::Cpu => convt::cpu::conv_transpose2d(&x, &w, b.as_ref(), &opts),
+            Device::Cpu => {
+                let b = b.as_ref().map(Operand::host).transpose()?;
+                convt::cpu::conv_transpose2d(&x.host()?, &w.host()?, b.as_ref(), &opts).map(Output::host)
+            }
             Device::Gpu => {
                 let ctx = context()?;
-                let (xg, wg) = (GpuTensor::upload(ctx, &x)?, GpuTensor::upload(ctx, &w)?);
-                let bg = b.as_ref().map(|b| GpuTensor::upload(ctx, b)).transpose()?;
-                convt::conv_transpose2d(ctx, &xg, &wg, bg.as_ref(), &opts)?.download(ctx)
+                let (xg, wg) = (x.gpu(ctx)?, w.gpu(ctx)?);
+                let bg = b.as_ref().map(|b| b.gpu(ctx)).transpose()?;
+                Output::gpu(ctx, &convt::conv_transpose2d(ctx, &xg, &wg, bg.as_ref(), &opts)?)
             }
         }
     })?;
-    array(py, out)
+    out.into_py(py)
 }
 
 /// `nn.ConvTranspose2d`'s state: the library's host layer, plus its parameters on the GPU in the dtype of the
@@ -324,13 +433,13 @@ impl Layer {
     fn forward<'py>(
         &self,
         py: Python<'py>,
-        input: PyReadonlyArrayDyn<'py, f32>,
+        input: Arg<'py>,
         dtype: &str,
         device: &str,
         output_size: Option<Vec<usize>>,
-    ) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
+    ) -> PyResult<Bound<'py, PyAny>> {
         let (device, dtype) = (parse_device(device)?, parse_dtype(dtype)?);
-        let x = tensor(&input, dtype)?;
+        let x = Operand::new(&input, dtype)?;
         let out = run(py, || {
             let size = output_size.as_deref();
             let host = &self.host;
@@ -338,20 +447,22 @@ impl Layer {
             let opts = self.options_for(x.shape(), size)?;
             opts.resolve(x.shape(), host.weight().shape(), host.bias().map(|b| b.shape()))?;
             match (device, size) {
-                (Device::Cpu, None) => host.forward_cpu(&x),
-                (Device::Cpu, Some(size)) => host.forward_cpu_with_output_size(&x, size),
+                (Device::Cpu, None) => host.clone().to_dtype(dtype).forward_cpu(&x.host()?).map(Output::host),
+                (Device::Cpu, Some(size)) => {
+                    host.clone().to_dtype(dtype).forward_cpu_with_output_size(&x.host()?, size).map(Output::host)
+                }
                 (Device::Gpu, _) => {
                     let ctx = context()?;
                     let layer = self.on_gpu(ctx, dtype)?;
-                    let xg = GpuTensor::upload(ctx, &x)?;
+                    let xg = x.gpu(ctx)?;
                     match size {
-                        None => layer.forward(&xg)?.download(ctx),
-                        Some(size) => layer.forward_with_output_size(&xg, size)?.download(ctx),
+                        None => Output::gpu(ctx, &layer.forward(&xg)?),
+                        Some(size) => Output::gpu(ctx, &layer.forward_with_output_size(&xg, size)?),
                     }
                 }
             }
         })?;
-        array(py, out)
+        out.into_py(py)
     }
 
     /// `(grad_input, grad_weight, grad_bias)` given the gradient of the output. The output_padding is the one
@@ -361,33 +472,47 @@ impl Layer {
     fn backward<'py>(
         &self,
         py: Python<'py>,
-        input: PyReadonlyArrayDyn<'py, f32>,
-        grad_output: PyReadonlyArrayDyn<'py, f32>,
+        input: Arg<'py>,
+        grad_output: Arg<'py>,
         dtype: &str,
         device: &str,
     ) -> PyResult<Bound<'py, PyTuple>> {
         let (device, dtype) = (parse_device(device)?, parse_dtype(dtype)?);
-        let x = tensor(&input, dtype)?;
-        let go = tensor(&grad_output, dtype)?;
-        let grads = run(py, || {
+        let x = Operand::new(&input, dtype)?;
+        let go = Operand::new(&grad_output, dtype)?;
+        let [gi, gw, gb] = run(py, || {
             let own = *self.host.options();
             let opts = match self.options_for(x.shape(), Some(go.shape())) {
                 Ok(opts) => opts,
                 Err(_) => own,
             };
-            let weight = self.host.weight().clone();
-            let layer = convt::ConvTranspose2d::from_weights(weight, self.host.bias().cloned(), opts)?.to_dtype(dtype);
-            layer
-                .options()
-                .resolve(x.shape(), layer.weight().shape(), layer.bias().map(|b| b.shape()))?
+            let host = &self.host;
+            opts.resolve(x.shape(), host.weight().shape(), host.bias().map(|b| b.shape()))?
                 .check_grad_output(go.shape())?;
             match device {
-                Device::Cpu => layer.backward_cpu(&x, &go),
-                Device::Gpu => layer.backward(context()?, &x, &go),
+                Device::Cpu => {
+                    let layer =
+                        convt::ConvTranspose2d::from_weights(host.weight().clone(), host.bias().cloned(), opts)?
+                            .to_dtype(dtype);
+                    let g = layer.backward_cpu(&x.host()?, &go.host()?)?;
+                    Ok([
+                        Some(Output::host(g.grad_input)),
+                        Some(Output::host(g.grad_weight)),
+                        g.grad_bias.map(Output::host),
+                    ])
+                }
+                Device::Gpu => {
+                    let ctx = context()?;
+                    let layer = self.on_gpu(ctx, dtype)?;
+                    let (xg, gog) = (x.gpu(ctx)?, go.gpu(ctx)?);
+                    let g = convt::gpu::conv_transpose2d_backward(ctx, &xg, layer.weight(), layer.bias(), &gog, &opts)?;
+                    let gb = g.grad_bias.as_ref().map(|b| Output::gpu(ctx, b)).transpose()?;
+                    Ok([Some(Output::gpu(ctx, &g.grad_input)?), Some(Output::gpu(ctx, &g.grad_weight)?), gb])
+                }
             }
         })?;
-        let grad_bias = grads.grad_bias.map(|g| array(py, g)).transpose()?;
-        (array(py, grads.grad_input)?, array(py, grads.grad_weight)?, grad_bias).into_pyobject(py)
+        let out = |o: Option<Output>| o.map(|o| o.into_py(py)).transpose();
+        (out(gi)?, out(gw)?, out(gb)?).into_pyobject(py)
     }
 }
 

@@ -207,13 +207,44 @@ def test_concurrent_calls_share_one_context(rng):
     assert max(errors) <= F32_TOLERANCE
 
 
-def test_torch_bfloat16_reads_as_float32():
+def _bfloat16_values(bits):
+    """float64 values of bfloat16 bits (uint16)."""
+    return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+
+def _within_half_a_bfloat16_unit(out_bits, expected):
+    # The float64 answer for the bfloat16 values, rounded once to bfloat16: within half a bfloat16 unit in the
+    # last place (8 significant bits), plus float32's summation error.
+    out = _bfloat16_values(out_bits)
+    half_ulp = 2.0 ** (np.floor(np.log2(np.maximum(np.abs(expected), 1e-30))) - 8)
+    assert np.all(np.abs(out - expected) <= half_ulp + 1e-6 * np.abs(expected).max())
+
+
+def test_ml_dtypes_bfloat16_runs_in_bfloat16(rng):
+    import ml_dtypes  # installed by scripts/test_python.sh
+    x, weight, b, opts = _draw(rng, CASES[5])
+    x16, w16, b16 = (a.astype(ml_dtypes.bfloat16) for a in (x, weight, b))
+    for device in ("gpu", "cpu"):
+        out = convt.conv_transpose2d(x16, w16, b16, device=device, **opts)
+        assert out.dtype == ml_dtypes.bfloat16 and out.shape == reference(x, weight, b, **opts).shape
+        values = [a.astype(np.float64) for a in (x16, w16, b16)]
+        _within_half_a_bfloat16_unit(out.view(np.uint16), reference(*values, **opts))
+    # float32 weights given with a bfloat16 input are rounded to bfloat16 first.
+    same = convt.conv_transpose2d(x16, weight, b, **opts)
+    np.testing.assert_array_equal(same.view(np.uint16), out.view(np.uint16))
+
+
+def test_torch_bfloat16_runs_in_bfloat16_and_stays_torch():
     torch = pytest.importorskip("torch")
-    x = torch.randn(1, 2, 3, 3).bfloat16()
-    w = torch.randn(2, 2, 2, 2).bfloat16()
-    out = convt.conv_transpose2d(x, w, stride=2)
-    assert out.dtype == np.float32
-    assert rel_l2(out, reference(x.float().numpy(), w.float().numpy(), stride=2)) <= F32_TOLERANCE
+    gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
+    # A strided, non-contiguous input: read in logical order.
+    x = torch.randn(1, 2, 3, 6, generator=gen).bfloat16()[:, :, :, ::2]
+    w = torch.randn(2, 2, 2, 2, generator=gen).bfloat16()
+    b = torch.randn(2, generator=gen).bfloat16()
+    out = convt.conv_transpose2d(x, w, b, stride=2)
+    assert out.dtype == torch.bfloat16 and tuple(out.shape) == (1, 2, 6, 6)
+    expected = reference(*(t.double().numpy() for t in (x, w, b)), stride=2)
+    _within_half_a_bfloat16_unit(out.view(torch.int16).numpy().view(np.uint16), expected)
 
 
 def test_no_driver_noise_on_stderr_without_xdg_runtime_dir(tmp_path):

@@ -145,6 +145,23 @@ def test_float16_forward_and_backward(rng):
         assert rel_l2(got, want) <= 2 ** -10
 
 
+def test_bfloat16_forward_and_backward(rng):
+    import ml_dtypes  # installed by scripts/test_python.sh
+    layer = _layer(LAYERS[3], 9)
+    x = rng.standard_normal((2, 4, 4, 4)).astype(ml_dtypes.bfloat16)
+    y = layer(x)
+    assert y.dtype == ml_dtypes.bfloat16
+    w16, b16 = layer.weight.astype(ml_dtypes.bfloat16), layer.bias.astype(ml_dtypes.bfloat16)
+    values = lambda a: a.astype(np.float64)  # noqa: E731
+    expected = reference(values(x), values(w16), values(b16), **_opts(layer))
+    assert rel_l2(y.astype(np.float64), expected) <= 2**-8
+    go = rng.standard_normal(y.shape).astype(ml_dtypes.bfloat16)
+    grads = layer.backward(x, go)
+    assert all(g.dtype == ml_dtypes.bfloat16 for g in grads)
+    for got, want in zip(grads, reference_backward(values(x), values(w16), values(go), True, **_opts(layer))):
+        assert rel_l2(got.astype(np.float64), want) <= 2**-8
+
+
 def test_initialisation_is_pytorchs_and_seeded():
     a = convt.ConvTranspose2d(8, 6, (3, 2), groups=2, seed=3)
     b = convt.ConvTranspose2d(8, 6, (3, 2), groups=2, seed=3)

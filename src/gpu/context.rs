@@ -270,6 +270,21 @@ struct DeviceHealth {
 #[derive(Clone)]
 pub struct GpuContext(Arc<ContextState>);
 
+impl std::fmt::Debug for GpuContext {
+    /// The adapter (name, backend, driver) and the limits convt works within.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let info = &self.0.info;
+        f.debug_struct("GpuContext")
+            .field("adapter", &info.name)
+            .field("backend", &info.backend)
+            .field("driver", &format!("{} {}", info.driver, info.driver_info))
+            .field("binding_limit", &self.0.binding_limit)
+            .field("memory_budget", &self.0.memory_budget)
+            .field("options", &self.0.options)
+            .finish_non_exhaustive()
+    }
+}
+
 impl std::ops::Deref for GpuContext {
     type Target = ContextState;
     fn deref(&self) -> &ContextState {
@@ -654,9 +669,21 @@ impl GpuContext {
         &self.tuned
     }
 
-    /// The most bytes of idle buffers the context keeps for reuse (the bound on [`GpuContext::buffer_stats`]'s
-    /// last value).
+    /// The least bound on the bytes of idle buffers the context keeps for reuse ([`GpuContext::idle_limit`]).
     pub const MAX_IDLE_BYTES: u64 = crate::gpu::memory::MAX_IDLE_BYTES;
+
+    /// The most bytes of idle buffers the context keeps for reuse now (the bound on
+    /// [`GpuContext::buffer_stats`]'s last value): [`GpuContext::MAX_IDLE_BYTES`], or more where one call's
+    /// scratch held more at once (so that call finds its scratch idle when it runs again).
+    pub fn idle_limit(&self) -> u64 {
+        self.pool.idle_limit()
+    }
+
+    /// Frees the idle buffers kept for reuse (as `torch.cuda.empty_cache()` does) and starts the idle limit again
+    /// from [`GpuContext::MAX_IDLE_BYTES`]; tensors, prepared weights and work in flight keep theirs.
+    pub fn release_idle_memory(&self) {
+        self.pool.release_idle()
+    }
 
     /// (buffers created so far, idle buffers kept for reuse, their bytes).
     pub fn buffer_stats(&self) -> (u64, usize, u64) {

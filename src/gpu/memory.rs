@@ -17,9 +17,10 @@ use crate::gpu::kernel::Bindable;
 use crate::params::checked_numel;
 use crate::tensor::Tensor;
 
-/// Idle buffers kept for reuse, by (size, usage). Bounded: at most `MAX_IDLE_BYTES` wait in the pool, and a
-/// buffer coming back displaces the least recently returned idle ones to fit (the call that just ran is the
-/// likeliest to run again). The order is the calls' own, the same in every process: which buffers a call finds
+/// Idle buffers kept for reuse, by (size, usage). Bounded: at most the idle limit waits in the pool (the
+/// larger of `MAX_IDLE_BYTES` and the most scratch the calls so far held at once, so the largest call's scratch
+/// is found idle when it runs again instead of allocated anew), and a buffer coming back displaces the least
+/// recently returned idle ones to fit (the call that just ran is the likeliest to run again). The order is the calls' own, the same in every process: which buffers a call finds
 /// idle never depends on a hash seed.
 #[derive(Default)]
 pub(crate) struct BufferPool {
@@ -38,12 +39,49 @@ struct PoolInner {
     /// staging), and the most there were since the last [`BufferPool::reset_peak`].
     live_bytes: u64,
     peak_bytes: u64,
+    /// The most scratch one call has held ([`InFlight`]: its working tensors and buffers, the f32 copies and
+    /// padded layouts among them): the idle limit follows it.
+    peak_scratch_bytes: u64,
 }
 
-/// At most this many bytes of idle buffers wait in the pool: room for a call's scratch buffers (the suite's
-/// largest forward: a padded f16 input of 1.21 GB in precision `fast`). A scratch buffer that cannot wait here is freed after each call and allocated again by the
-/// next, and that mapping churn made the kernels running meanwhile much slower (docs/PERFORMANCE.md). The memory
-/// budget still drops idle buffers whenever a tensor needs their room.
+impl PoolInner {
+    /// The most idle bytes kept: room for the largest call's scratch, at least [`MAX_IDLE_BYTES`].
+    fn idle_limit(&self) -> u64 {
+        self.peak_scratch_bytes.max(MAX_IDLE_BYTES)
+    }
+
+    /// Counts a buffer of `size` bytes handed out.
+    fn took(&mut self, size: u64) {
+        self.live_bytes += size;
+        self.peak_bytes = self.peak_bytes.max(self.live_bytes);
+    }
+
+    /// Records that a call held `bytes` of scratch until it submitted.
+    fn call_held(&mut self, bytes: u64) {
+        self.peak_scratch_bytes = self.peak_scratch_bytes.max(bytes);
+    }
+
+    /// Counts a buffer of `size` bytes given back, and makes room for it among the idle buffers by dropping the
+    /// least recently returned ones where it is `reusable` and fits the idle limit: whether it waits for reuse.
+    fn returned(&mut self, size: u64, reusable: bool) -> bool {
+        self.live_bytes = self.live_bytes.saturating_sub(size);
+        let limit = self.idle_limit();
+        if !reusable || size > limit {
+            return false;
+        }
+        while self.idle_bytes + size > limit && !self.idle.is_empty() {
+            let (k, _) = self.idle.remove(0);
+            self.idle_bytes -= k.0;
+        }
+        true
+    }
+}
+
+/// The pool's least idle limit: idle buffers up to this many bytes, or the most scratch one call has held, wait for
+/// reuse. A scratch buffer that cannot wait in the pool is freed after each call and allocated again by the next,
+/// and that mapping churn made the kernels running meanwhile much slower and their times differ between processes
+/// (docs/PERFORMANCE.md). The memory budget still drops idle buffers whenever a tensor needs their room, and
+/// [`crate::GpuContext::release_idle_memory`] frees them.
 pub const MAX_IDLE_BYTES: u64 = 4 << 30;
 
 /// A buffer that goes back to its pool when dropped.
@@ -68,14 +106,8 @@ impl Drop for PooledBuffer {
         };
         let mut p = lock(&pool);
         let key = (buffer.size(), buffer.usage());
-        p.live_bytes = p.live_bytes.saturating_sub(key.0);
-        if !self.reusable || key.0 > MAX_IDLE_BYTES {
+        if !p.returned(key.0, self.reusable) {
             return;
-        }
-        // Make room by dropping the least recently returned idle buffers.
-        while p.idle_bytes + key.0 > MAX_IDLE_BYTES && !p.idle.is_empty() {
-            let (k, _) = p.idle.remove(0);
-            p.idle_bytes -= k.0;
         }
         p.idle_bytes += key.0;
         p.idle.push((key, buffer));
@@ -99,8 +131,7 @@ impl BufferPool {
             } else {
                 p.created += 1;
             }
-            p.live_bytes += size;
-            p.peak_bytes = p.peak_bytes.max(p.live_bytes);
+            p.took(size);
             b
         };
         let buffer = reused.unwrap_or_else(|| {
@@ -174,6 +205,19 @@ impl BufferPool {
         let p = lock(&self.inner);
         (p.created, p.idle.len(), p.idle_bytes)
     }
+
+    /// The most idle bytes the pool keeps now ([`MAX_IDLE_BYTES`], or the largest call's scratch).
+    pub fn idle_limit(&self) -> u64 {
+        lock(&self.inner).idle_limit()
+    }
+
+    /// Frees every idle buffer and starts the idle limit again from [`MAX_IDLE_BYTES`].
+    pub fn release_idle(&self) {
+        let mut p = lock(&self.inner);
+        p.idle.clear();
+        p.idle_bytes = 0;
+        p.peak_scratch_bytes = 0;
+    }
 }
 
 /// The pooled buffers a call encodes its commands with, kept until the call has submitted them. A pooled buffer
@@ -198,8 +242,12 @@ impl InFlight {
     }
 
     /// Submits the commands of `encoder`, then lets the kept buffers go back to the pool: anything queued
-    /// after the submission runs after these commands.
+    /// after the submission runs after these commands. The pool learns how much scratch the call held, so that
+    /// its idle limit keeps room for all of it (a call whose scratch is freed and allocated anew every time runs
+    /// far slower: docs/PERFORMANCE.md).
     pub fn submit(self, ctx: &GpuContext, encoder: wgpu::CommandEncoder) -> Result<()> {
+        let held = self.0.iter().map(|b| b.size()).sum();
+        lock(&ctx.pool.inner).call_held(held);
         ctx.scoped(|| {
             ctx.queue.submit([encoder.finish()]);
             Ok(())
@@ -383,6 +431,41 @@ impl GpuTensor {
                     t.dtype.encode(piece, &mut bytes);
                     bytes.resize(bytes.len().next_multiple_of(4), 0);
                     ctx.queue.write_buffer(&c.buffer, c.offset + (i << 21) as u64 * t.dtype.size() as u64, &bytes);
+                }
+            }
+            Ok(())
+        })?;
+        Ok(t)
+    }
+
+    /// A tensor of `shape` and `dtype` from its elements' little-endian bytes in row-major order (`bytes.len()`
+    /// must be the elements times [`DType::size`]): half-precision values go to the GPU as they are, with no f32
+    /// values made on the host (what the Python package does with numpy's float16 and bfloat16 bits).
+    pub fn from_bytes(ctx: &GpuContext, shape: &[usize], dtype: DType, bytes: &[u8]) -> Result<Self> {
+        let numel = checked_numel(shape)?;
+        if numel.checked_mul(dtype.size()) != Some(bytes.len()) {
+            return Err(ConvtError::DataLength {
+                shape: shape.to_vec(),
+                expected: numel,
+                actual: bytes.len() / dtype.size(),
+            });
+        }
+        let t = Self::empty_unpoisoned(ctx, shape, dtype)?;
+        let mut tail = Vec::new();
+        ctx.scoped(|| {
+            for c in &t.chunks {
+                let ours =
+                    &bytes[c.first_plane * t.plane_elems * dtype.size()..][..c.planes * t.plane_elems * dtype.size()];
+                // Whole 4-byte words: queue writes are, and a chunk's end pads an odd count of halves.
+                let whole = ours.len() / 4 * 4;
+                if whole > 0 {
+                    ctx.queue.write_buffer(&c.buffer, c.offset, &ours[..whole]);
+                }
+                if whole < ours.len() {
+                    tail.clear();
+                    tail.extend_from_slice(&ours[whole..]);
+                    tail.resize(4, 0);
+                    ctx.queue.write_buffer(&c.buffer, c.offset + whole as u64, &tail);
                 }
             }
             Ok(())
@@ -610,6 +693,19 @@ impl GpuTensor {
         Tensor::of_dtype(self.shape.clone(), data, self.dtype)
     }
 
+    /// Copies the tensor back to the host as its elements' little-endian bytes in row-major order (the bytes
+    /// [`GpuTensor::from_bytes`] takes), with no f32 values made for a half-precision tensor.
+    pub fn download_bytes(&self, ctx: &GpuContext) -> Result<Vec<u8>> {
+        let size = self.dtype.size();
+        let what = || format!("a tensor of size {:?}", self.shape);
+        let mut data = crate::tensor::filled_vec(self.numel() * size, 0u8, what)?;
+        for c in &self.chunks {
+            let dst = &mut data[c.first_plane * self.plane_elems * size..][..c.planes * self.plane_elems * size];
+            read_back(ctx, c.range(), |view| dst.copy_from_slice(&view[..dst.len()]))?;
+        }
+        Ok(data)
+    }
+
     /// The dimensions, outermost first.
     pub fn shape(&self) -> &[usize] {
         &self.shape
@@ -721,4 +817,32 @@ fn chunk_planes(limit: u64, planes_per_row: usize, plane_elems: usize, shape: &[
     } else {
         (limit / plane_bytes) as usize
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+
+    #[test]
+    fn the_idle_limit_grows_to_the_largest_calls_scratch() {
+        // A call that held 6 GiB of scratch in two buffers: both wait for its next run, where a fixed 4 GiB limit
+        // would free one every call. A staging buffer being mapped is never kept.
+        let mut p = PoolInner::default();
+        p.took(4 * GIB);
+        p.took(2 * GIB);
+        assert_eq!(p.idle_limit(), MAX_IDLE_BYTES);
+        p.call_held(6 * GIB);
+        p.call_held(GIB);
+        assert_eq!(p.idle_limit(), 6 * GIB, "the largest call's");
+        assert!(p.returned(4 * GIB, true));
+        p.idle_bytes += 4 * GIB;
+        assert!(p.returned(2 * GIB, true));
+        p.idle_bytes += 2 * GIB;
+        assert!(!p.returned(GIB, false));
+        assert_eq!(p.live_bytes, 0);
+        // A buffer beyond the limit is never kept.
+        assert!(!p.returned(7 * GIB, true));
+    }
 }

@@ -294,7 +294,7 @@ pub fn shader_sources() -> Vec<ShaderVariant> {
 
 /// How one forward call runs where the caller decides: a kernel forced instead of the selector's, and a
 /// [`GpuTimer`] slot that times the call's compute pass. The default leaves the choice to [`select`].
-#[derive(Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct Run<'a> {
     /// The forward kernel to run instead of the selector's choice; `None` lets [`select`] choose.
     pub kernel: Option<Strategy>,
@@ -303,7 +303,7 @@ pub struct Run<'a> {
 }
 
 /// [`Run`] for a backward call: grad_input's and grad_weight's kernels where the caller forces them.
-#[derive(Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct BackwardRun<'a> {
     /// The grad_input kernel to run instead of the selector's choice; `None` lets [`select`] choose.
     pub grad_input: Option<GradInputKernel>,
@@ -346,7 +346,7 @@ pub fn conv_transpose2d_into(
     let shape = options.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?;
     let strategy = match run.kernel {
         Some(kernel) => kernel,
-        None => select::forward(ctx, &shape, bias.is_some(), options.precision),
+        None => select::forward(ctx, &shape, bias.is_some(), options.precision, input.dtype()),
     };
     let weight = kernel::Weight { tensor: weight, prepared: None };
     forward_prepared(ctx, strategy, &shape, input, weight, bias, output, run.timer)?;

@@ -1,12 +1,14 @@
 //! The one place that picks a kernel, for each of the three passes: the forward ([`forward`]), grad_input
 //! ([`grad_input`]) and grad_weight ([`grad_weight`]). Each asks, in this order:
 //! 1. a kernel forced by the context's options (`GpuOptions::strategy`, `CONVT_STRATEGY`), where it applies;
-//! 2. the tuning cache's winner for the problem's [`TuneKey`] (sizes bucketed, so nearby shapes share it), where
-//!    that kernel computes the shape on this adapter;
+//! 2. the tuning cache's winner for the problem's [`TuneKey`] (sizes bucketed, so nearby shapes share it; the
+//!    tensors' dtype part of it, so a half call runs the kernel measured fastest on half tensors), where that
+//!    kernel computes the shape on this adapter;
 //! 3. the heuristic below, whose rules follow the measurements of docs/PERFORMANCE.md.
 //!
 //! Every per-algorithm default tile lives here too, so a kernel's selection rule is found in one file.
 
+use crate::dtype::DType;
 use crate::gpu::backward::grad_input::{as_sampled_correlation, as_transposed_convolution, GradInputKernel};
 use crate::gpu::backward::grad_weight::{self, GradWeightKernel};
 use crate::gpu::backward::grad_weight_half::{self, HalfTile};
@@ -21,26 +23,27 @@ use crate::gpu::Strategy;
 use crate::params::ConvShape;
 use crate::precision::Precision;
 
-/// The forward's algorithm for a shape at a precision on this context's adapter: the one forced by the
+/// The forward's algorithm for a shape at a precision on tensors of `dtype` on this context's adapter: the one forced by the
 /// context's options (when it has that precision and takes the shape), else the tuning cache's winner, else the
 /// heuristic (for `fast` where it keeps to exact kernels: the exact winner of the tuning cache when there is one).
 ///
-/// The heuristic for `fast`: at stride 1 the padded-NHWC cooperative-matrix kernel wherever it takes the shape
-/// (one group, input channels a multiple of 16 and output channels of 32, its padded f16 input within one binding,
-/// not a shape for the rows kernel), where it measured faster than the best exact kernel. Elsewhere the staged
+/// The heuristic for `fast`: at stride 1, and at every stride on f16 and bf16 tensors, the padded-NHWC
+/// cooperative-matrix kernel wherever it takes the shape (one group, input channels a multiple of 16 and output
+/// channels of 32, its padded f16 input within one binding, not a shape for the rows kernel), where it measured
+/// faster than the best exact kernel. Elsewhere the staged
 /// cooperative-matrix kernel on problems with at least 64 input and output channels per group (on the strided
 /// decoders it measured faster than the best exact kernel) unless the shape is one for the rows kernel (few
 /// products per output) or one for the exact Winograd kernel with fewer than 128 output channels per group; with
 /// fewer channels the exact kernels measured fastest, and `fast` takes them (its error is then f32's). The
 /// f16-operand register kernels never won. `convt tune --precision fast` measures every candidate instead.
-pub fn forward(ctx: &GpuContext, shape: &ConvShape, has_bias: bool, precision: Precision) -> Strategy {
+pub fn forward(ctx: &GpuContext, shape: &ConvShape, has_bias: bool, precision: Precision, dtype: DType) -> Strategy {
     // A forced strategy applies at its precision, and on the shapes it computes: a Winograd or padded-NHWC tile
     // gives way on shapes it does not take (strides, dilation, large kernels; groups, channel counts, sizes);
     // any other forced strategy that cannot run on this adapter reaches the caller as an error.
     if let Some(forced) = ctx.options().strategy.filter(|s| s.precision() == precision && s.takes_shape(ctx, shape)) {
         return forced;
     }
-    let tuned = |precision| tuned_forward(ctx, shape, has_bias, precision);
+    let tuned = |precision| tuned_forward(ctx, shape, has_bias, precision, dtype);
     if let Some(tuned) = tuned(precision) {
         return tuned;
     }
@@ -54,13 +57,15 @@ pub fn forward(ctx: &GpuContext, shape: &ConvShape, has_bias: bool, precision: P
     // At stride 1 `fast` takes the padded-NHWC kernel wherever it computes the shape (not the gather kernel's
     // shapes): its operands load straight from storage (or, with 128 output channels, its input rows from
     // workgroup memory), and it measured faster than both the exact Winograd kernel and the staged
-    // cooperative-matrix kernel on every stride-1 case of the suite. Per stride phase it lost to the staged kernel
-    // on the strided decoders, so only the tuner gives it strided shapes.
-    let stride_1 = shape.stride == [1, 1];
+    // cooperative-matrix kernel on every stride-1 case of the suite. Per stride phase on f32 tensors it lost to
+    // the staged kernel on the strided decoders; on half tensors, which the staged kernel loads and converts
+    // element by element, it won there (up2x 0.85 ms against 1.53, dcgan 0.41 against 0.52 on the H200), so half
+    // tensors take it at every stride.
+    let nhwc_stride = shape.stride == [1, 1] || dtype != DType::F32;
     let nhwc = coop_nhwc_tiles(shape)
         .into_iter()
         .map(Strategy::CoopNhwc)
-        .find(|s| stride_1 && !gather && s.computes(ctx, shape));
+        .find(|s| nhwc_stride && !gather && s.computes(ctx, shape));
     match (precision, nhwc) {
         (Precision::Fast, Some(nhwc)) => nhwc,
         (Precision::Fast, None) if tensor_cores && coop.runs_on(ctx) => coop,
@@ -86,8 +91,14 @@ fn exact_heuristic(ctx: &GpuContext, shape: &ConvShape) -> Strategy {
 
 /// The tuning cache's forward winner for `shape` at `precision`, where it computes the shape here and, for an
 /// exact call, computes exactly (an exact call never runs an f16 kernel from the cache).
-fn tuned_forward(ctx: &GpuContext, shape: &ConvShape, has_bias: bool, precision: Precision) -> Option<Strategy> {
-    let key = TuneKey::new(ctx.adapter_info(), Pass::Forward, shape, has_bias, precision);
+fn tuned_forward(
+    ctx: &GpuContext,
+    shape: &ConvShape,
+    has_bias: bool,
+    precision: Precision,
+    dtype: DType,
+) -> Option<Strategy> {
+    let key = TuneKey::new(ctx.adapter_info(), Pass::Forward, shape, has_bias, precision, dtype);
     let name = ctx.tuned().lookup(&key)?;
     let strategy = Strategy::from_name(name);
     match strategy {
@@ -116,7 +127,7 @@ fn tuned_forward(ctx: &GpuContext, shape: &ConvShape, has_bias: bool, precision:
 ///   or Winograd kernel;
 /// - else the forward's heuristic for a stride-1 problem of the sampled correlation's sizes: its GEMM tile, or the
 ///   gather kernel where it would take a gather kernel or the tile cannot run here.
-pub fn grad_input(ctx: &GpuContext, shape: &ConvShape, precision: Precision) -> GradInputKernel {
+pub fn grad_input(ctx: &GpuContext, shape: &ConvShape, precision: Precision, dtype: DType) -> GradInputKernel {
     let transposed = as_transposed_convolution(shape);
     let (sampled, _) = as_sampled_correlation(shape);
     let runs = |tile: Tile| {
@@ -137,7 +148,7 @@ pub fn grad_input(ctx: &GpuContext, shape: &ConvShape, precision: Precision) -> 
         (Some(s @ Strategy::Winograd(_)), Some(t)) if s.computes(ctx, &t) => return GradInputKernel::Transposed(s),
         _ => {}
     }
-    let key = TuneKey::new(ctx.adapter_info(), Pass::GradInput, shape, false, precision);
+    let key = TuneKey::new(ctx.adapter_info(), Pass::GradInput, shape, false, precision, dtype);
     let tuned = ctx.tuned().lookup(&key).and_then(|name| GradInputKernel::from_cache_name(name, shape));
     let allowed = |k: &GradInputKernel| precision == Precision::Fast || k.precision() == Precision::F32;
     if let Some(tuned) = tuned.filter(|k| allowed(k) && k.computes(ctx, shape)) {
@@ -146,7 +157,7 @@ pub fn grad_input(ctx: &GpuContext, shape: &ConvShape, precision: Precision) -> 
     if precision == Precision::Fast {
         match transposed {
             Some(t) => {
-                let strategy = forward(ctx, &t, false, Precision::Fast);
+                let strategy = forward(ctx, &t, false, Precision::Fast, dtype);
                 if strategy.precision() == Precision::Fast {
                     return GradInputKernel::Transposed(strategy);
                 }
@@ -161,7 +172,7 @@ pub fn grad_input(ctx: &GpuContext, shape: &ConvShape, precision: Precision) -> 
         }
     }
     if let Some(t) = transposed {
-        let strategy = forward(ctx, &t, false, Precision::F32);
+        let strategy = forward(ctx, &t, false, Precision::F32, dtype);
         if let Strategy::Gemm(_) | Strategy::Winograd(_) = strategy {
             return GradInputKernel::Transposed(strategy);
         }
@@ -181,8 +192,14 @@ pub fn grad_input(ctx: &GpuContext, shape: &ConvShape, precision: Precision) -> 
 /// measured faster); else the rows kernel wherever it takes the shape (strided, small groups: it measured faster
 /// than the per-tap GEMM's 16-wide tile there, `grad_weight::RowsKernel::for_shape`), else the per-tap GEMM with
 /// `grad_weight_tile`. The forward's forced strategy does not apply: grad_weight has no kernel in common with it.
-pub fn grad_weight(ctx: &GpuContext, shape: &ConvShape, chunks: [usize; 2], precision: Precision) -> GradWeightKernel {
-    let key = TuneKey::new(ctx.adapter_info(), Pass::GradWeight, shape, false, precision);
+pub fn grad_weight(
+    ctx: &GpuContext,
+    shape: &ConvShape,
+    chunks: [usize; 2],
+    precision: Precision,
+    dtype: DType,
+) -> GradWeightKernel {
+    let key = TuneKey::new(ctx.adapter_info(), Pass::GradWeight, shape, false, precision, dtype);
     let tuned = ctx.tuned().lookup(&key).and_then(GradWeightKernel::from_name);
     let allowed = |k: &GradWeightKernel| precision == Precision::Fast || k.precision() == Precision::F32;
     if let Some(tuned) = tuned.filter(|k| allowed(k) && k.computes(ctx, shape, chunks)) {
@@ -265,16 +282,19 @@ pub(crate) fn coop_tile(shape: &ConvShape) -> CoopTile {
 }
 
 /// The padded-NHWC kernel's tiles, best first as measured (the selector takes the first that computes the
-/// shape): where the output channels are a multiple of 128, 128 pixels x 128 channels with staged rows (faster
-/// than the direct 128 x 64 and 128 x 128 tiles), then 128 x 64 of four 64 x 32 subgroups; where they are an odd
-/// multiple of 64, 128 x 64 of 64 x 64 subgroups with staged rows for kernel rows of `STAGED_MIN_ROW_TAPS` taps or
+/// shape): where the output channels are a multiple of 128, 128 pixels x 128 channels with staged rows for kernel
+/// rows of `STAGED_MIN_ROW_TAPS` taps or more per stride phase (faster than the direct 128 x 64 and 128 x 128
+/// tiles on kb69; on the 2-tap phases of the strided decoders the direct 128 x 64 tile measured faster), then
+/// 128 x 64 of four 64 x 32 subgroups; where they are an odd multiple of 64, 128 x 64 of 64 x 64 subgroups with staged rows for kernel rows of `STAGED_MIN_ROW_TAPS` taps or
 /// more, then 128 x 64 of four 64 x 32 subgroups (faster than 256 x 32), then 256 x 32; 128 x 32 where they are a
 /// multiple of 32 (staged rows measured slower there); none otherwise.
 pub(crate) fn coop_nhwc_tiles(shape: &ConvShape) -> Vec<NhwcTile> {
     let mut tiles = Vec::new();
     let row_taps = shape.kernel[1].div_ceil(shape.stride[1]);
     if shape.out_channels.is_multiple_of(128) {
-        tiles.push(coop_nhwc::staged(64, 64, 2, 2));
+        if row_taps >= STAGED_MIN_ROW_TAPS {
+            tiles.push(coop_nhwc::staged(64, 64, 2, 2));
+        }
         tiles.push(coop_nhwc::tile(64, 32, 2, 2));
     } else if shape.out_channels.is_multiple_of(64) {
         if row_taps >= STAGED_MIN_ROW_TAPS {

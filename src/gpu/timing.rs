@@ -14,6 +14,12 @@ pub struct GpuTimer {
     capacity: u32,
 }
 
+impl std::fmt::Debug for GpuTimer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuTimer").field("capacity", &self.capacity).finish_non_exhaustive()
+    }
+}
+
 impl GpuTimer {
     /// A timer for `capacity` timed passes. Needs `Features::TIMESTAMP_QUERY` on the adapter.
     pub fn new(ctx: &GpuContext, capacity: u32) -> Result<Self> {

@@ -1,5 +1,5 @@
 //! The autotuner's persistent cache: the fastest kernel measured for a [`TuneKey`] (adapter, driver, pass,
-//! precision, bucketed shape), written by `convt tune` and read by [`crate::gpu::select`]. A JSON file; its location is
+//! precision, dtype, bucketed shape), written by `convt tune` and read by [`crate::gpu::select`]. A JSON file; its location is
 //! `GpuOptions::tune_cache` (`CONVT_TUNE_CACHE`), by default `convt/tune.json` in the platform's cache directory
 //! (the `dirs` crate: `$XDG_CACHE_HOME` or `~/.cache` on Linux, `~/Library/Caches` on macOS, the local app data
 //! folder on Windows). A missing or unreadable cache only means the heuristic decides.
@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::dtype::DType;
 use crate::error::{ConvtError, Result};
 use crate::params::ConvShape;
 use crate::precision::Precision;
@@ -33,7 +34,7 @@ pub struct TuneEntry {
     /// (written before entries recorded it) or with a precision this build does not know is ignored.
     #[serde(default)]
     pub precision: Option<String>,
-    /// The tensors' element type it was tuned for (`f32`); likewise checked.
+    /// The tensors' element type it was tuned for (`f32`, `f16`, `bf16`); likewise checked.
     #[serde(default)]
     pub dtype: Option<String>,
 }
@@ -41,14 +42,10 @@ pub struct TuneEntry {
 /// The largest tuning cache read: far more than the entries of every shape a machine tunes.
 pub const MAX_CACHE_BYTES: u64 = 64 << 20;
 
-/// The tensors' dtype every tuning entry is measured on (f32): half-precision calls use the entries of f32
-/// tensors at the same precision, and an entry recording another dtype is ignored.
-pub const DTYPE: &str = "f32";
-
 impl TuneEntry {
-    /// An entry for `strategy`, tuned at `precision` on f32 tensors.
-    pub fn new(strategy: String, ms: f64, precision: Precision) -> Self {
-        Self { strategy, ms, precision: Some(precision.to_string()), dtype: Some(DTYPE.into()) }
+    /// An entry for `strategy`, tuned at `precision` on tensors of `dtype`.
+    pub fn new(strategy: String, ms: f64, precision: Precision, dtype: DType) -> Self {
+        Self { strategy, ms, precision: Some(precision.to_string()), dtype: Some(dtype.to_string()) }
     }
 }
 
@@ -78,7 +75,9 @@ impl std::fmt::Display for Pass {
     }
 }
 
-/// What a tuned result is for: the adapter (name, backend, driver), the pass, the precision and the problem, its
+/// What a tuned result is for: the adapter (name, backend, driver), the pass, the precision, the tensors' dtype
+/// (a half tensor moves half the bytes, and its kernels read and store it natively: the fastest kernel differs)
+/// and the problem, its
 /// batch and input height and width rounded up to a power of two ([`bucket`]) so that nearby shapes share the
 /// result (a batch of 7 uses a batch of 8's); channels, groups, kernel, stride, padding and dilation exact, as
 /// the kernels' fit and speed depend on them. Written into the cache file as its `Display` text.
@@ -90,6 +89,8 @@ pub struct TuneKey {
     pub pass: Pass,
     /// The precision the result is for.
     pub precision: Precision,
+    /// The tensors' dtype the result is for.
+    pub dtype: DType,
     /// The batch size, `N`, rounded up to a power of two ([`bucket`]).
     pub batch: usize,
     /// Input channels, `Cin`.
@@ -118,19 +119,34 @@ pub fn bucket(n: usize) -> usize {
 }
 
 impl TuneKey {
-    /// The key of `shape` for `pass` at `precision` on the adapter `info` describes. The backward passes do not
-    /// depend on the bias: their keys record none.
-    pub fn new(info: &wgpu::AdapterInfo, pass: Pass, shape: &ConvShape, has_bias: bool, precision: Precision) -> Self {
+    /// The key of `shape` for `pass` at `precision` on tensors of `dtype` on the adapter `info` describes. The
+    /// backward passes do not depend on the bias: their keys record none.
+    pub fn new(
+        info: &wgpu::AdapterInfo,
+        pass: Pass,
+        shape: &ConvShape,
+        has_bias: bool,
+        precision: Precision,
+        dtype: DType,
+    ) -> Self {
         let adapter = format!("{} | {:?} | {} {}", info.name, info.backend, info.driver, info.driver_info);
-        Self::with_adapter(adapter, pass, shape, has_bias, precision)
+        Self::with_adapter(adapter, pass, shape, has_bias, precision, dtype)
     }
 
     /// [`TuneKey::new`] for an adapter described as the key's first part (`name | backend | driver driver_info`).
-    pub fn with_adapter(adapter: String, pass: Pass, shape: &ConvShape, has_bias: bool, precision: Precision) -> Self {
+    pub fn with_adapter(
+        adapter: String,
+        pass: Pass,
+        shape: &ConvShape,
+        has_bias: bool,
+        precision: Precision,
+        dtype: DType,
+    ) -> Self {
         Self {
             adapter,
             pass,
             precision,
+            dtype,
             batch: bucket(shape.batch),
             in_channels: shape.in_channels,
             out_channels: shape.out_channels,
@@ -150,10 +166,11 @@ impl std::fmt::Display for TuneKey {
         let hw = |v: [usize; 2]| format!("{}x{}", v[0], v[1]);
         write!(
             f,
-            "{} | {} {} | N<={} Cin{} Cout{} G{} in<={} k{} s{} p{} d{} bias{}",
+            "{} | {} {} {} | N<={} Cin{} Cout{} G{} in<={} k{} s{} p{} d{} bias{}",
             self.adapter,
             self.pass,
             self.precision,
+            self.dtype,
             self.batch,
             self.in_channels,
             self.out_channels,
@@ -213,17 +230,19 @@ impl TuneCache {
         self.entries.insert(key.to_string(), entry);
     }
 
-    /// The kernel name held under `key` if its entry was tuned for the key's precision on f32 tensors; otherwise
+    /// The kernel name held under `key` if its entry was tuned for the key's precision and dtype; otherwise
     /// `None`, with a warning where an entry exists. Which kernel the name stands for, and whether it computes the
     /// shape, is the selector's question.
     pub fn lookup(&self, key: &TuneKey) -> Option<&str> {
         let entry = self.entries.get(&key.to_string())?;
-        let wanted = key.precision.to_string();
+        let (precision, dtype) = (key.precision.to_string(), key.dtype.to_string());
         match (entry.precision.as_deref(), entry.dtype.as_deref()) {
-            (Some(p), Some(DTYPE)) if p == wanted => Some(&entry.strategy),
-            (Some(p), Some(DTYPE)) => self.ignore(key, &format!("it was tuned for precision {p}, not {wanted}")),
+            (Some(p), Some(d)) if p == precision && d == dtype => Some(&entry.strategy),
+            (Some(p), Some(d)) if d == dtype => {
+                self.ignore(key, &format!("it was tuned for precision {p}, not {precision}"))
+            }
             (None, _) | (_, None) => self.ignore(key, "it does not record the precision and dtype it was tuned for"),
-            (_, Some(d)) => self.ignore(key, &format!("it was tuned for dtype {d}")),
+            (_, Some(d)) => self.ignore(key, &format!("it was tuned for dtype {d}, not {dtype}")),
         }
     }
 
@@ -247,8 +266,8 @@ fn make_parent(path: &Path) -> Result<()> {
     }
 }
 
-/// Times every forward kernel that computes `shape` at `precision` on the context's adapter (random inputs in
-/// [-1, 1), GPU timestamps around each call's compute pass, the median of `runs` calls after two untimed ones)
+/// Times every forward kernel that computes `shape` at `precision` on tensors of `dtype` on the context's adapter
+/// (random inputs in [-1, 1), GPU timestamps around each call's compute pass, the median of `runs` calls after two untimed ones)
 /// and records the fastest in `cache` under the shape's [`TuneKey`], which the shapes of its bucket share.
 /// Returns every kernel that ran with its median time in ms, fastest first; a kernel the adapter cannot run
 /// for this shape is left out. A context reads its cache when it is made: save `cache`
@@ -259,6 +278,7 @@ pub fn tune_forward(
     shape: &ConvShape,
     has_bias: bool,
     precision: Precision,
+    dtype: DType,
     runs: u32,
     cache: &mut TuneCache,
 ) -> crate::Result<Vec<(crate::gpu::Strategy, f64)>> {
@@ -266,12 +286,11 @@ pub fn tune_forward(
     use crate::{GpuTensor, Tensor};
     const WARMUP: u32 = 2;
     let runs = runs.max(1);
-    let input = GpuTensor::upload(ctx, &Tensor::uniform(shape.input_dims_as_given(), -1.0, 1.0, 1)?)?;
-    let weight = GpuTensor::upload(ctx, &Tensor::uniform(shape.weight_dims(), -1.0, 1.0, 2)?)?;
-    let bias = has_bias
-        .then(|| Tensor::uniform(vec![shape.out_channels], -1.0, 1.0, 3).and_then(|b| GpuTensor::upload(ctx, &b)))
-        .transpose()?;
-    let output = GpuTensor::empty(ctx, &shape.output_dims_as_given())?;
+    let random = |dims, seed| Tensor::uniform(dims, -1.0, 1.0, seed).map(|t| t.to_dtype(dtype));
+    let input = GpuTensor::upload(ctx, &random(shape.input_dims_as_given(), 1)?)?;
+    let weight = GpuTensor::upload(ctx, &random(shape.weight_dims(), 2)?)?;
+    let bias = has_bias.then(|| GpuTensor::upload(ctx, &random(vec![shape.out_channels], 3)?)).transpose()?;
+    let output = GpuTensor::empty_with(ctx, &shape.output_dims_as_given(), dtype)?;
     let options = shape.options(has_bias, precision);
     let mut timed = Vec::new();
     for kernel in Strategy::candidates_for(ctx, precision).into_iter().filter(|s| s.computes(ctx, shape)) {
@@ -294,8 +313,8 @@ pub fn tune_forward(
     }
     timed.sort_by(|a, b| a.1.total_cmp(&b.1));
     if let Some(&(best, ms)) = timed.first() {
-        let key = TuneKey::new(ctx.adapter_info(), Pass::Forward, shape, has_bias, precision);
-        cache.insert(&key, TuneEntry::new(best.name(), ms, precision));
+        let key = TuneKey::new(ctx.adapter_info(), Pass::Forward, shape, has_bias, precision, dtype);
+        cache.insert(&key, TuneEntry::new(best.name(), ms, precision, dtype));
     }
     Ok(timed)
 }

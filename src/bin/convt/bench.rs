@@ -298,13 +298,15 @@ impl Prepared {
             return ran;
         }
         match self.pass {
-            Pass::Forward => Ran::Forward(select::forward(ctx, &self.shape, self.case.bias, self.precision)),
+            Pass::Forward => {
+                Ran::Forward(select::forward(ctx, &self.shape, self.case.bias, self.precision, self.weight.dtype()))
+            }
             Pass::Backward => {
                 let set = &self.inputs[0];
                 let chunks = [set.input.chunks().len(), set.grad_output.as_ref().map_or(1, |g| g.chunks().len())];
                 Ran::Backward(
-                    select::grad_input(ctx, &self.shape, self.precision),
-                    select::grad_weight(ctx, &self.shape, chunks, self.precision),
+                    select::grad_input(ctx, &self.shape, self.precision, self.weight.dtype()),
+                    select::grad_weight(ctx, &self.shape, chunks, self.precision, self.weight.dtype()),
                 )
             }
         }
@@ -336,9 +338,13 @@ impl Prepared {
         let timer = GpuTimer::new(ctx, runs)?;
         let candidate = match (self.pass, candidate) {
             (_, Some(c)) => Some(c),
-            (Pass::Forward, None) if self.layer.is_none() => {
-                Some(Candidate::Forward(select::forward(ctx, &self.shape, self.case.bias, self.precision)))
-            }
+            (Pass::Forward, None) if self.layer.is_none() => Some(Candidate::Forward(select::forward(
+                ctx,
+                &self.shape,
+                self.case.bias,
+                self.precision,
+                self.weight.dtype(),
+            ))),
             (Pass::Forward, None) => None,
             (Pass::Backward, None) => None,
         };

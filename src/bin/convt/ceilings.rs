@@ -352,7 +352,7 @@ fn gemm_rate(ctx: &GpuContext, warmup: u32, runs: u32) -> Result<Option<(f64, St
     let n = GEMM_SIZE;
     let options = ConvTranspose2dOptions::default().precision(Precision::Fast);
     let shape = options.resolve(&[1, n, 64, n / 64], &[n, n, 1, 1], None)?;
-    let strategy = select::forward(ctx, &shape, false, Precision::Fast);
+    let strategy = select::forward(ctx, &shape, false, Precision::Fast, convt::DType::F32);
     let Strategy::CoopNhwc(tile) = strategy else { return Ok(None) };
     let (source, consts) = strategy.shader(&shape, false)?;
     let constant = |name: &str| consts.iter().find(|c| c.0 == name).map_or(0, |c| c.1 as u64);

@@ -32,6 +32,10 @@ pub struct TuneArgs {
     /// runs (and the exact ones, which `fast` may also choose).
     #[arg(long, default_value = "f32")]
     precision: Precision,
+    /// Tune for tensors of this dtype (f32, f16, bf16): inputs, weights and results in it. A half call reads
+    /// the entries of its own dtype; each dtype is tuned on its own.
+    #[arg(long, default_value = "f32")]
+    dtype: convt::DType,
     /// Tune the backward pass: grad_input's kernel (the forward's kernels of the precision on the equivalent
     /// transposed convolution where the shape has one, at stride 1; elsewhere each GEMM tile, and for `fast` each
     /// cooperative-matrix tile, on the sampled correlation; and the gather kernel), then grad_weight's (each
@@ -67,20 +71,21 @@ pub fn run(a: TuneArgs) -> Result<Outcome> {
     } else {
         format!("precision {}", a.precision)
     };
+    let what = format!("{what}, dtype {}", a.dtype);
     eprintln!("adapter: {}; cache: {}; {what}", ctx.adapter_info().name, path.display());
     for case in &cases {
         let case = *case;
         let pass = if a.backward { Pass::Backward } else { Pass::Forward };
-        let mut prepared = Prepared::new(&ctx, &case, pass, convt::DType::F32)?;
+        let mut prepared = Prepared::new(&ctx, &case, pass, a.dtype)?;
         // The precision whose kernels are tuned: the backward's other kernel is the selector's at it.
         prepared.precision = a.precision;
         let shape = &prepared.shape;
         let mut record = |key: TuneKey, (candidate, ms): (Candidate, f64)| -> Result<()> {
-            cache.insert(&key, TuneEntry::new(candidate.name(), ms, a.precision));
+            cache.insert(&key, TuneEntry::new(candidate.name(), ms, a.precision, a.dtype));
             cache.save(&path)?; // after every winner, so an interrupted run keeps what it measured
             Ok(())
         };
-        let key = |pass| TuneKey::new(ctx.adapter_info(), pass, shape, case.bias, a.precision);
+        let key = |pass| TuneKey::new(ctx.adapter_info(), pass, shape, case.bias, a.precision, a.dtype);
         if a.backward {
             // grad_input's kernels first (grad_weight's chosen as usual), then grad_weight's with grad_input's
             // winner: each timed in the whole backward pass.

@@ -22,6 +22,7 @@ use crate::gradients::Gradients;
 use crate::params::ConvTranspose2dOptions;
 
 /// The three gradients, resident on the GPU.
+#[derive(Debug)]
 pub struct GpuGradients {
     /// The gradient of the input, of the input's size: `[N, Cin, H, W]` (or `[Cin, H, W]` for an unbatched input).
     pub grad_input: GpuTensor,
@@ -139,13 +140,13 @@ pub fn conv_transpose2d_backward_into(
     let cannot =
         |name: String| Err(ConvtError::InvalidArgument(format!("{name} does not compute this shape on this adapter")));
     let kernel = match run.grad_input {
-        None => select::grad_input(ctx, &shape, params.precision),
+        None => select::grad_input(ctx, &shape, params.precision, input.dtype()),
         Some(k) if k.computes(ctx, &shape) => k,
         Some(k) => return cannot(format!("grad_input kernel {}", k.name())),
     };
     let chunks = [input.chunks().len(), grad_output.chunks().len()];
     let gw_kernel = match run.grad_weight {
-        None => select::grad_weight(ctx, &shape, chunks, params.precision),
+        None => select::grad_weight(ctx, &shape, chunks, params.precision, input.dtype()),
         Some(k) if k.computes(ctx, &shape, chunks) => k,
         Some(k) => return cannot(format!("grad_weight kernel {}", k.name())),
     };

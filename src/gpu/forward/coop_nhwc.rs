@@ -1306,7 +1306,7 @@ mod tests {
         }
         let params = ConvTranspose2dOptions::default();
         for (cout, kernel_w, picks) in
-            [(16, 3, 0), (32, 3, 1), (64, 3, 2), (64, 7, 3), (128, 3, 2), (192, 5, 3), (256, 3, 2)]
+            [(16, 3, 0), (32, 3, 1), (64, 3, 2), (64, 7, 3), (128, 3, 1), (128, 5, 2), (192, 5, 3), (256, 3, 1)]
         {
             let shape = params.resolve(&[1, 64, 8, 8], &[64, cout, 3, kernel_w], None).unwrap();
             let tiles = crate::gpu::select::coop_nhwc_tiles(&shape);
