@@ -80,9 +80,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let options = ConvTranspose2dOptions::default().stride(2).padding(1).output_padding(1);
     let layer = ConvTranspose2d::new(8, 4, 3, options, 7)?;
     let gpu_layer = layer.to_gpu(&ctx)?;
-    let x = GpuTensor::from_buffer(&ctx, &input, 0, &in_dims, DType::F32)?;
+    let x = GpuTensor::from_buffer(&ctx, &input, 0, &in_dims, DType::F32)?; // the application's buffers
     let y = GpuTensor::from_buffer(&ctx, &output, 0, &out_dims, DType::F32)?;
-    let kernel = gpu_layer.forward_into(&x, &y, None)?;
+    let kernel = gpu_layer.forward_into(&x, &y, None)?; // written into `output`; no host copy
     println!("convt ran {} into the application's buffer", kernel.name());
     run_pass(&device, &queue, "max(src[i], 0.0)", &output, &relu, n_out as u32);
 

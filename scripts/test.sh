@@ -11,7 +11,8 @@
 #                                    (f16 and bf16 activations, f32 master weights, loss scaling; each fails unless
 #                                    the GPU-trained layer recovers the hidden one) and an application's own device
 #                                    (it fails unless convt's result, read by the application's pass, matches the
-#                                    reference);
+#                                    reference), and the README's Rust code (examples/readme.rs, which checks the
+#                                    shapes and values the README's comments give);
 #                                 3b. the Python package's tests (scripts/test_python.sh: a venv under target/,
 #                                    `pip install ./python`, pytest against the float64 reference and PyTorch's files);
 #                                 4. the fast tier of the tests that use the GPU again, through wgpu's GL backend on
@@ -67,6 +68,7 @@ cargo run --release --example train_hidden -- --steps 300 --out target/train_hid
 cargo run --release --example train_mixed -- --steps 300 --dtype f16
 cargo run --release --example train_mixed -- --steps 300 --dtype bf16
 cargo run --release --example own_device
+cargo run --release --example readme
 
 step "the Python package (scripts/test_python.sh): pip install ./python, pytest"
 bash scripts/test_python.sh

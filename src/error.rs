@@ -9,6 +9,7 @@ pub type Result<T, E = ConvtError> = std::result::Result<T, E>;
 /// Every error convt returns: invalid options or shapes (rejected as PyTorch rejects them, before any work),
 /// GPU and host failures, and file errors. `Display` gives the message; the fields hold the values it names.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConvtError {
     /// `groups` below 1.
     #[error("non-positive groups is not supported (groups = {groups})")]

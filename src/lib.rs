@@ -53,3 +53,6 @@ pub use layer::{ConvTranspose2d, GpuConvTranspose2d, LayerConfig};
 pub use params::{checked_numel, ConvShape, ConvTranspose2dOptions, Hw, MAX_TENSOR_BYTES};
 pub use precision::Precision;
 pub use tensor::{ErrorStats, Tensor};
+/// The wgpu convt is built on (its `Device`, `Queue`, `Buffer` and `Adapter` are what [`GpuContext::from_wgpu`] and
+/// [`GpuTensor::from_buffer`] take), so an application uses the same version without naming it.
+pub use wgpu;

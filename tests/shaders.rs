@@ -110,3 +110,65 @@ fn every_shader_translates_to_spirv() {
         translate_to_spirv(name, source);
     }
 }
+
+/// What wgpu does with a shader on Metal and on DX12: resolve the overrides, then write MSL (3.0) or HLSL
+/// (shader model 6.2, the first with 16-bit types). `Err` carries the writer's message; a panic is caught and
+/// reported as one.
+fn translate_to_msl_and_hlsl(name: &str, source: &str) -> (Result<(), String>, Result<(), String>) {
+    let (module, info) = validate(name, source);
+    let constants: naga::back::PipelineConstants = module
+        .overrides
+        .iter()
+        .filter(|(_, o)| o.init.is_none())
+        .filter_map(|(_, o)| o.name.clone())
+        .map(|n| (n, 4.0))
+        .collect();
+    let (module, info) = naga::back::pipeline_constants::process_overrides(&module, &info, None, &constants)
+        .unwrap_or_else(|e| panic!("{name}: {e:?}"));
+    let entry_point = Some((naga::ShaderStage::Compute, "main".to_string()));
+    let caught = |r: std::thread::Result<Result<(), String>>| r.unwrap_or_else(|_| Err("the writer panicked".into()));
+    let msl = caught(std::panic::catch_unwind(|| {
+        let options =
+            naga::back::msl::Options { lang_version: (3, 0), fake_missing_bindings: true, ..Default::default() };
+        let pipeline = naga::back::msl::PipelineOptions { entry_point: entry_point.clone(), ..Default::default() };
+        naga::back::msl::write_string(&module, &info, &options, &pipeline).map(drop).map_err(|e| e.to_string())
+    }));
+    let hlsl = caught(std::panic::catch_unwind(|| {
+        let options = naga::back::hlsl::Options {
+            shader_model: naga::back::hlsl::ShaderModel::V6_2,
+            fake_missing_bindings: true,
+            ..Default::default()
+        };
+        let pipeline = naga::back::hlsl::PipelineOptions { entry_point: entry_point.clone() };
+        let mut out = String::new();
+        naga::back::hlsl::Writer::new(&mut out, &options, &pipeline)
+            .write(&module, &info, None)
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }));
+    (msl, hlsl)
+}
+
+#[test]
+fn every_shader_translates_to_msl_and_every_portable_one_to_hlsl() {
+    // Portability without those GPUs: every variant translates to MSL. Every variant but the cooperative-matrix
+    // ones translates to HLSL; those fail with the writer's error (naga writes no cooperative matrices in HLSL), and
+    // no DX12 adapter runs them: they need `Features::EXPERIMENTAL_COOPERATIVE_MATRIX`, which wgpu's DX12 backend
+    // does not offer, and the selector takes them only where the adapter offers it with 16x16x16 f16 -> f32
+    // matrices and 32-wide subgroups (`gpu::coop_f16_supported`, which Metal's 8x8 simdgroup matrices do not meet).
+    let (mut coop, mut portable) = (0, 0);
+    for (name, source) in &every_shader() {
+        let (msl, hlsl) = translate_to_msl_and_hlsl(name, source);
+        assert!(msl.is_ok(), "{name} to MSL: {}", msl.unwrap_err());
+        if source.contains("enable wgpu_cooperative_matrix;") {
+            coop += 1;
+            let e =
+                hlsl.expect_err(&format!("{name}: HLSL has cooperative matrices now: the selector could take them"));
+            assert!(e.contains("CooperativeMatrix"), "{name} to HLSL: {e}");
+        } else {
+            portable += 1;
+            assert!(hlsl.is_ok(), "{name} to HLSL: {}", hlsl.unwrap_err());
+        }
+    }
+    assert!(coop > 0 && portable > coop, "{coop} cooperative-matrix variants, {portable} others");
+}
