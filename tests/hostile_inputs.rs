@@ -673,7 +673,7 @@ fn assert_zero_gradients(what: &str, g: &convt::Gradients, w: &Tensor) {
 #[test]
 fn missing_adapter_is_no_adapter_naming_it() {
     let opts = GpuOptions { adapter: Some("no-such-gpu".into()), ..GpuOptions::default() };
-    let e = GpuContext::with_options(opts).err().expect("no adapter is called no-such-gpu");
+    let e = GpuContext::with_options(opts).expect_err("no adapter is called no-such-gpu");
     assert!(matches!(&e, ConvtError::NoAdapter { detail } if detail.contains("`no-such-gpu`")), "{e:?}");
     assert!(e.to_string().starts_with("no GPU adapter found whose name contains `no-such-gpu` (found: "), "{e}");
     assert_message(&e, &["--backend cpu"]);
@@ -683,7 +683,7 @@ fn missing_adapter_is_no_adapter_naming_it() {
 #[test]
 fn backend_absent_on_this_platform_is_no_adapter() {
     let opts = GpuOptions { backends: Some(wgpu::Backends::METAL | wgpu::Backends::DX12), ..GpuOptions::default() };
-    let e = GpuContext::with_options(opts).err().expect("Linux has neither Metal nor DX12");
+    let e = GpuContext::with_options(opts).expect_err("Linux has neither Metal nor DX12");
     assert!(matches!(&e, ConvtError::NoAdapter { detail } if detail.contains("for backends")), "{e:?}");
 }
 
@@ -698,7 +698,7 @@ fn unknown_backend_name_is_invalid_argument() {
 fn binding_limit_below_one_float_is_invalid_argument() {
     for bytes in [0, 3] {
         let opts = GpuOptions { max_binding_bytes: Some(bytes), ..GpuOptions::from_env().unwrap() };
-        let e = GpuContext::with_options(opts).err().expect("a binding must hold one float");
+        let e = GpuContext::with_options(opts).expect_err("a binding must hold one float");
         assert!(matches!(&e, ConvtError::InvalidArgument(_)), "{e:?}");
         assert_eq!(e.to_string(), "binding limit of 0 bytes is too small");
     }

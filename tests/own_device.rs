@@ -274,7 +274,7 @@ fn a_device_without_the_limits_convt_needs_is_refused_naming_them() {
         ..wgpu::Limits::default()
     };
     let (adapter, device, queue) = app_device(low);
-    let e = GpuContext::from_wgpu(adapter, device, queue, GpuOptions::default()).err().expect("refused");
+    let e = GpuContext::from_wgpu(adapter, device, queue, GpuOptions::default()).expect_err("refused");
     assert!(matches!(e, ConvtError::DeviceLacks { .. }), "{e:?}");
     assert_eq!(
         e.to_string(),
