@@ -11,6 +11,7 @@ Errors: invalid arguments, shapes and options raise ``ValueError``, exhausted me
 driver failures ``RuntimeError``; the messages are the library's (PyTorch's wording where PyTorch has one).
 """
 
+import contextlib
 import json
 import os
 
@@ -25,7 +26,13 @@ if os.name == "posix" and not os.environ.get("XDG_RUNTIME_DIR"):
 
     os.environ["XDG_RUNTIME_DIR"] = tempfile.gettempdir()
 
-from . import _convt  # noqa: E402
+try:
+    from . import _convt  # noqa: E402
+except ImportError as e:  # the source tree (python/convt) found before the installed package
+    raise ImportError(
+        f"convt: the compiled extension convt._convt is not beside {os.path.dirname(__file__)}: that is the "
+        "package's source; install it (pip install ./python) and import it from another directory"
+    ) from e
 
 __all__ = ["conv_transpose2d", "ConvTranspose2d", "info"]
 
@@ -48,7 +55,10 @@ def _to_numpy(x, what):
     if getattr(x, "requires_grad", False) and hasattr(x, "detach"):
         x = x.detach()
     if hasattr(x, "__dlpack__") and not hasattr(x, "__array__"):
-        return np.from_dlpack(x)
+        try:
+            return np.from_dlpack(x)
+        except Exception as e:  # a producer's own failure, whatever its type
+            raise TypeError(f"convt: cannot read {what} through DLPack: {e}") from e
     try:
         return np.asarray(x)
     except Exception as e:  # the producer's own message says why (a GPU tensor, an unsupported dtype)
@@ -89,7 +99,29 @@ def _float_input(x, what):
         return np.ascontiguousarray(a).view(np.uint16), "f16", a.dtype
     if a.dtype.name == "bfloat16" and a.dtype.itemsize == 2:  # ml_dtypes' bfloat16
         return np.ascontiguousarray(a).view(np.uint16), "bf16", a.dtype
+    if a.dtype.itemsize > 4 and a.size:
+        # Wider floats compute in float32: a finite value beyond its range would silently become infinite.
+        finite = np.abs(a[np.isfinite(a)])
+        if finite.size and finite.max() > np.finfo(np.float32).max:
+            raise ValueError(
+                f"convt: {what} holds {finite.max():.6g}, beyond float32's range (largest "
+                f"{np.finfo(np.float32).max:.6g}); {a.dtype} tensors compute in float32"
+            )
     return np.ascontiguousarray(a, dtype=np.float32), "f32", a.dtype
+
+
+def _same_dtype(x, what, code, dtype):
+    """A weight or bias for a functional call on an input of ``dtype`` (compute code ``code``), which PyTorch
+    requires to have the input's dtype: a mix is a ``TypeError`` naming both."""
+    if getattr(x, "dtype", None) is None:  # a list or another container without a dtype: the input's
+        return _operand(x, what, code)
+    arg, _, given = _float_input(x, what)
+    if given != dtype:
+        raise TypeError(
+            f"convt: {what} has dtype {given}, but input has {dtype}: give them one dtype, as PyTorch requires "
+            f"(convert with .astype or .to)"
+        )
+    return arg
 
 
 def _operand(x, what, code):
@@ -103,12 +135,28 @@ def _operand(x, what, code):
     return (arg.astype(np.uint32) << 16).view(np.float32)  # bfloat16: the high half of a float32
 
 
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _in_int64(v, name):
+    if not _INT64[0] <= v <= _INT64[1]:
+        raise ValueError(f"{name} is out of range: {v} does not fit in 64 bits")
+    return v
+
+
+def _seed(value):
+    """Any int as a 64-bit seed (modulo 2**64)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"seed must be an int, got {value!r}")
+    return int(value) % (1 << 64)
+
+
 def _pair(value, name):
     """An int or a pair of ints as ``(h, w)``, as PyTorch's ``_pair`` takes them."""
     if isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be an int or a pair of ints, got {value!r}")
     if isinstance(value, (int, np.integer)):
-        return (int(value), int(value))
+        return (_in_int64(int(value), name),) * 2
     try:
         items = tuple(value)
     except TypeError:
@@ -117,13 +165,13 @@ def _pair(value, name):
         items = items * 2
     if len(items) != 2 or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in items):
         raise ValueError(f"{name} must be an int or a pair of ints, got {value!r}")
-    return (int(items[0]), int(items[1]))
+    return (_in_int64(int(items[0]), name), _in_int64(int(items[1]), name))
 
 
 def _int(value, name):
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {value!r}")
-    return int(value)
+    return _in_int64(int(value), name)
 
 
 def _result(out, dtype):
@@ -149,16 +197,47 @@ def conv_transpose2d(
     precision="f32",
     device="gpu",
 ):
-    """``torch.nn.functional.conv_transpose2d``: input ``[N, Cin, H, W]`` or ``[Cin, H, W]``, weight
-    ``[Cin, Cout/groups, kH, kW]``, optional bias ``[Cout]``; returns a numpy array in the input's dtype.
+    """``torch.nn.functional.conv_transpose2d``.
 
-    float32, float16 and bfloat16 inputs compute in their dtype (weight and bias are taken in it too, rounded
-    where they have another); other floating dtypes compute in float32. ``precision="fast"`` allows 1e-3 relative error for speed (f16 operands, f32
-    sums), like PyTorch's TF32. ``device="cpu"`` runs the float64 CPU reference.
+    Parameters
+    ----------
+    input : array_like
+        ``[N, Cin, H, W]`` or ``[Cin, H, W]``: a numpy array, a CPU torch tensor, or anything ``numpy.asarray``
+        or DLPack reads. float32, float16 and bfloat16 compute in their dtype, other floating dtypes in float32.
+    weight : array_like
+        ``[Cin, Cout/groups, kH, kW]``, of the input's dtype (as PyTorch requires).
+    bias : array_like, optional
+        ``[Cout]``, of the input's dtype.
+    stride, padding, output_padding, dilation : int or (int, int)
+        As PyTorch's, per axis where a pair is given.
+    groups : int
+        Channel groups; must divide ``Cin`` and ``Cout``.
+    precision : {"f32", "fast"}
+        ``"f32"`` is exact (f32 products and sums); ``"fast"`` allows 1e-3 relative error for speed (f16
+        operands, f32 sums), like PyTorch's TF32.
+    device : {"gpu", "cpu"}
+        ``"cpu"`` runs the library's float64 CPU reference.
+
+    Returns
+    -------
+    numpy.ndarray
+        The output, in the input's dtype (a torch bfloat16 input gives a torch bfloat16 tensor).
+
+    Raises
+    ------
+    ValueError
+        Invalid options or shapes (PyTorch's wording), integers beyond 64 bits, values beyond float32's range in
+        a wider input.
+    TypeError
+        A non-floating tensor, one that cannot be read, weight or bias of another dtype than the input.
+    MemoryError
+        Not enough device or host memory.
+    RuntimeError
+        The GPU or its driver failed.
     """
     x, code, dtype = _float_input(input, "input")
-    w = _operand(weight, "weight", code)
-    b = None if bias is None else _operand(bias, "bias", code)
+    w = _same_dtype(weight, "weight", code, dtype)
+    b = None if bias is None else _same_dtype(bias, "bias", code, dtype)
     out = _convt.conv_transpose2d(
         x,
         w,
@@ -208,6 +287,34 @@ class ConvTranspose2d:
         seed=None,
         device="gpu",
     ):
+        """Builds the layer.
+
+        Parameters
+        ----------
+        in_channels, out_channels : int
+            Channels of the input and the output.
+        kernel_size : int or (int, int)
+            The kernel's ``(kH, kW)``.
+        stride, padding, output_padding, dilation : int or (int, int)
+            As PyTorch's.
+        groups : int
+            Channel groups; must divide both channel counts.
+        bias : bool
+            Whether the layer has a bias.
+        precision : {"f32", "fast"}
+            The forward's and the backward's precision (see ``conv_transpose2d``).
+        seed : int, optional
+            Seeds the initialisation (any int, taken modulo 2**64); random when None.
+        device : {"gpu", "cpu"}
+            ``"cpu"`` runs every call on the float64 CPU reference.
+
+        Raises
+        ------
+        ValueError
+            Invalid sizes or options (PyTorch's wording), integers beyond 64 bits.
+        TypeError
+            Arguments of the wrong type.
+        """
         if seed is None:
             seed = int.from_bytes(os.urandom(8), "little")
         self._layer = _convt.ConvTranspose2d(
@@ -221,7 +328,7 @@ class ConvTranspose2d:
             bool(bias),
             _pair(dilation, "dilation"),
             str(precision),
-            _int(seed, "seed") % (1 << 64),
+            _seed(seed),
         )
         if device not in ("gpu", "cpu"):
             raise ValueError(f'device must be "gpu" or "cpu", got {device!r}')
@@ -245,7 +352,9 @@ class ConvTranspose2d:
 
     @weight.setter
     def weight(self, value):
-        self._layer.set_weight(_operand(value, "weight", "f32"))
+        value = _operand(value, "weight", "f32")
+        with self._assigning():
+            self._layer.set_weight(value)
 
     @property
     def bias(self):
@@ -258,7 +367,9 @@ class ConvTranspose2d:
             if self._layer.bias is None:
                 return
             raise ValueError("cannot remove the bias of a layer built with one (build it with bias=False)")
-        self._layer.set_bias(_operand(value, "bias", "f32"))
+        value = _operand(value, "bias", "f32")
+        with self._assigning():
+            self._layer.set_bias(value)
 
     @property
     def precision(self):
@@ -268,7 +379,22 @@ class ConvTranspose2d:
 
     @precision.setter
     def precision(self, value):
-        self._layer.precision = str(value)
+        with self._assigning():
+            self._layer.precision = str(value)
+
+    @contextlib.contextmanager
+    def _assigning(self):
+        """Turns the extension's borrow error, raised when a parameter is assigned while another thread runs a
+        call of this layer, into a message saying so (the assignment did not happen)."""
+        try:
+            yield
+        except RuntimeError as e:
+            if "borrow" not in str(e).lower():
+                raise
+            raise RuntimeError(
+                "convt: the layer is running a call in another thread; assign its parameters or precision when "
+                "no call of this layer is running (nothing was changed)"
+            ) from None
 
     def forward(self, input, output_size=None):
         """The layer's output for ``input`` (``[N, Cin, H, W]`` or ``[Cin, H, W]``), in the input's dtype.
@@ -303,7 +429,13 @@ class ConvTranspose2d:
     def load_state_dict(self, state_dict, strict=True):
         """Loads ``weight`` and ``bias`` from a mapping of arrays or CPU torch tensors (e.g. a torch
         ``state_dict()``). Sizes must match; with ``strict`` (PyTorch's default), keys must be exactly the
-        layer's. A ``ValueError`` names what is wrong, as PyTorch's message does."""
+        layer's. A ``ValueError`` names what is wrong, as PyTorch's message does; a value that is not a floating
+        tensor is a ``TypeError``. Every value is checked before any is assigned: a failed load leaves the layer
+        as it was."""
+        from collections.abc import Mapping
+
+        if not isinstance(state_dict, Mapping):
+            raise TypeError(f"Expected state_dict to be dict-like, got {type(state_dict)}.")
         expected = set(self.state_dict())
         given = set(state_dict)
         missing = sorted(expected - given)
@@ -315,7 +447,7 @@ class ConvTranspose2d:
             errors.append("Missing key(s) in state_dict: " + ", ".join(f'"{k}"' for k in missing) + ".")
         values = {}
         for key in sorted(expected & given):
-            value = _to_numpy(state_dict[key], key)
+            value = _operand(state_dict[key], key, "f32")  # a float32 copy, or a TypeError naming the key
             current = getattr(self, key)
             if tuple(value.shape) != current.shape:
                 errors.append(
@@ -327,8 +459,9 @@ class ConvTranspose2d:
         if errors:
             raise ValueError("Error(s) in loading state_dict for ConvTranspose2d:\n\t" + "\n\t".join(errors))
         # Checked first, assigned after: a failed load leaves the layer as it was.
-        for key, value in values.items():
-            setattr(self, key, value)
+        with self._assigning():
+            for key, value in values.items():
+                getattr(self._layer, "set_" + key)(value)
 
     def extra_repr(self):
         """The argument list of ``repr``, as PyTorch's ``_ConvNd.extra_repr`` writes it."""

@@ -89,17 +89,43 @@ def test_float16_runs_in_float16(rng):
     assert np.all(np.abs(out.astype(np.float64) - expected) <= half_ulp + slack)
 
 
-def test_float16_input_takes_float32_weights_as_float16(rng):
+def test_mixed_dtypes_are_refused_as_pytorch_does(rng):
     x, weight, b, opts = _draw(rng, CASES[0])
-    out = convt.conv_transpose2d(x.astype(np.float16), weight, b, **opts)
+    with pytest.raises(TypeError, match="^convt: weight has dtype float32, but input has float16"):
+        convt.conv_transpose2d(x.astype(np.float16), weight, b, **opts)
+    with pytest.raises(TypeError, match="^convt: bias has dtype float16, but input has float32"):
+        convt.conv_transpose2d(x, weight, b.astype(np.float16), **opts)
+    # A list has no dtype of its own: it takes the input's.
+    out = convt.conv_transpose2d(x.astype(np.float16), weight.astype(np.float16), b.tolist(), **opts)
     same = convt.conv_transpose2d(x.astype(np.float16), weight.astype(np.float16), b.astype(np.float16), **opts)
-    assert out.dtype == np.float16
     np.testing.assert_array_equal(out, same)
+
+
+def test_bad_inputs_name_the_argument(rng):
+    x, weight, b, opts = _draw(rng, CASES[0])
+    for kwargs, name in [(dict(stride=2**63), "stride"), (dict(padding=(0, -(2**63) - 1)), "padding"),
+                         (dict(groups=2**64), "groups")]:
+        with pytest.raises(ValueError, match=f"^{name} is out of range: .* does not fit in 64 bits"):
+            convt.conv_transpose2d(x, weight, **kwargs)
+    with pytest.raises(ValueError, match="^convt: input holds 1e\\+39, beyond float32's range"):
+        big = x.astype(np.float64)
+        big[0, 0, 0, 0] = 1e39
+        convt.conv_transpose2d(big, weight.astype(np.float64), **opts)
+
+    class BrokenDLPack:
+        def __dlpack__(self, *args, **kwargs):
+            raise KeyError("no such stream")
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    with pytest.raises(TypeError, match="^convt: cannot read input through DLPack: 'no such stream'"):
+        convt.conv_transpose2d(BrokenDLPack(), weight)
 
 
 def test_float64_input_computes_in_float32_returns_float64(rng):
     x, weight, b, opts = _draw(rng, CASES[3])
-    out = convt.conv_transpose2d(x.astype(np.float64), weight.astype(np.float64), b, **opts)
+    out = convt.conv_transpose2d(x.astype(np.float64), weight.astype(np.float64), b.astype(np.float64), **opts)
     assert out.dtype == np.float64
     assert rel_l2(out, reference(x, weight, b, **opts)) <= F32_TOLERANCE
 
@@ -229,9 +255,8 @@ def test_ml_dtypes_bfloat16_runs_in_bfloat16(rng):
         assert out.dtype == ml_dtypes.bfloat16 and out.shape == reference(x, weight, b, **opts).shape
         values = [a.astype(np.float64) for a in (x16, w16, b16)]
         _within_half_a_bfloat16_unit(out.view(np.uint16), reference(*values, **opts))
-    # float32 weights given with a bfloat16 input are rounded to bfloat16 first.
-    same = convt.conv_transpose2d(x16, weight, b, **opts)
-    np.testing.assert_array_equal(same.view(np.uint16), out.view(np.uint16))
+    with pytest.raises(TypeError, match="^convt: weight has dtype float32, but input has bfloat16"):
+        convt.conv_transpose2d(x16, weight, b16, **opts)
 
 
 def test_torch_bfloat16_runs_in_bfloat16_and_stays_torch():

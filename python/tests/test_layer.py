@@ -218,6 +218,69 @@ def test_load_state_dict_is_strict_and_atomic():
     assert np.all(layer.weight == 1)
 
 
+def test_load_state_dict_checks_every_value_before_assigning_any():
+    layer = convt.ConvTranspose2d(4, 2, 3, seed=0)
+    before = layer.state_dict()
+    with pytest.raises(TypeError, match="weight must be a floating-point tensor, got dtype int32"):
+        layer.load_state_dict({"weight": np.zeros((4, 2, 3, 3), np.int32), "bias": np.ones(2, np.float32)})
+    for key, value in layer.state_dict().items():
+        np.testing.assert_array_equal(value, before[key])
+    for not_a_dict in [None, [("weight", before["weight"]), ("bias", before["bias"])]]:
+        with pytest.raises(TypeError, match="^Expected state_dict to be dict-like, got "):
+            layer.load_state_dict(not_a_dict)
+
+
+def test_integers_beyond_64_bits_name_the_argument(rng):
+    with pytest.raises(ValueError, match="^in_channels is out of range"):
+        convt.ConvTranspose2d(2**63, 3, 2)
+    layer = convt.ConvTranspose2d(2, 3, 2, seed=2**70)  # any int seeds, modulo 2**64
+    with pytest.raises(ValueError, match="^output_size is out of range"):
+        layer(rng.standard_normal((1, 2, 3, 3)).astype(np.float32), output_size=[2**64, 7])
+
+
+def test_assigning_parameters_during_a_call_in_another_thread_is_refused_clearly(rng):
+    import threading
+
+    layer = convt.ConvTranspose2d(32, 32, 3, seed=1)
+    x = rng.standard_normal((8, 32, 64, 64)).astype(np.float32)
+    done = threading.Event()
+    results = []
+
+    def run():
+        for _ in range(3):
+            results.append(layer(x))
+        done.set()
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    outcomes = set()
+    weight = layer.weight
+    while not done.is_set():
+        try:
+            layer.weight = weight
+            outcomes.add("assigned")
+        except RuntimeError as e:
+            assert str(e).startswith("convt: the layer is running a call in another thread"), str(e)
+            outcomes.add("refused")
+    worker.join()
+    assert len(results) == 3 and outcomes
+    expected = reference(x, weight, layer.bias, **_opts(layer))
+    assert all(rel_l2(r, expected) <= F32_TOLERANCE for r in results)
+
+
+def test_the_package_ships_type_stubs_and_refuses_its_source_tree_clearly(tmp_path):
+    import pathlib
+    import subprocess
+    import sys
+
+    installed = pathlib.Path(convt.__file__).parent
+    assert (installed / "py.typed").exists() and (installed / "__init__.pyi").exists()
+    assert convt.ConvTranspose2d.__init__.__doc__ and "Parameters" in convt.conv_transpose2d.__doc__
+    source = pathlib.Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, "-c", "import convt"], cwd=source, capture_output=True, text=True)
+    assert r.returncode != 0 and "install it (pip install ./python)" in r.stderr, r.stderr
+
+
 def test_torch_state_dict_loads():
     torch = pytest.importorskip("torch")
     ref = torch.nn.ConvTranspose2d(6, 4, (3, 2), stride=(2, 1), padding=(1, 0), output_padding=(1, 0), groups=2,
