@@ -34,10 +34,14 @@ PY="$PYENV_DIR/bin/python"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
 case "$CARGO_TARGET_DIR" in /*) ;; *) CARGO_TARGET_DIR="$PWD/$CARGO_TARGET_DIR" ;; esac
 
-step "pip install ./python pytest numpy safetensors ml_dtypes (builds the extension in release mode)"
-"$PY" -m pip install --quiet --disable-pip-version-check ./python pytest numpy safetensors ml_dtypes
+step "pip install ./python pytest numpy safetensors ml_dtypes torch (builds the extension in release mode)"
+# torch as PyPI serves it (convt.torch's tests and example; the CUDA libraries it brings are not used here).
+"$PY" -m pip install --quiet --disable-pip-version-check ./python pytest numpy safetensors ml_dtypes torch
 
 step "pytest python/tests"
 # From the repository root, so that `import convt` finds the installed package, not the python/convt sources
 # (which lack the compiled extension).
 "$PY" -m pytest python/tests -q -p no:cacheprovider "$@"
+
+step "python/examples/train_decoder.py: a torch training loop with convt's layers against nn.ConvTranspose2d's"
+"$PY" python/examples/train_decoder.py

@@ -254,6 +254,43 @@ def conv_transpose2d(
     return _result(out, dtype)
 
 
+def _backward(
+    input,
+    weight,
+    bias,
+    grad_output,
+    stride=1,
+    padding=0,
+    output_padding=0,
+    groups=1,
+    dilation=1,
+    precision="f32",
+    device="gpu",
+):
+    """``(grad_input, grad_weight, grad_bias)`` of ``conv_transpose2d`` with these arguments given the gradient of
+    its output, each in the input's dtype (grad_bias None without a bias, whose values do not enter the
+    gradients): what ``convt.torch`` differentiates with."""
+    x, code, dtype = _float_input(input, "input")
+    w = _same_dtype(weight, "weight", code, dtype)
+    b = None if bias is None else _same_dtype(bias, "bias", code, dtype)
+    go = _same_dtype(grad_output, "grad_output", code, dtype)
+    gi, gw, gb = _convt.conv_transpose2d_backward(
+        x,
+        w,
+        b,
+        go,
+        _pair(stride, "stride"),
+        _pair(padding, "padding"),
+        _pair(output_padding, "output_padding"),
+        _int(groups, "groups"),
+        _pair(dilation, "dilation"),
+        str(precision),
+        str(device),
+        code,
+    )
+    return _result(gi, dtype), _result(gw, dtype), None if gb is None else _result(gb, dtype)
+
+
 def _output_size(size):
     if size is None:
         return None

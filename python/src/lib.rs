@@ -301,6 +301,56 @@ fn conv_transpose2d<'py>(
     out.into_py(py)
 }
 
+/// The gradients of `F.conv_transpose2d` given `grad_output`, computed in `dtype` on `device`:
+/// `(grad_input, grad_weight, grad_bias)`, grad_bias `None` without a bias (its values do not enter the
+/// gradients, only whether there is one).
+#[pyfunction]
+#[pyo3(signature = (input, weight, bias, grad_output, stride, padding, output_padding, groups, dilation, precision, device, dtype))]
+#[allow(clippy::too_many_arguments)]
+fn conv_transpose2d_backward<'py>(
+    py: Python<'py>,
+    input: Arg<'py>,
+    weight: Arg<'py>,
+    bias: Option<Arg<'py>>,
+    grad_output: Arg<'py>,
+    stride: [i64; 2],
+    padding: [i64; 2],
+    output_padding: [i64; 2],
+    groups: i64,
+    dilation: [i64; 2],
+    precision: &str,
+    device: &str,
+    dtype: &str,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let opts = options(stride, padding, output_padding, groups, dilation, bias.is_some(), precision)?;
+    let (device, dtype) = (parse_device(device)?, parse_dtype(dtype)?);
+    let x = Operand::new(&input, dtype)?;
+    let w = Operand::new(&weight, dtype)?;
+    let b = bias.as_ref().map(|b| Operand::new(b, dtype)).transpose()?;
+    let go = Operand::new(&grad_output, dtype)?;
+    let [gi, gw, gb] = run(py, || {
+        // Validated before the context is made: a bad argument is a ValueError without a GPU too.
+        opts.resolve(x.shape(), w.shape(), b.as_ref().map(|b| b.shape()))?.check_grad_output(go.shape())?;
+        match device {
+            Device::Cpu => {
+                let b = b.as_ref().map(Operand::host).transpose()?;
+                let g = convt::cpu::conv_transpose2d_backward(&x.host()?, &w.host()?, b.as_ref(), &go.host()?, &opts)?;
+                Ok([Some(Output::host(g.grad_input)), Some(Output::host(g.grad_weight)), g.grad_bias.map(Output::host)])
+            }
+            Device::Gpu => {
+                let ctx = context()?;
+                let (xg, wg, gog) = (x.gpu(ctx)?, w.gpu(ctx)?, go.gpu(ctx)?);
+                let bg = b.as_ref().map(|b| b.gpu(ctx)).transpose()?;
+                let g = convt::gpu::conv_transpose2d_backward(ctx, &xg, &wg, bg.as_ref(), &gog, &opts)?;
+                let gb = g.grad_bias.as_ref().map(|b| Output::gpu(ctx, b)).transpose()?;
+                Ok([Some(Output::gpu(ctx, &g.grad_input)?), Some(Output::gpu(ctx, &g.grad_weight)?), gb])
+            }
+        }
+    })?;
+    let out = |o: Option<Output>| o.map(|o| o.into_py(py)).transpose();
+    (out(gi)?, out(gw)?, out(gb)?).into_pyobject(py)
+}
+
 /// `nn.ConvTranspose2d`'s state: the library's host layer, plus its parameters on the GPU in the dtype of the
 /// last GPU call, kept (and prepared for the kernel that runs) until a parameter or the precision changes.
 #[pyclass(module = "convt._convt", name = "ConvTranspose2d")]
@@ -525,6 +575,7 @@ fn info_json(py: Python<'_>) -> PyResult<String> {
 #[pymodule]
 fn _convt(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(conv_transpose2d, m)?)?;
+    m.add_function(wrap_pyfunction!(conv_transpose2d_backward, m)?)?;
     m.add_function(wrap_pyfunction!(info_json, m)?)?;
     m.add_class::<Layer>()?;
     Ok(())
