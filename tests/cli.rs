@@ -69,7 +69,8 @@ fn forward_matches_fixture(backend: &str) {
     let mut args = vec!["forward", "--tensors", s(&tensors), "--out", s(&out_path), "--backend", backend];
     args.extend(flags.iter().map(String::as_str));
     let out = convt_ok(&args);
-    assert!(text(&out.stderr).contains(&format!("{:?}", expected.shape())), "{}", describe(&args, &out));
+    // The result lines are on stdout.
+    assert!(text(&out.stdout).contains(&format!("{:?}", expected.shape())), "{}", describe(&args, &out));
 
     let result = read_output(&out_path);
     let stats = rel_l2(&result, &expected);
@@ -265,8 +266,8 @@ fn run_backward(dir: &common::TempDir, tensors: &Path, backend: &str) -> TensorF
     let mut args = vec!["backward", "--tensors", s(tensors), "--out", s(&out_path), "--backend", backend];
     args.extend_from_slice(&BACKWARD_FLAGS);
     let out = convt_ok(&args);
-    let stderr = text(&out.stderr);
-    assert!(stderr.contains("grad_input [2, 4, 5, 6]") && stderr.contains(s(&out_path)), "{}", describe(&args, &out));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("grad_input [2, 4, 5, 6]") && stdout.contains(s(&out_path)), "{}", describe(&args, &out));
     TensorFile::load(&out_path).expect("convt wrote a readable file")
 }
 
@@ -507,7 +508,7 @@ fn forward_at_precision_fast_says_which_kernel_ran() {
     args.extend(flags.iter().map(String::as_str));
     args.extend(["--precision", "fast"]);
     let out = convt_ok(&args);
-    assert!(text(&out.stderr).contains("ran "), "{}", describe(&args, &out));
+    assert!(text(&out.stdout).contains("ran "), "{}", describe(&args, &out));
     let expected = file.get("output").unwrap();
     let s = rel_l2(&read_output(&out_path), &expected);
     assert!(s.rel_l2 <= 1e-3, "rel L2 {:e}\n{}", s.rel_l2, describe(&args, &out));
@@ -610,11 +611,11 @@ fn tune_backward_keeps_both_gradients_kernels_and_bench_runs_them() {
     for (key, entry) in entries.iter_mut() {
         assert!(key.contains("N<=1 Cin512 Cout256"), "{key}");
         let winner = entry["strategy"].as_str().unwrap().to_string();
-        if key.contains(" | grad_input f32 | ") {
+        if key.contains(" | grad_input f32 f32 | ") {
             assert!(winner == "gather" || winner.starts_with("gemm_"), "{winner}");
             entry["strategy"] = "gather".into();
         } else {
-            assert!(key.contains(" | grad_weight f32 | "), "{key}");
+            assert!(key.contains(" | grad_weight f32 f32 | "), "{key}");
             assert!(winner.starts_with("grad_weight_"), "{winner}");
             entry["strategy"] = "grad_weight_16".into();
         }
@@ -632,4 +633,134 @@ fn tune_backward_keeps_both_gradients_kernels_and_bench_runs_them() {
     assert_eq!(tuned.status.code(), Some(0), "{}", describe(&args, &tuned));
     let said = text(&tuned.stdout);
     assert!(said.contains("grad_input gather") && said.contains("grad_weight_16"), "{}", describe(&args, &tuned));
+}
+
+#[test]
+fn tensor_name_flags_read_files_with_other_names() {
+    // A state_dict-like file whose tensors are named otherwise: the flags map them, the results match the
+    // default names' run, and a name the file lacks says which flag names another.
+    let dir = common::TempDir::new("cli-names");
+    let (path, tensors) = backward_problem(&dir, true);
+    let renamed = dir.path("renamed.safetensors");
+    let names = [("input", "x"), ("weight", "up.w"), ("bias", "up.b"), ("grad_output", "dy")];
+    let refs: Vec<(&str, &Tensor)> =
+        tensors.iter().map(|(n, t)| (names.iter().find(|(a, _)| a == n).unwrap().1, t)).collect();
+    save_tensors(&renamed, &refs, None).unwrap();
+    let flags = ["--input-name", "x", "--weight-name", "up.w", "--bias-name", "up.b", "--grad-output-name", "dy"];
+    let (a, b) = (dir.path("a.safetensors"), dir.path("b.safetensors"));
+    let mut args = vec!["backward", "--tensors", s(&renamed), "--out", s(&a), "--backend", "cpu"];
+    args.extend(BACKWARD_FLAGS);
+    args.extend(flags);
+    convt_ok(&args);
+    let mut plain = vec!["backward", "--tensors", s(&path), "--out", s(&b), "--backend", "cpu"];
+    plain.extend(BACKWARD_FLAGS);
+    convt_ok(&plain);
+    let (a, b) = (TensorFile::load(&a).unwrap(), TensorFile::load(&b).unwrap());
+    for name in ["grad_input", "grad_weight", "grad_bias"] {
+        assert_eq!(a.get(name).unwrap().data(), b.get(name).unwrap().data(), "{name}");
+    }
+    let out = dir.path("c.safetensors");
+    convt_fails(
+        &["forward", "--tensors", s(&renamed), "--out", s(&out), "--backend", "cpu"],
+        &["tensor `input` not found", "found: dy, up.b, up.w, x", "--input-name names another"],
+    );
+}
+
+#[test]
+fn results_are_on_stdout_and_errors_are_json_under_json() {
+    let dir = common::TempDir::new("cli-stdout");
+    let (path, _) = backward_problem(&dir, false);
+    let out = dir.path("out.safetensors");
+    let mut args = vec!["backward", "--tensors", s(&path), "--out", s(&out), "--backend", "cpu"];
+    args.extend(BACKWARD_FLAGS);
+    let run = convt_ok(&args);
+    assert!(text(&run.stdout).contains("wrote grad_input [2, 4, 5, 6]"), "{}", describe(&args, &run));
+    assert!(text(&run.stderr).trim().is_empty(), "{}", describe(&args, &run));
+    // Under --json: one JSON object on stdout, for a result and for an error alike.
+    args.push("--json");
+    let run = convt_ok(&args);
+    let v: serde_json::Value = serde_json::from_str(text(&run.stdout).trim()).unwrap();
+    assert_eq!(v["wrote"]["grad_input"], serde_json::json!([2, 4, 5, 6]));
+    let missing = dir.path("missing.safetensors");
+    let args = ["forward", "--tensors", s(&missing), "--out", s(&out), "--json"];
+    let failed = convt(&args);
+    assert_eq!(failed.status.code(), Some(2), "{}", describe(&args, &failed));
+    let v: serde_json::Value = serde_json::from_str(text(&failed.stdout).trim()).unwrap();
+    let line = text(&failed.stderr);
+    assert_eq!(format!("error: {}", v["error"].as_str().unwrap()), line.trim(), "{}", describe(&args, &failed));
+}
+
+#[test]
+fn no_subcommand_writes_over_the_tuning_cache() {
+    let dir = common::TempDir::new("cli-cache");
+    let cache = dir.path("tune.json");
+    std::fs::write(&cache, "{\"entries\": {}}").unwrap();
+    let (path, _) = backward_problem(&dir, false);
+    let env = [("CONVT_TUNE_CACHE", cache.as_path())];
+    let mut args = vec!["backward", "--tensors", s(&path), "--out", s(&cache), "--backend", "cpu"];
+    args.extend(BACKWARD_FLAGS);
+    let out = convt_with_env(&args, &env, &["CONVT_STRATEGY"]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&args, &out));
+    assert!(text(&out.stderr).contains("is the tuning cache"), "{}", describe(&args, &out));
+    let args = ["bench", "--case", "dcgan", "--batch", "1", "--runs", "1", "--json", s(&cache)];
+    let out = convt_with_env(&args, &env, &["CONVT_STRATEGY"]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&args, &out));
+    assert!(text(&out.stderr).contains("--json"), "{}", describe(&args, &out));
+    assert_eq!(std::fs::read_to_string(&cache).unwrap(), "{\"entries\": {}}", "the cache was changed");
+}
+
+#[test]
+fn bench_json_without_a_file_prints_the_json_on_stdout() {
+    let args = ["bench", "--case", "dcgan", "--batch", "1", "--runs", "1", "--warmup", "1", "--json"];
+    let out = convt_ok(&args);
+    let v: serde_json::Value = serde_json::from_str(text(&out.stdout).trim()).expect("one JSON document on stdout");
+    assert_eq!(v["cases"][0]["case"], "dcgan", "{}", describe(&args, &out));
+    assert!(text(&out.stderr).contains("algorithm"), "the table goes to stderr\n{}", describe(&args, &out));
+}
+
+#[test]
+fn verify_says_when_it_scales_a_case_down() {
+    let args = ["verify", "--case", "kb57", "--max-gflop", "0.05"];
+    let out = convt_ok(&args);
+    let info: serde_json::Value = serde_json::from_str(text(&convt_ok(&["info", "--json"]).stdout).trim()).unwrap();
+    let software = info["chosen"]["device_type"] == "Cpu";
+    assert_eq!(
+        text(&out.stderr).contains("kb57: scaled down on this software adapter from N=8 1024x1024"),
+        software,
+        "{}",
+        describe(&args, &out)
+    );
+}
+
+#[test]
+fn backward_refuses_a_forced_kernel_this_adapter_lacks_as_the_forward_does() {
+    // A cooperative-matrix kernel forced through CONVT_STRATEGY on an adapter without cooperative matrices: one
+    // clean line naming the kernel and the adapter from both subcommands, nothing written. Where the adapter has
+    // them, both run.
+    let info: serde_json::Value = serde_json::from_str(text(&convt_ok(&["info", "--json"]).stdout).trim()).unwrap();
+    let has_coop = info["features"].as_array().unwrap().iter().any(|f| f == "EXPERIMENTAL_COOPERATIVE_MATRIX");
+    let dir = common::TempDir::new("cli-forced");
+    let input = Tensor::uniform(vec![1, 64, 6, 6], -1.0, 1.0, 1).unwrap();
+    let weight = Tensor::uniform(vec![64, 64, 3, 3], -1.0, 1.0, 2).unwrap();
+    let grad_output = Tensor::uniform(vec![1, 64, 8, 8], -1.0, 1.0, 3).unwrap();
+    let path = dir.path("p.safetensors");
+    save_tensors(&path, &[("input", &input), ("weight", &weight), ("grad_output", &grad_output)], None).unwrap();
+    let out = dir.path("out.safetensors");
+    let strategy = Path::new("coop_128x64x16_64x32");
+    for pass in ["forward", "backward"] {
+        let args = [pass, "--tensors", s(&path), "--out", s(&out), "--precision", "fast"];
+        let run = convt_with_env(&args, &[("CONVT_STRATEGY", strategy)], &["CONVT_TUNE_CACHE"]);
+        if has_coop {
+            assert_eq!(run.status.code(), Some(0), "{}", describe(&args, &run));
+            continue;
+        }
+        assert_eq!(run.status.code(), Some(2), "{}", describe(&args, &run));
+        assert_no_panic(&args, &run);
+        let stderr = text(&run.stderr);
+        let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(lines.len(), 1, "{}", describe(&args, &run));
+        assert!(lines[0].starts_with("error: ") && lines[0].contains("coop_128x64x16_64x32"), "{}", lines[0]);
+        assert!(lines[0].contains("cannot run on") && !lines[0].contains("Validation"), "{}", lines[0]);
+        assert!(!out.exists(), "{pass} wrote its output");
+    }
 }

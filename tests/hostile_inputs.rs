@@ -793,10 +793,11 @@ fn cli_no_adapter_fails_naming_the_adapter_but_the_cpu_backend_still_works() {
     let out = convt_with_env(&args, &env);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     let found = stderr.split("(found: ").nth(1).and_then(|r| r.split("). Install").next()).unwrap_or("");
+    // The tool's advice is its own flag (the library's names `convt::cpu`).
     let expected = format!(
         "error: no GPU adapter found whose name contains `no-such-gpu` (found: {found}). Install a Vulkan driver for \
-         your GPU, or Mesa's software Vulkan driver (Debian/Ubuntu: `apt-get install mesa-vulkan-drivers`), or use \
-         the CPU reference (`convt::cpu`; `convt forward` and `convt backward` take `--backend cpu`)"
+         your GPU, or Mesa's software Vulkan driver (Debian/Ubuntu: `apt-get install mesa-vulkan-drivers`), or run \
+         on the CPU reference: `convt forward --backend cpu`, `convt backward --backend cpu`"
     );
     fails_with(&args, &env, &expected, true);
     assert!(!out_path.exists());

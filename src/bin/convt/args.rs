@@ -299,6 +299,36 @@ pub struct WeightArgs {
     /// `decoder.3.weight` and `decoder.3.bias`.
     #[arg(long, default_value = "")]
     pub prefix: String,
+    /// The input tensor's name in --tensors.
+    #[arg(long, default_value = "input", value_name = "NAME")]
+    pub input_name: String,
+    /// The weight's name in the weights' file [default: {prefix}weight].
+    #[arg(long, value_name = "NAME")]
+    pub weight_name: Option<String>,
+    /// The bias's name in the weights' file [default: {prefix}bias].
+    #[arg(long, value_name = "NAME")]
+    pub bias_name: Option<String>,
+    /// grad_output's name in --tensors (`convt backward`).
+    #[arg(long, default_value = "grad_output", value_name = "NAME")]
+    pub grad_output_name: String,
+}
+
+/// An error unless `path` is not the tuning cache (`CONVT_TUNE_CACHE`, else the default location): no
+/// subcommand writes its results over the cache it reads.
+pub fn not_the_tune_cache(path: &Path, what: &str) -> anyhow::Result<()> {
+    let Some(cache) = gpu_options()?.tune_cache.or_else(convt::gpu::tune::default_path) else { return Ok(()) };
+    // The same file whether or not it exists yet: its directory resolved, then its name.
+    let resolve = |p: &Path| -> Option<std::path::PathBuf> {
+        let dir = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        Some(dir.canonicalize().ok()?.join(p.file_name()?))
+    };
+    match (resolve(path), resolve(&cache)) {
+        (Some(a), Some(b)) if a == b => anyhow::bail!(
+            "{what} {} is the tuning cache; write the results elsewhere (the cache is `convt tune`'s)",
+            path.display()
+        ),
+        _ => Ok(()),
+    }
 }
 
 /// Checks `out` (it must not be `tensors` or the weights' file, nor a device, pipe or directory), then reads
@@ -313,18 +343,30 @@ pub fn open_problem(
     backward: bool,
 ) -> anyhow::Result<Problem> {
     let weights_path = weights.weights.as_deref().unwrap_or(tensors);
+    not_the_tune_cache(out, "--out")?;
     let out = OutputFile::create(out, &[tensors, weights_path])?;
     let file = TensorFile::load(tensors)?;
     let weights_file = if weights.weights.is_some() { Some(TensorFile::load(weights_path)?) } else { None };
     let wfile = weights_file.as_ref().unwrap_or(&file);
-    let (weight_name, bias_name) = (format!("{}weight", weights.prefix), format!("{}bias", weights.prefix));
-    let (input, weight, bias) = (file.get("input")?, wfile.get(&weight_name)?, wfile.get_optional(&bias_name)?);
-    let grad_output = if backward { Some(file.get("grad_output")?) } else { None };
+    let weight_name = weights.weight_name.clone().unwrap_or_else(|| format!("{}weight", weights.prefix));
+    let bias_name = weights.bias_name.clone().unwrap_or_else(|| format!("{}bias", weights.prefix));
+    // A tensor the file lacks: say which flag names another.
+    fn flag(flag: &'static str) -> impl Fn(convt::ConvtError) -> anyhow::Error {
+        move |e| match e {
+            convt::ConvtError::MissingTensor { .. } => anyhow::anyhow!("{e} (--{flag} names another)"),
+            e => e.into(),
+        }
+    }
+    let input = file.get(&weights.input_name).map_err(flag("input-name"))?;
+    let weight = wfile.get(&weight_name).map_err(flag("weight-name"))?;
+    let bias = wfile.get_optional(&bias_name)?;
+    let grad_output =
+        if backward { Some(file.get(&weights.grad_output_name).map_err(flag("grad-output-name"))?) } else { None };
     let named = [
-        ("input", Some(&input)),
+        (weights.input_name.as_str(), Some(&input)),
         (weight_name.as_str(), Some(&weight)),
         (bias_name.as_str(), bias.as_ref()),
-        ("grad_output", grad_output.as_ref()),
+        (weights.grad_output_name.as_str(), grad_output.as_ref()),
     ];
     let named: Vec<(&str, &Tensor)> = named.into_iter().filter_map(|(n, t)| Some((n, t?))).collect();
     let dtype = match dtype {
@@ -332,9 +374,10 @@ pub fn open_problem(
         None => {
             if let Some((name, t)) = named.iter().find(|(_, t)| t.dtype() != input.dtype()) {
                 anyhow::bail!(
-                    "{}: tensor `{name}` has dtype {}, but `input` has {}: pass --dtype to compute in one of them",
+                    "{}: tensor `{name}` has dtype {}, but `{}` has {}: pass --dtype to compute in one of them",
                     tensors.display(),
                     t.dtype(),
+                    weights.input_name,
                     input.dtype()
                 );
             }

@@ -63,11 +63,13 @@ pub fn run(a: BackwardArgs) -> Result<Outcome> {
             let ctx = crate::args::gpu_context()?;
             let (grads, (gi, gw)) = crate::host::backward(&ctx, input, weight, bias, grad_output, &params)?;
             let (gi, gw) = (gi.name(), gw.name());
-            eprintln!(
-                "ran grad_input {gi}, grad_weight {gw} (precision {}) on {}",
-                a.precision,
-                ctx.adapter_info().name
-            );
+            if !a.json {
+                println!(
+                    "ran grad_input {gi}, grad_weight {gw} (precision {}) on {}",
+                    a.precision,
+                    ctx.adapter_info().name
+                );
+            }
             ran = serde_json::json!({"backend": "gpu", "adapter": ctx.adapter_info().name, "precision": a.precision,
                 "grad_input_kernel": gi, "grad_weight_kernel": gw});
             grads
@@ -80,8 +82,9 @@ pub fn run(a: BackwardArgs) -> Result<Outcome> {
     }
     out.write_tensors(&written, None)?;
     let list: Vec<String> = written.iter().map(|(name, t)| format!("{name} {:?} ({dtype})", t.shape())).collect();
-    eprintln!("wrote {} to {}", list.join(", "), a.out.display());
-    if a.json {
+    if !a.json {
+        println!("wrote {} to {}", list.join(", "), a.out.display());
+    } else {
         let shapes: serde_json::Map<String, serde_json::Value> =
             written.iter().map(|(name, t)| (name.to_string(), serde_json::json!(t.shape()))).collect();
         ran["wrote"] = serde_json::json!(shapes);

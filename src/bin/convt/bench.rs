@@ -53,8 +53,9 @@ pub struct BenchArgs {
     /// to.
     #[arg(long, default_value_t = 20_000)]
     check_samples: usize,
-    /// Write the results as JSON to this file.
-    #[arg(long)]
+    /// The results as JSON: on stdout with no value (the table then goes to stderr), else into this file (never
+    /// the tuning cache).
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
     json: Option<PathBuf>,
     /// Time the forward as a layer's repeated calls (`GpuConvTranspose2d::forward_into`: the weight prepared for
     /// its kernel once) instead of the functional call, which prepares it on every call.
@@ -428,7 +429,13 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
         bail!("--runs must be at least 1");
     }
     // The JSON file's path is checked before anything is measured.
-    let json_out = a.json.as_deref().map(|p| OutputFile::create(p, &[])).transpose()?;
+    let json_stdout = a.json.as_deref() == Some(std::path::Path::new("-"));
+    if let Some(path) = a.json.as_deref().filter(|_| !json_stdout) {
+        crate::args::not_the_tune_cache(path, "--json")?;
+    }
+    let json_out = a.json.as_deref().filter(|_| !json_stdout).map(|p| OutputFile::create(p, &[])).transpose()?;
+    // The table: on stdout, or on stderr where stdout carries the JSON.
+    let table = |line: String| if json_stdout { eprintln!("{line}") } else { println!("{line}") };
     let ctx = crate::args::gpu_context()?;
     let info = ctx.adapter_info().clone();
     eprintln!("adapter: {} ({:?}, driver {} {})", info.name, info.backend, info.driver, info.driver_info);
@@ -464,10 +471,10 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
     // The errors are held to `convt verify`'s tolerance for this precision and dtype (reported, not enforced).
     let tolerance = crate::verify::tolerance(a.precision, a.dtype);
     let mut rows = Vec::new();
-    println!(
+    table(format!(
         "{:<6} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>9} {:>9} {:>10}  algorithm",
         "case", "ms", "min ms", "TFLOP/s", "GB/s", "%FMA", "%copy", "rel L2", "peak MB", "scratch MB"
-    );
+    ));
     let mut over = Vec::new();
     for &case in &cases {
         let mut prepared = Prepared::new(&ctx, &case, pass, a.dtype)?;
@@ -512,7 +519,7 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
         } else {
             String::new()
         };
-        println!(
+        table(format!(
             "{:<6} {:>9.3} {:>9.3} {:>9.2} {:>9.0} {:>8} {:>8} {:>9} {:>9.0} {:>10.0}  {algorithm}{gradient_errors}{}",
             case.name,
             ms,
@@ -525,7 +532,7 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
             peak as f64 / 1e6,
             scratch_mb,
             if within == Some(false) { "  OVER TOLERANCE" } else { "" }
-        );
+        ));
         let mut row = json!({"case": case.name, "batch": case.batch, "ms": ms, "min_ms": min, "times_ms": times,
             "tflops": tflops, "gbs": gbs, "gflop": flops as f64 / 1e9, "gb": bytes as f64 / 1e9,
             "input_sets": prepared.inputs.len(), "algorithm": algorithm, "rel_l2": rel_l2,
@@ -548,12 +555,16 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
     if !over.is_empty() {
         eprintln!("warning: {} over the tolerance {tolerance:.1e} (convt verify's)", over.join(", "));
     }
+    let doc = || {
+        json!({"adapter": info.name, "backend": format!("{:?}", info.backend), "driver": info.driver,
+        "driver_info": info.driver_info, "pass": pass.name(), "layer": a.layer, "precision": a.precision, "dtype": a.dtype, "runs": a.runs,
+        "warmup": a.warmup, "tolerance": tolerance,
+        "shader_checks": format!("{:?}", ctx.options().shader_checks), "ceilings": ceil, "cases": rows})
+    };
     if let Some(out) = json_out {
-        let doc = json!({"adapter": info.name, "backend": format!("{:?}", info.backend), "driver": info.driver,
-            "driver_info": info.driver_info, "pass": pass.name(), "layer": a.layer, "precision": a.precision, "dtype": a.dtype, "runs": a.runs,
-            "warmup": a.warmup, "tolerance": tolerance,
-            "shader_checks": format!("{:?}", ctx.options().shader_checks), "ceilings": ceil, "cases": rows});
-        out.write_bytes(serde_json::to_string_pretty(&doc)?.as_bytes())?;
+        out.write_bytes(serde_json::to_string_pretty(&doc())?.as_bytes())?;
+    } else if json_stdout {
+        println!("{}", doc());
     }
     Ok(Outcome::Ok)
 }

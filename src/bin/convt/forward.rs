@@ -39,7 +39,8 @@ pub struct ForwardArgs {
     /// its arithmetic are reported.
     #[arg(long, default_value = "f32")]
     precision: Precision,
-    /// Print what ran and what was written as one JSON object on stdout (the same as the lines on stderr).
+    /// Print what ran and what was written as one JSON object on stdout instead of lines (an error too, as
+    /// `{"error": ...}`).
     #[arg(long)]
     json: bool,
 }
@@ -58,7 +59,9 @@ pub fn run(a: ForwardArgs) -> Result<Outcome> {
         Backend::Gpu => {
             let ctx = crate::args::gpu_context()?;
             let (output, strategy) = crate::host::forward(&ctx, a.precision, input, weight, bias, &params)?;
-            eprintln!("ran {} ({}) on {}", strategy.name(), strategy.arithmetic(), ctx.adapter_info().name);
+            if !a.json {
+                println!("ran {} ({}) on {}", strategy.name(), strategy.arithmetic(), ctx.adapter_info().name);
+            }
             let ran = serde_json::json!({
                 "backend": "gpu",
                 "adapter": ctx.adapter_info().name,
@@ -69,8 +72,9 @@ pub fn run(a: ForwardArgs) -> Result<Outcome> {
         }
     };
     out.write_tensors(&[("output", &output)], None)?;
-    eprintln!("wrote output {:?} ({dtype}) to {}", shape.output_dims_as_given(), a.out.display());
-    if a.json {
+    if !a.json {
+        println!("wrote output {:?} ({dtype}) to {}", shape.output_dims_as_given(), a.out.display());
+    } else {
         let written = serde_json::json!({"output": shape.output_dims_as_given(), "dtype": dtype.to_string()});
         println!("{}", serde_json::json!({"ran": ran, "wrote": written, "file": a.out.display().to_string()}));
     }

@@ -81,13 +81,26 @@ fn main() -> ExitCode {
         Ok(Outcome::Mismatch) => ExitCode::from(1),
         Err(e) => {
             // One line: the error and those of its causes that it does not already quote.
-            let mut line = e.to_string();
+            let mut line = match e.downcast_ref::<convt::ConvtError>() {
+                // The library's advice names its own CPU reference; the tool's is a flag.
+                Some(convt::ConvtError::NoAdapter { detail }) => format!(
+                    "no GPU adapter found{detail}. Install a Vulkan driver for your GPU, or Mesa's software Vulkan \
+                     driver (Debian/Ubuntu: `apt-get install mesa-vulkan-drivers`), or run on the CPU reference: \
+                     `convt forward --backend cpu`, `convt backward --backend cpu`"
+                ),
+                _ => e.to_string(),
+            };
             for cause in e.chain().skip(1).map(|c| c.to_string()) {
                 if !line.contains(&cause) {
                     line = format!("{line}: {cause}");
                 }
             }
-            eprintln!("error: {}", line.replace('\n', " "));
+            let line = line.replace('\n', " ");
+            eprintln!("error: {line}");
+            // Under --json the error is JSON on stdout too, where the result would have been.
+            if std::env::args().skip(1).any(|a| a == "--json" || a.starts_with("--json=")) {
+                println!("{}", serde_json::json!({ "error": line }));
+            }
             ExitCode::from(2)
         }
     }

@@ -124,7 +124,17 @@ pub fn run(a: VerifyArgs) -> Result<Outcome> {
     let mut failed = 0;
     for case in cases.iter_mut() {
         if software && !a.full_size {
+            let whole = *case;
             *case = scale_down(*case, a.max_gflop)?;
+            if (case.batch, case.in_hw) != (whole.batch, whole.in_hw) {
+                let size = |c: &Case| format!("N={} {}x{}", c.batch, c.in_hw[0], c.in_hw[1]);
+                eprintln!(
+                    "{}: scaled down on this software adapter from {} to {} (--full-size runs it whole)",
+                    case.name,
+                    size(&whole),
+                    size(case)
+                );
+            }
         }
         let seed = a.seed.unwrap_or_else(rand::random);
         let r = if a.backward { verify_backward(&ctx, case, seed, &a)? } else { verify_case(&ctx, case, seed, &a)? };

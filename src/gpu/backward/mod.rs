@@ -140,7 +140,19 @@ pub fn conv_transpose2d_backward_into(
     let cannot =
         |name: String| Err(ConvtError::InvalidArgument(format!("{name} does not compute this shape on this adapter")));
     let kernel = match run.grad_input {
-        None => select::grad_input(ctx, &shape, params.precision, input.dtype()),
+        // The selector's choice follows a forced strategy (`GpuOptions::strategy`) where it names one; one this
+        // adapter cannot run is refused here, as the forward refuses it, not by the device.
+        None => match select::grad_input(ctx, &shape, params.precision, input.dtype()) {
+            k if k.computes(ctx, &shape) => k,
+            k => {
+                return Err(ConvtError::InvalidArgument(format!(
+                    "grad_input kernel {} cannot run on {} (the strategy forced by GpuOptions::strategy or \
+                     CONVT_STRATEGY needs what this adapter lacks)",
+                    k.name(),
+                    ctx.adapter_info().name
+                )))
+            }
+        },
         Some(k) if k.computes(ctx, &shape) => k,
         Some(k) => return cannot(format!("grad_input kernel {}", k.name())),
     };
