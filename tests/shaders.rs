@@ -28,12 +28,11 @@ fn validate(name: &str, source: &str) -> (naga::Module, naga::valid::ModuleInfo)
     (module, info)
 }
 
-/// What wgpu does with a shader on Vulkan: resolve the override constants, then write SPIR-V. naga's writer can
-/// panic on code that validates (it did on cooperative-matrix stores), so this runs on every variant.
-fn translate_to_spirv(name: &str, source: &str) {
+/// `source` validated, with its override constants resolved as a pipeline would: every override without a
+/// default gets a small valid value (4 for sizes: a whole vec4 where a size counts the floats of a vec4 array, as
+/// the rows kernel's SLAB does; true for flags).
+fn resolved(name: &str, source: &str) -> (naga::Module, naga::valid::ModuleInfo) {
     let (module, info) = validate(name, source);
-    // Every override without a default gets a small valid value (4 for sizes: a whole vec4 where a size counts the
-    // floats of a vec4 array, as the rows kernel's SLAB does; true for flags).
     let constants: naga::back::PipelineConstants = module
         .overrides
         .iter()
@@ -43,6 +42,13 @@ fn translate_to_spirv(name: &str, source: &str) {
         .collect();
     let (module, info) = naga::back::pipeline_constants::process_overrides(&module, &info, None, &constants)
         .unwrap_or_else(|e| panic!("{name}: {e:?}"));
+    (module.into_owned(), info.into_owned())
+}
+
+/// What wgpu does with a shader on Vulkan: resolve the override constants, then write SPIR-V. naga's writer can
+/// panic on code that validates (it did on cooperative-matrix stores), so this runs on every variant.
+fn translate_to_spirv(name: &str, source: &str) {
+    let (module, info) = resolved(name, source);
     let options = naga::back::spv::Options::default();
     let pipeline =
         naga::back::spv::PipelineOptions { shader_stage: naga::ShaderStage::Compute, entry_point: "main".into() };
@@ -115,16 +121,7 @@ fn every_shader_translates_to_spirv() {
 /// (shader model 6.2, the first with 16-bit types). `Err` carries the writer's message; a panic is caught and
 /// reported as one.
 fn translate_to_msl_and_hlsl(name: &str, source: &str) -> (Result<(), String>, Result<(), String>) {
-    let (module, info) = validate(name, source);
-    let constants: naga::back::PipelineConstants = module
-        .overrides
-        .iter()
-        .filter(|(_, o)| o.init.is_none())
-        .filter_map(|(_, o)| o.name.clone())
-        .map(|n| (n, 4.0))
-        .collect();
-    let (module, info) = naga::back::pipeline_constants::process_overrides(&module, &info, None, &constants)
-        .unwrap_or_else(|e| panic!("{name}: {e:?}"));
+    let (module, info) = resolved(name, source);
     let entry_point = Some((naga::ShaderStage::Compute, "main".to_string()));
     let caught = |r: std::thread::Result<Result<(), String>>| r.unwrap_or_else(|_| Err("the writer panicked".into()));
     let msl = caught(std::panic::catch_unwind(|| {

@@ -185,6 +185,19 @@ def _result(out, dtype):
     return out if out.dtype == dtype else out.astype(dtype)
 
 
+def _call_options(stride, padding, output_padding, groups, dilation, precision, device):
+    """The convolution's options as the extension's calls take them, each checked and named."""
+    return (
+        _pair(stride, "stride"),
+        _pair(padding, "padding"),
+        _pair(output_padding, "output_padding"),
+        _int(groups, "groups"),
+        _pair(dilation, "dilation"),
+        str(precision),
+        str(device),
+    )
+
+
 def conv_transpose2d(
     input,
     weight,
@@ -242,13 +255,7 @@ def conv_transpose2d(
         x,
         w,
         b,
-        _pair(stride, "stride"),
-        _pair(padding, "padding"),
-        _pair(output_padding, "output_padding"),
-        _int(groups, "groups"),
-        _pair(dilation, "dilation"),
-        str(precision),
-        str(device),
+        *_call_options(stride, padding, output_padding, groups, dilation, precision, device),
         code,
     )
     return _result(out, dtype)
@@ -279,13 +286,7 @@ def _backward(
         w,
         b,
         go,
-        _pair(stride, "stride"),
-        _pair(padding, "padding"),
-        _pair(output_padding, "output_padding"),
-        _int(groups, "groups"),
-        _pair(dilation, "dilation"),
-        str(precision),
-        str(device),
+        *_call_options(stride, padding, output_padding, groups, dilation, precision, device),
         code,
     )
     return _result(gi, dtype), _result(gw, dtype), None if gb is None else _result(gb, dtype)

@@ -214,6 +214,27 @@ impl Output {
     }
 }
 
+/// The three gradients as the package takes them back.
+struct Gradients([Option<Output>; 3]);
+
+impl Gradients {
+    fn host(g: convt::Gradients) -> Self {
+        Self([Some(Output::host(g.grad_input)), Some(Output::host(g.grad_weight)), g.grad_bias.map(Output::host)])
+    }
+
+    fn gpu(ctx: &GpuContext, g: &convt::gpu::GpuGradients) -> convt::Result<Self> {
+        let gb = g.grad_bias.as_ref().map(|b| Output::gpu(ctx, b)).transpose()?;
+        Ok(Self([Some(Output::gpu(ctx, &g.grad_input)?), Some(Output::gpu(ctx, &g.grad_weight)?), gb]))
+    }
+
+    /// `(grad_input, grad_weight, grad_bias)`, grad_bias `None` without a bias.
+    fn into_py(self, py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
+        let [gi, gw, gb] = self.0;
+        let out = |o: Option<Output>| o.map(|o| o.into_py(py)).transpose();
+        (out(gi)?, out(gw)?, out(gb)?).into_pyobject(py)
+    }
+}
+
 /// Little-endian 16-bit words.
 fn bits(bytes: &[u8]) -> Vec<u16> {
     bytes.chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]])).collect()
@@ -328,27 +349,25 @@ fn conv_transpose2d_backward<'py>(
     let w = Operand::new(&weight, dtype)?;
     let b = bias.as_ref().map(|b| Operand::new(b, dtype)).transpose()?;
     let go = Operand::new(&grad_output, dtype)?;
-    let [gi, gw, gb] = run(py, || {
+    let grads = run(py, || {
         // Validated before the context is made: a bad argument is a ValueError without a GPU too.
         opts.resolve(x.shape(), w.shape(), b.as_ref().map(|b| b.shape()))?.check_grad_output(go.shape())?;
         match device {
             Device::Cpu => {
                 let b = b.as_ref().map(Operand::host).transpose()?;
                 let g = convt::cpu::conv_transpose2d_backward(&x.host()?, &w.host()?, b.as_ref(), &go.host()?, &opts)?;
-                Ok([Some(Output::host(g.grad_input)), Some(Output::host(g.grad_weight)), g.grad_bias.map(Output::host)])
+                Ok(Gradients::host(g))
             }
             Device::Gpu => {
                 let ctx = context()?;
                 let (xg, wg, gog) = (x.gpu(ctx)?, w.gpu(ctx)?, go.gpu(ctx)?);
                 let bg = b.as_ref().map(|b| b.gpu(ctx)).transpose()?;
                 let g = convt::gpu::conv_transpose2d_backward(ctx, &xg, &wg, bg.as_ref(), &gog, &opts)?;
-                let gb = g.grad_bias.as_ref().map(|b| Output::gpu(ctx, b)).transpose()?;
-                Ok([Some(Output::gpu(ctx, &g.grad_input)?), Some(Output::gpu(ctx, &g.grad_weight)?), gb])
+                Gradients::gpu(ctx, &g)
             }
         }
     })?;
-    let out = |o: Option<Output>| o.map(|o| o.into_py(py)).transpose();
-    (out(gi)?, out(gw)?, out(gb)?).into_pyobject(py)
+    grads.into_py(py)
 }
 
 /// `nn.ConvTranspose2d`'s state: the library's host layer, plus its parameters on the GPU in the dtype of the
@@ -530,7 +549,7 @@ impl Layer {
         let (device, dtype) = (parse_device(device)?, parse_dtype(dtype)?);
         let x = Operand::new(&input, dtype)?;
         let go = Operand::new(&grad_output, dtype)?;
-        let [gi, gw, gb] = run(py, || {
+        let grads = run(py, || {
             let own = *self.host.options();
             let opts = match self.options_for(x.shape(), Some(go.shape())) {
                 Ok(opts) => opts,
@@ -545,24 +564,18 @@ impl Layer {
                         convt::ConvTranspose2d::from_weights(host.weight().clone(), host.bias().cloned(), opts)?
                             .to_dtype(dtype);
                     let g = layer.backward_cpu(&x.host()?, &go.host()?)?;
-                    Ok([
-                        Some(Output::host(g.grad_input)),
-                        Some(Output::host(g.grad_weight)),
-                        g.grad_bias.map(Output::host),
-                    ])
+                    Ok(Gradients::host(g))
                 }
                 Device::Gpu => {
                     let ctx = context()?;
                     let layer = self.on_gpu(ctx, dtype)?;
                     let (xg, gog) = (x.gpu(ctx)?, go.gpu(ctx)?);
                     let g = convt::gpu::conv_transpose2d_backward(ctx, &xg, layer.weight(), layer.bias(), &gog, &opts)?;
-                    let gb = g.grad_bias.as_ref().map(|b| Output::gpu(ctx, b)).transpose()?;
-                    Ok([Some(Output::gpu(ctx, &g.grad_input)?), Some(Output::gpu(ctx, &g.grad_weight)?), gb])
+                    Gradients::gpu(ctx, &g)
                 }
             }
         })?;
-        let out = |o: Option<Output>| o.map(|o| o.into_py(py)).transpose();
-        (out(gi)?, out(gw)?, out(gb)?).into_pyobject(py)
+        grads.into_py(py)
     }
 }
 
