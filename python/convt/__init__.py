@@ -435,8 +435,27 @@ class ConvTranspose2d:
             ) from None
 
     def forward(self, input, output_size=None):
-        """The layer's output for ``input`` (``[N, Cin, H, W]`` or ``[Cin, H, W]``), in the input's dtype.
-        ``output_size`` is PyTorch's: ``[H, W]`` or the whole output shape, reached through output_padding."""
+        """The layer's output.
+
+        Parameters
+        ----------
+        input : array_like
+            ``[N, Cin, H, W]`` or ``[Cin, H, W]``; float16 and bfloat16 compute in their dtype.
+        output_size : sequence of int, optional
+            PyTorch's: ``[H, W]`` or the whole output shape, reached through output_padding.
+
+        Returns
+        -------
+        numpy.ndarray
+            The output, in the input's dtype (a torch bfloat16 input gives a torch bfloat16 tensor).
+
+        Raises
+        ------
+        ValueError
+            A shape or an output_size the layer cannot take (PyTorch's wording).
+        TypeError
+            An input that is not a floating tensor, or cannot be read.
+        """
         x, code, dtype = _float_input(input, "input")
         out = self._layer.forward(x, code, self.device, _output_size(output_size))
         return _result(out, dtype)
@@ -444,10 +463,30 @@ class ConvTranspose2d:
     __call__ = forward
 
     def backward(self, input, grad_output):
-        """``(grad_input, grad_weight, grad_bias)`` given the gradient of the output, as autograd computes them
-        (grad_bias is None without a bias). The output_padding is the one whose output has grad_output's size,
-        so a forward with ``output_size`` is differentiated as run. In the input's dtype, at the layer's
-        ``precision`` (``"fast"``: f16 operands with f32 sums, as in the forward)."""
+        """The gradients autograd computes, given the gradient of the output.
+
+        The output_padding is the one whose output has grad_output's size, so a forward with ``output_size`` is
+        differentiated as run; the arithmetic is the layer's ``precision``.
+
+        Parameters
+        ----------
+        input : array_like
+            The forward's input.
+        grad_output : array_like
+            The gradient of the forward's output (its size).
+
+        Returns
+        -------
+        tuple
+            ``(grad_input, grad_weight, grad_bias)`` in the input's dtype; grad_bias is None without a bias.
+
+        Raises
+        ------
+        ValueError
+            A grad_output of another size than the output (it names the size expected).
+        TypeError
+            A tensor that is not floating, or cannot be read.
+        """
         x, code, dtype = _float_input(input, "input")
         go = _operand(grad_output, "grad_output", code)
         gi, gw, gb = self._layer.backward(x, go, code, self.device)
@@ -465,11 +504,23 @@ class ConvTranspose2d:
         return state
 
     def load_state_dict(self, state_dict, strict=True):
-        """Loads ``weight`` and ``bias`` from a mapping of arrays or CPU torch tensors (e.g. a torch
-        ``state_dict()``). Sizes must match; with ``strict`` (PyTorch's default), keys must be exactly the
-        layer's. A ``ValueError`` names what is wrong, as PyTorch's message does; a value that is not a floating
-        tensor is a ``TypeError``. Every value is checked before any is assigned: a failed load leaves the layer
-        as it was."""
+        """Loads ``weight`` and ``bias``; every value is checked before any is assigned, so a failed load leaves
+        the layer as it was.
+
+        Parameters
+        ----------
+        state_dict : mapping
+            Arrays or CPU torch tensors by PyTorch's keys (a torch ``state_dict()`` loads as it is).
+        strict : bool
+            As PyTorch's: the keys must be exactly the layer's.
+
+        Raises
+        ------
+        ValueError
+            Missing or unexpected keys, or sizes that differ (PyTorch's messages).
+        TypeError
+            A state_dict that is not a mapping, or a value that is not a floating tensor.
+        """
         from collections.abc import Mapping
 
         if not isinstance(state_dict, Mapping):
