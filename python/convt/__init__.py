@@ -99,15 +99,19 @@ def _float_input(x, what):
         return np.ascontiguousarray(a).view(np.uint16), "f16", a.dtype
     if a.dtype.name == "bfloat16" and a.dtype.itemsize == 2:  # ml_dtypes' bfloat16
         return np.ascontiguousarray(a).view(np.uint16), "bf16", a.dtype
-    if a.dtype.itemsize > 4 and a.size:
-        # Wider floats compute in float32: a finite value beyond its range would silently become infinite.
-        finite = np.abs(a[np.isfinite(a)])
-        if finite.size and finite.max() > np.finfo(np.float32).max:
+    # Wider floats compute in float32: a finite value beyond its range becomes infinite in the conversion (looked
+    # for only where the float32 copy holds an infinity, so a call without one pays a single pass), and is
+    # refused below rather than warned about.
+    with np.errstate(over="ignore"):
+        x = np.ascontiguousarray(a, dtype=np.float32)
+    if a.dtype.itemsize > 4 and np.isinf(x).any():
+        overflow = np.isinf(x) & np.isfinite(a)
+        if overflow.any():
             raise ValueError(
-                f"convt: {what} holds {finite.max():.6g}, beyond float32's range (largest "
+                f"convt: {what} holds {np.abs(a[overflow]).max():.6g}, beyond float32's range (largest "
                 f"{np.finfo(np.float32).max:.6g}); {a.dtype} tensors compute in float32"
             )
-    return np.ascontiguousarray(a, dtype=np.float32), "f32", a.dtype
+    return x, "f32", a.dtype
 
 
 def _same_dtype(x, what, code, dtype):
