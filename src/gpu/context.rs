@@ -315,6 +315,8 @@ pub struct ContextState {
     tuned: crate::gpu::tune::TuneCache,
     /// Whether the tensor-core kernels run here ([`GpuContext::has_coop_f16`]).
     coop: bool,
+    /// Times every dispatch while attached ([`GpuContext::set_profiler`]).
+    profiler: Mutex<Option<Arc<crate::gpu::profile::Profiler>>>,
 }
 
 impl GpuContext {
@@ -360,7 +362,10 @@ impl GpuContext {
         // storage for half-precision tensors (only used by the kernels that need them, which run only where the
         // device has them: src/gpu/wgsl/operands.rs).
         let coop = coop_f16_supported(&adapter);
-        let wanted = wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::SHADER_F16 | wgpu::Features::SHADER_I16;
+        let wanted = wgpu::Features::TIMESTAMP_QUERY
+            | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES
+            | wgpu::Features::SHADER_F16
+            | wgpu::Features::SHADER_I16;
         let mut features = adapter.features() & wanted;
         if coop {
             features |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
@@ -502,7 +507,35 @@ impl GpuContext {
             uniforms: Uniforms::default(),
             tuned,
             coop,
+            profiler: Mutex::new(None),
         })))
+    }
+
+    /// Attaches `profiler` (or detaches it, with `None`): while attached, every dispatch convt records on this
+    /// context is timed on its own ([`crate::gpu::Profiler`]).
+    pub fn set_profiler(&self, profiler: Option<Arc<crate::gpu::profile::Profiler>>) {
+        *lock(&self.profiler) = profiler;
+    }
+
+    /// Encodes one dispatch of `pipeline` (`dispatch` records it into `pass`), timed by the attached profiler if
+    /// there is one, under the pipeline's name.
+    pub(crate) fn dispatch_in(
+        &self,
+        pass: &mut wgpu::ComputePass<'_>,
+        pipeline: &wgpu::ComputePipeline,
+        dispatch: impl FnOnce(&mut wgpu::ComputePass<'_>),
+    ) {
+        let profiler = lock(&self.profiler).clone();
+        match profiler {
+            None => dispatch(pass),
+            Some(p) => {
+                let name = lock(&self.pipelines)
+                    .iter()
+                    .find(|(_, q)| std::ptr::eq(Arc::as_ptr(q), pipeline))
+                    .map_or_else(|| "(unnamed pipeline)".to_string(), |(name, _)| name.clone());
+                p.around(pass, name, dispatch);
+            }
+        }
     }
 
     /// Whether the device runs f16 shaders (`SHADER_F16`).

@@ -146,7 +146,7 @@ pub(crate) fn dispatch_buffers(
     (width, height): (u32, u32),
 ) {
     bind_buffers(ctx, pass, pipeline, uniform, buffers);
-    pass.dispatch_workgroups(width, height, 1);
+    ctx.dispatch_in(pass, pipeline, |pass| pass.dispatch_workgroups(width, height, 1));
 }
 
 /// Sets `pipeline` with `uniform` bound at binding 0 and `buffers` at bindings 1, 2, ..., for a dispatch to follow.
@@ -194,7 +194,7 @@ pub(crate) fn dispatch_weight_prep(
         });
         pass.set_pipeline(pipeline);
         pass.set_bind_group(0, &bind_group, &[]);
-        pass.dispatch_workgroups(width, height, 1);
+        ctx.dispatch_in(pass, pipeline, |pass| pass.dispatch_workgroups(width, height, 1));
         Ok(())
     })
 }

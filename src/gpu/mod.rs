@@ -14,6 +14,7 @@ pub(crate) mod forward;
 pub(crate) mod kernel;
 pub(crate) mod memory;
 pub(crate) mod plan;
+pub(crate) mod profile;
 pub mod select;
 pub(crate) mod slices;
 pub(crate) mod timing;
@@ -30,6 +31,7 @@ pub use backward::grad_weight::GradWeightKernel;
 pub use backward::{conv_transpose2d_backward, conv_transpose2d_backward_into, GpuGradients};
 pub use context::{describe, list_adapters, AdapterSummary, GpuContext, GpuOptions, ShaderChecks, REQUIRED_LIMITS};
 pub use memory::GpuTensor;
+pub use profile::Profiler;
 pub use timing::GpuTimer;
 
 use crate::error::{ConvtError, Result};

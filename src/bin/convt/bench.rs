@@ -9,7 +9,7 @@ use anyhow::{bail, Result};
 use clap::Args;
 use convt::gpu::{
     conv_transpose2d_backward_into, conv_transpose2d_into, select, BackwardRun, GpuGradients, GpuTimer,
-    GradInputKernel, GradWeightKernel, Run, Strategy,
+    GradInputKernel, GradWeightKernel, Profiler, Run, Strategy,
 };
 use convt::io::OutputFile;
 use convt::suite::Case;
@@ -61,6 +61,10 @@ pub struct BenchArgs {
     /// its kernel once) instead of the functional call, which prepares it on every call.
     #[arg(long, conflicts_with = "backward")]
     layer: bool,
+    /// After timing, time each dispatch of as many calls on its own (GPU timestamps inside the pass) and report
+    /// each kernel's median share of a call, in the table and the JSON (`profile`): where a call's time goes.
+    #[arg(long)]
+    profile: bool,
 }
 
 /// Inputs smaller than this are rotated among several copies so that repeated runs do not measure the cache.
@@ -141,6 +145,8 @@ pub struct Prepared {
     layer: Option<GpuConvTranspose2d>,
     /// The kernels the last call ran.
     ran: std::cell::Cell<Option<Ran>>,
+    /// The input set of the last call (whose outputs the error checks read).
+    last_set: std::cell::Cell<usize>,
 }
 
 /// The backward's kernels where a caller gives them (`None`: the selector's).
@@ -225,6 +231,7 @@ impl Prepared {
             outputs,
             layer: None,
             ran: Default::default(),
+            last_set: Default::default(),
         })
     }
 
@@ -337,18 +344,7 @@ impl Prepared {
         runs: u32,
     ) -> Result<Vec<f64>> {
         let timer = GpuTimer::new(ctx, runs)?;
-        let candidate = match (self.pass, candidate) {
-            (_, Some(c)) => Some(c),
-            (Pass::Forward, None) if self.layer.is_none() => Some(Candidate::Forward(select::forward(
-                ctx,
-                &self.shape,
-                self.case.bias,
-                self.precision,
-                self.weight.dtype(),
-            ))),
-            (Pass::Forward, None) => None,
-            (Pass::Backward, None) => None,
-        };
+        let candidate = candidate.or_else(|| self.selected(ctx));
         // Warm-up: `warmup` calls, then more until the GPU has been busy for `min_warmup` (a GPU left idle, as
         // while the previous case's error was checked on the CPU, clocks down: its first calls measured up to
         // four times slower on the H100/H200). The clock starts after a first call, which builds the strategy's
@@ -375,6 +371,70 @@ impl Prepared {
         }
         ctx.device().poll(wgpu::PollType::Wait { submission_index: None, timeout: None }).ok();
         Ok(timer.read_ms(ctx, runs)?)
+    }
+
+    /// The candidate a call runs without one given: the selector's forward strategy for a functional forward; none
+    /// for a layer (which picks its own) or the backward (whose selector runs in the call).
+    fn selected(&self, ctx: &GpuContext) -> Option<Candidate> {
+        match self.pass {
+            Pass::Forward if self.layer.is_none() => Some(Candidate::Forward(select::forward(
+                ctx,
+                &self.shape,
+                self.case.bias,
+                self.precision,
+                self.weight.dtype(),
+            ))),
+            _ => None,
+        }
+    }
+
+    /// Each pipeline's median time in a call, over `runs` calls whose every dispatch is timed on its own
+    /// ([`Profiler`]), in the order the pipelines first ran: (pipeline, dispatches per call, median ms). Run after
+    /// [`Prepared::time`] (warm: the pipelines built, the GPU busy).
+    pub fn profile(&self, ctx: &GpuContext, runs: u32) -> Result<Vec<(String, usize, f64)>> {
+        let profiler = std::sync::Arc::new(Profiler::new(ctx)?);
+        ctx.set_profiler(Some(profiler.clone()));
+        let mut calls = Vec::new();
+        let mut record = || -> Result<()> {
+            for i in 0..runs {
+                profiler.begin_call();
+                self.call(ctx, self.selected(ctx), &self.inputs[i as usize % self.inputs.len()], None)?;
+                // A call records a few dozen dispatches; read before the query set can run out.
+                if profiler.room() < 512 || i + 1 == runs {
+                    let (read, dropped) = profiler.read(ctx)?;
+                    if dropped > 0 {
+                        bail!("{dropped} dispatches of one call went untimed (more than the profiler's room)");
+                    }
+                    calls.extend(read);
+                }
+            }
+            Ok(())
+        };
+        let recorded = record();
+        ctx.set_profiler(None);
+        recorded?;
+        let mut names: Vec<String> = Vec::new();
+        for call in &calls {
+            for (name, _) in call {
+                if !names.contains(name) {
+                    names.push(name.clone());
+                }
+            }
+        }
+        Ok(names
+            .into_iter()
+            .map(|name| {
+                let per_call: Vec<(usize, f64)> = calls
+                    .iter()
+                    .map(|c| {
+                        let mine = c.iter().filter(|(n, _)| *n == name);
+                        (mine.clone().count(), mine.map(|(_, ms)| ms).sum())
+                    })
+                    .collect();
+                let count = per_call.iter().map(|&(n, _)| n).max().unwrap_or(0);
+                (name, count, median(per_call.into_iter().map(|(_, ms)| ms).collect()))
+            })
+            .collect())
     }
 
     /// One call of the pass on input set `set`, timed into `slot` if given; records the kernels that ran.
@@ -411,6 +471,7 @@ impl Prepared {
             _ => bail!("a forward strategy times the forward, backward kernels the backward"),
         };
         self.ran.set(Some(ran));
+        self.last_set.set(self.inputs.iter().position(|s| std::ptr::eq(s, set)).unwrap_or(0));
         Ok(())
     }
 }
@@ -491,7 +552,10 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
         let times = prepared.time(&ctx, None, a.warmup, MIN_WARMUP, a.runs)?;
         let peak = ctx.peak_memory();
         let scratch_mb = peak.saturating_sub(held) as f64 / 1e6;
-        let last_set = (a.warmup + a.runs - 1) as usize % prepared.inputs.len();
+        // The time's parts, the same calls again with every dispatch timed on its own (the candidate the selector
+        // or the layer picks, as above).
+        let profile = if a.profile { prepared.profile(&ctx, a.runs)? } else { Vec::new() };
+        let last_set = prepared.last_set.get();
         // (tensor, its error): the forward's output, or each gradient.
         let errors: Vec<(&str, ErrorStats)> = match (pass, a.check_samples) {
             (_, 0) => Vec::new(),
@@ -549,6 +613,18 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
                 row[format!("{what}_rel_l2")] = json!(e.rel_l2);
                 row[format!("{what}_samples")] = json!(e.compared);
             }
+        }
+        for (kernel, dispatches, ms) in &profile {
+            // The pipeline's name without its constants.
+            let short = kernel.split(" [(").next().unwrap_or(kernel);
+            let short = short.trim_end_matches(" Trusted").trim_end_matches(" Checked");
+            table(format!("{:<6} {ms:>9.3} {dispatches:>4} x {short}", ""));
+        }
+        if a.profile {
+            row["profile"] = json!(profile
+                .iter()
+                .map(|(kernel, dispatches, ms)| json!({"kernel": kernel, "dispatches": dispatches, "ms": ms}))
+                .collect::<Vec<_>>());
         }
         rows.push(row);
     }

@@ -836,7 +836,7 @@ fn encode_preparation(
             dispatch_buffers(ctx, pass, &check, bytemuck::bytes_of(&u), &[&maxima, &counts, &guess], (1, 1));
             for (i, (c, _, u)) in chunks.iter().enumerate() {
                 bind_buffers(ctx, pass, &fixup, bytemuck::bytes_of(u), &[&c, &xp, &maxima, &guess]);
-                pass.dispatch_workgroups_indirect(&counts, (12 * i) as u64);
+                ctx.dispatch_in(pass, &fixup, |pass| pass.dispatch_workgroups_indirect(&counts, (12 * i) as u64));
             }
         }
 

@@ -1,0 +1,138 @@
+//! Per-dispatch GPU timestamps, to find where a call's time goes (`convt bench --profile`): while a [`Profiler`] is
+//! attached to a context ([`GpuContext::set_profiler`]), every dispatch convt records is bracketed by two timestamps
+//! written inside its compute pass and named by its pipeline; [`Profiler::read`] returns each call's dispatches in
+//! order with their times. Needs `TIMESTAMP_QUERY_INSIDE_PASSES` (requested where the adapter has it).
+//!
+//! A timestamp is written when every command before it has finished (Vulkan's bottom of the pipe), so a dispatch's
+//! time runs from the end of the previous command to its own end: what the call would take without it, gaps and
+//! barriers included.
+
+use std::sync::Mutex;
+
+use crate::error::{ConvtError, Result};
+use crate::gpu::context::{lock, GpuContext};
+use crate::gpu::memory::{map_for_reading, plain_buffer};
+
+/// The queries of one query set (wgpu's limit), two per dispatch.
+const QUERIES: u32 = wgpu::QUERY_SET_MAX_QUERIES;
+
+/// Timestamps around each dispatch recorded while it is attached to a context.
+pub struct Profiler {
+    queries: wgpu::QuerySet,
+    resolve: wgpu::Buffer,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// The pipeline of each recorded dispatch, in recording order (dispatch i owns queries 2i and 2i + 1).
+    names: Vec<String>,
+    /// Where each call's dispatches start in `names`.
+    calls: Vec<usize>,
+    /// Dispatches recorded past the query set's capacity (not timed).
+    dropped: usize,
+}
+
+impl std::fmt::Debug for Profiler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Profiler").field("recorded", &lock(&self.state).names.len()).finish_non_exhaustive()
+    }
+}
+
+impl Profiler {
+    /// A profiler for `ctx`'s device, room for 2048 dispatches between reads. An adapter without timestamps
+    /// inside passes is an error.
+    pub fn new(ctx: &GpuContext) -> Result<Self> {
+        let need = wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;
+        if !ctx.device().features().contains(need) {
+            return Err(ConvtError::Gpu(format!(
+                "adapter {} has no timestamps inside compute passes (TIMESTAMP_QUERY_INSIDE_PASSES), so dispatches \
+                 cannot be timed one by one",
+                ctx.adapter_info().name
+            )));
+        }
+        ctx.scoped(|| {
+            let queries = ctx.device().create_query_set(&wgpu::QuerySetDescriptor {
+                label: Some("convt profiler"),
+                ty: wgpu::QueryType::Timestamp,
+                count: QUERIES,
+            });
+            let usage = wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC;
+            let resolve = plain_buffer(ctx.device(), "convt profiler resolve", 8 * QUERIES as u64, usage);
+            Ok(Self { queries, resolve, state: Mutex::default() })
+        })
+    }
+
+    /// Starts a new call: the dispatches recorded from here until the next `begin_call` are its own.
+    pub fn begin_call(&self) {
+        let mut s = lock(&self.state);
+        let at = s.names.len();
+        s.calls.push(at);
+    }
+
+    /// Dispatches that can still be recorded before [`Profiler::read`].
+    pub fn room(&self) -> usize {
+        (QUERIES / 2) as usize - lock(&self.state).names.len().min((QUERIES / 2) as usize)
+    }
+
+    /// Records `dispatch` (which encodes one dispatch into `pass`) between two timestamps, under `name`.
+    pub(crate) fn around(
+        &self,
+        pass: &mut wgpu::ComputePass<'_>,
+        name: String,
+        dispatch: impl FnOnce(&mut wgpu::ComputePass<'_>),
+    ) {
+        let slot = {
+            let mut s = lock(&self.state);
+            if s.names.len() < (QUERIES / 2) as usize {
+                s.names.push(name);
+                Some(s.names.len() as u32 - 1)
+            } else {
+                s.dropped += 1;
+                None
+            }
+        };
+        match slot {
+            Some(i) => {
+                pass.write_timestamp(&self.queries, 2 * i);
+                dispatch(pass);
+                pass.write_timestamp(&self.queries, 2 * i + 1);
+            }
+            None => dispatch(pass),
+        }
+    }
+
+    /// Each call's dispatches since the last read, as (pipeline, milliseconds) in recording order, and the number
+    /// of dispatches not timed for want of queries; then starts afresh. Waits for the GPU.
+    pub fn read(&self, ctx: &GpuContext) -> Result<(Vec<Vec<(String, f64)>>, usize)> {
+        let State { names, mut calls, dropped } = std::mem::take(&mut *lock(&self.state));
+        if names.is_empty() {
+            return Ok((vec![Vec::new(); calls.len()], dropped));
+        }
+        let bytes = 16 * names.len() as u64;
+        let staging = ctx.scoped(|| {
+            let usage = wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST;
+            let staging = plain_buffer(ctx.device(), "convt profiler read", bytes, usage);
+            let mut encoder = ctx.device().create_command_encoder(&Default::default());
+            encoder.resolve_query_set(&self.queries, 0..2 * names.len() as u32, &self.resolve, 0);
+            encoder.copy_buffer_to_buffer(&self.resolve, 0, &staging, 0, bytes);
+            ctx.queue().submit([encoder.finish()]);
+            Ok(staging)
+        })?;
+        map_for_reading(ctx, &staging)?;
+        let period_ns = ctx.queue().get_timestamp_period() as f64;
+        let view = staging.get_mapped_range(..).map_err(|e| ConvtError::Gpu(e.to_string()))?;
+        let ticks: &[u64] = bytemuck::cast_slice(&view);
+        let timed: Vec<(String, f64)> = names
+            .into_iter()
+            .zip(ticks.chunks(2))
+            .map(|(name, t)| (name, t[1].wrapping_sub(t[0]) as f64 * period_ns / 1e6))
+            .collect();
+        if calls.first() != Some(&0) {
+            calls.insert(0, 0);
+        }
+        let ends = calls.iter().skip(1).copied().chain(std::iter::once(timed.len()));
+        let per_call = calls.iter().zip(ends).map(|(&b, e)| timed[b.min(e)..e].to_vec()).collect();
+        Ok((per_call, dropped))
+    }
+}
