@@ -35,6 +35,13 @@ const WG_N: u32 = TILE / TN;  // invocations along the output channels
 const WG: u32 = WG_M * WG_N;
 const BK: u32 = 16u;     // pixels per K step
 const LOADS: u32 = TILE * BK / WG; // values of each operand one invocation stages per step (8 or 16)
+// What the common load_step and job read (shaders/backward/grad_weight_common.wgsl, src/gpu/backward/grad_weight.rs
+// `JOB`): square tiles.
+const BM: u32 = TILE;
+const BN: u32 = TILE;
+const THREADS: u32 = WG;
+const LOADS_A: u32 = LOADS;
+const LOADS_B: u32 = LOADS;
 // The staging covers each of the TILE rows of a step exactly once (rows row0 + (WG/BK)*j).
 const_assert WG % BK == 0u && (TILE * BK) % WG == 0u;
 
@@ -48,42 +55,6 @@ const ROW: u32 = TILE / 4u + 1u;
 var<workgroup> xs: array<vec4<f32>, BK * ROW>;   // [k][ic / 4]
 var<workgroup> gs: array<vec4<f32>, BK * ROW>;   // [k][oc / 4]
 
-
-struct Staged {
-    x: array<f32, LOADS>,
-    g: array<f32, LOADS>,
-}
-
-// This invocation's share of the step starting at pixel k0: pixel k0 + k_local of the chunk for channel rows
-// row0 + (WG/BK)*j of x and of grad_output (zero past the chunk's end or outside the tile's channels).
-fn load_step(c: LoadCtx, k0: u32) -> Staged {
-    var r = Staged();
-    let k = k0 + c.k_local;
-    if (k >= c.k_end) {
-        return r;
-    }
-    let in_pixels = IN_H * IN_W;
-    let out_pixels = OUT_H * OUT_W;
-    let col = k % c.nw;
-    let row = (k / c.nw) % c.nh;
-    let n = k / (c.nw * c.nh);
-    let ih = c.rh.x + row;
-    let iw = c.rw.x + col;
-    let xi = slice.x_offset + n * C_IN * in_pixels + ih * IN_W + iw;
-    let gi = slice.go_offset + n * C_OUT * out_pixels + (ih * S_H + c.kh * D_H - P_H) * OUT_W
-        + (iw * S_W + c.kw * D_W - P_W);
-    for (var j = 0u; j < LOADS; j++) {
-        let ic = c.ic_lo + c.row0 + j * (WG / BK);
-        if (ic >= slice.ic_begin && ic < c.ic_hi) {
-            r.x[j] = x_ld(xi + (ic - slice.ic_begin) * in_pixels);
-        }
-        let oc = c.oc_lo + c.row0 + j * (WG / BK);
-        if (oc >= slice.oc_begin && oc < c.oc_hi) {
-            r.g[j] = grad_out_ld(gi + (oc - slice.go_first_channel) * out_pixels);
-        }
-    }
-    return r;
-}
 
 // Where the epilogue writes: slot `split` of the scratch buffer, for one tap.
 struct StoreCtx {
@@ -115,44 +86,8 @@ fn store4(sc: StoreCtx, i: u32, oc0: u32, v: vec4<f32>) {
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let cig = C_IN / GROUPS;
-    let cog = C_OUT / GROUPS;
-    let taps = K_H * K_W;
-    let ic_tiles = (cig + TILE - 1u) / TILE;
-    let oc_tiles = (cog + TILE - 1u) / TILE;
-    let wg = wid.y * slice.dispatch_width + wid.x;
-    if (wg >= GROUPS * ic_tiles * oc_tiles * taps * slice.splits) {
-        return;
-    }
-    // The chunk (split) slowest: the workgroups of one chunk, every tap and channel tile, are neighbours in the
-    // grid and run together, so the chunk's x and grad_output come from DRAM once and from L2 for the other taps
-    // (with the chunk fastest, each tap's GEMM read the whole tensors again).
-    let tap = wg % taps;
-    let oct = (wg / taps) % oc_tiles;
-    let ict = (wg / (taps * oc_tiles)) % ic_tiles;
-    let group = (wg / (taps * oc_tiles * ic_tiles)) % GROUPS;
-    let split = wg / (taps * oc_tiles * ic_tiles * GROUPS);
-    let kh = tap / K_W;
-    let kw = tap % K_W;
-
-    // This tile's channels in global numbering, restricted to the group and the slice: [lo, hi).
-    let ic_lo = group * cig + ict * TILE;
-    let ic_hi = min(min(ic_lo + TILE, group * cig + cig), slice.ic_end);
-    let oc_lo = group * cog + oct * TILE;
-    let oc_hi = min(min(oc_lo + TILE, group * cog + cog), slice.oc_end);
-
-    let rh = axis_range(kh, S_H, P_H, D_H, IN_H, OUT_H);
-    let rw = axis_range(kw, S_W, P_W, D_W, IN_W, OUT_W);
-    let nh = rh.y - rh.x;
-    let nw = rw.y - rw.x;
-    let count = slice.n_count * nh * nw;
-    let k_begin = min(split * slice.chunk, count);
-    let k_end = min(k_begin + slice.chunk, count);
-
-    // Staging: invocation lid loads pixel k_local = lid % BK of the step for channel rows lid / BK + (WG/BK)*j.
-    let k_local = lid % BK;
-    let row0 = lid / BK;
-    let ctx = LoadCtx(rh, rw, nh, nw, k_end, k_local, row0, ic_lo, ic_hi, oc_lo, oc_hi, kh, kw);
+    // The workgroup's job (src/gpu/backward/grad_weight.rs `JOB`): its tap, channel tile and chunk of K.
+//#JOB
 
     // Register tile: input channels 4*ty .. 4*ty+3, output channels 4*(j*WG_N + tx) .. +3 for the runs j.
     let tx = lid % WG_N;
@@ -168,8 +103,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         for (var j = 0u; j < LOADS; j++) {
             let row = row0 + j * (WG / BK);
             let slot = k_local * ROW + row / 4u;
-            xs[slot][row % 4u] = regs.x[j];
-            gs[slot][row % 4u] = regs.g[j];
+            xs[slot][row % 4u] = x_value(regs.x[j]);
+            gs[slot][row % 4u] = grad_out_value(regs.g[j]);
         }
         workgroupBarrier();
         // Prefetch the next step: its global loads are in flight during this step's math.

@@ -1,7 +1,8 @@
 // grad_weight_common.wgsl: what the per-tap GEMM kernels of grad_weight share (shaders/backward/grad_weight.wgsl,
 // exact; shaders/backward/grad_weight_half.wgsl, precision `fast`): the slice of the tensors a dispatch covers, the
-// bindings, and what the loads of a K step need. The host puts it in the same module as them (no entry point of its
-// own).
+// bindings and the loads of a K step (each workgroup's job is src/gpu/backward/grad_weight.rs `JOB`, code in
+// the kernels' entry points, where naga can see that it is uniform). The host puts it in the same module as them (no entry
+// point of its own).
 
 struct Slice {
     n_count: u32,
@@ -38,4 +39,46 @@ struct LoadCtx {
     oc_hi: u32,
     kh: u32,
     kw: u32,
+}
+
+// The values of one K step an invocation stages, as loaded (f32, f16 or bf16's bits: src/gpu/wgsl/operands.rs):
+// converted where they are staged, so the step's products hide the loads' latency. Each kernel sets BK (pixels
+// per step), THREADS (invocations) and LOADS_A / LOADS_B (values of x / grad_output per invocation and step).
+struct Staged {
+    x: array<x_raw_t, LOADS_A>,
+    g: array<grad_out_raw_t, LOADS_B>,
+}
+
+// This invocation's share of the step starting at pixel k0: pixel k0 + k_local of the chunk for channel rows
+// row0 + (THREADS / BK) * j of x and of grad_output (zero past the chunk's end or outside the tile's channels):
+// consecutive invocations load consecutive pixels of a row (coalesced).
+fn load_step(c: LoadCtx, k0: u32) -> Staged {
+    var r = Staged();
+    let k = k0 + c.k_local;
+    if (k >= c.k_end) {
+        return r;
+    }
+    let in_pixels = IN_H * IN_W;
+    let out_pixels = OUT_H * OUT_W;
+    let col = k % c.nw;
+    let row = (k / c.nw) % c.nh;
+    let n = k / (c.nw * c.nh);
+    let ih = c.rh.x + row;
+    let iw = c.rw.x + col;
+    let xi = slice.x_offset + n * C_IN * in_pixels + ih * IN_W + iw;
+    let gi = slice.go_offset + n * C_OUT * out_pixels + (ih * S_H + c.kh * D_H - P_H) * OUT_W
+        + (iw * S_W + c.kw * D_W - P_W);
+    for (var j = 0u; j < LOADS_A; j++) {
+        let ic = c.ic_lo + c.row0 + j * (THREADS / BK);
+        if (ic >= slice.ic_begin && ic < c.ic_hi) {
+            r.x[j] = x_raw(xi + (ic - slice.ic_begin) * in_pixels);
+        }
+    }
+    for (var j = 0u; j < LOADS_B; j++) {
+        let oc = c.oc_lo + c.row0 + j * (THREADS / BK);
+        if (oc >= slice.oc_begin && oc < c.oc_hi) {
+            r.g[j] = grad_out_raw(gi + (oc - slice.go_first_channel) * out_pixels);
+        }
+    }
+    return r;
 }

@@ -39,44 +39,6 @@ const_assert THREADS % BK == 0u && (BM * BK) % THREADS == 0u && (BN * BK) % THRE
 var<workgroup> a_tile: array<f16, BM * LDK>; // [m][k]: x
 var<workgroup> b_tile: array<f16, BN * LDK>; // [n][k]: grad_output
 
-struct Staged {
-    x: array<f32, LOADS_A>,
-    g: array<f32, LOADS_B>,
-}
-
-// This invocation's share of the step starting at pixel k0: pixel k0 + k_local of the chunk for channel rows
-// row0 + (THREADS/BK)*j of x and of grad_output (zero past the chunk's end or outside the tile's channels).
-fn load_step(c: LoadCtx, k0: u32) -> Staged {
-    var r = Staged();
-    let k = k0 + c.k_local;
-    if (k >= c.k_end) {
-        return r;
-    }
-    let in_pixels = IN_H * IN_W;
-    let out_pixels = OUT_H * OUT_W;
-    let col = k % c.nw;
-    let row = (k / c.nw) % c.nh;
-    let n = k / (c.nw * c.nh);
-    let ih = c.rh.x + row;
-    let iw = c.rw.x + col;
-    let xi = slice.x_offset + n * C_IN * in_pixels + ih * IN_W + iw;
-    let gi = slice.go_offset + n * C_OUT * out_pixels + (ih * S_H + c.kh * D_H - P_H) * OUT_W
-        + (iw * S_W + c.kw * D_W - P_W);
-    for (var j = 0u; j < LOADS_A; j++) {
-        let ic = c.ic_lo + c.row0 + j * (THREADS / BK);
-        if (ic >= slice.ic_begin && ic < c.ic_hi) {
-            r.x[j] = x_ld(xi + (ic - slice.ic_begin) * in_pixels);
-        }
-    }
-    for (var j = 0u; j < LOADS_B; j++) {
-        let oc = c.oc_lo + c.row0 + j * (THREADS / BK);
-        if (oc >= slice.oc_begin && oc < c.oc_hi) {
-            r.g[j] = grad_out_ld(gi + (oc - slice.go_first_channel) * out_pixels);
-        }
-    }
-    return r;
-}
-
 // Where the epilogue writes: slot `split` of the scratch buffer, for one tap.
 struct StoreCtx {
     split: u32,
@@ -102,42 +64,8 @@ fn put(sc: StoreCtx, m: u32, n: u32, v: f32) {
 @compute @workgroup_size(THREADS)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
 //#PROLOGUE
-    let cig = C_IN / GROUPS;
-    let cog = C_OUT / GROUPS;
-    let taps = K_H * K_W;
-    let ic_tiles = (cig + BM - 1u) / BM;
-    let oc_tiles = (cog + BN - 1u) / BN;
-    let wg = wid.y * slice.dispatch_width + wid.x;
-    if (wg >= GROUPS * ic_tiles * oc_tiles * taps * slice.splits) {
-        return;
-    }
-    // The chunk slowest, as in the exact kernel: the workgroups of one chunk (every tap and channel tile) run
-    // together and share the chunk's loads through L2.
-    let tap = wg % taps;
-    let oct = (wg / taps) % oc_tiles;
-    let ict = (wg / (taps * oc_tiles)) % ic_tiles;
-    let group = (wg / (taps * oc_tiles * ic_tiles)) % GROUPS;
-    let split = wg / (taps * oc_tiles * ic_tiles * GROUPS);
-    let kh = tap / K_W;
-    let kw = tap % K_W;
-
-    // This tile's channels in global numbering, restricted to the group and the slice: [lo, hi).
-    let ic_lo = group * cig + ict * BM;
-    let ic_hi = min(min(ic_lo + BM, group * cig + cig), slice.ic_end);
-    let oc_lo = group * cog + oct * BN;
-    let oc_hi = min(min(oc_lo + BN, group * cog + cog), slice.oc_end);
-
-    let rh = axis_range(kh, S_H, P_H, D_H, IN_H, OUT_H);
-    let rw = axis_range(kw, S_W, P_W, D_W, IN_W, OUT_W);
-    let nh = rh.y - rh.x;
-    let nw = rw.y - rw.x;
-    let count = slice.n_count * nh * nw;
-    let k_begin = min(split * slice.chunk, count);
-    let k_end = min(k_begin + slice.chunk, count);
-
-    let k_local = lid % BK;
-    let row0 = lid / BK;
-    let ctx = LoadCtx(rh, rw, nh, nw, k_end, k_local, row0, ic_lo, ic_hi, oc_lo, oc_hi, kh, kw);
+    // The workgroup's job (src/gpu/backward/grad_weight.rs `JOB`): its tap, channel tile and chunk of K.
+//#JOB
 //#ACC_DECL
 
     var regs = Staged();
@@ -146,10 +74,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     for (var k0 = k_begin; k0 < k_end; k0 += BK) {
         for (var j = 0u; j < LOADS_A; j++) {
-            a_tile[(row0 + j * (THREADS / BK)) * LDK + k_local] = f16(regs.x[j] * scale_x);
+            a_tile[(row0 + j * (THREADS / BK)) * LDK + k_local] = f16(x_value(regs.x[j]) * scale_x);
         }
         for (var j = 0u; j < LOADS_B; j++) {
-            b_tile[(row0 + j * (THREADS / BK)) * LDK + k_local] = f16(regs.g[j] * scale_w);
+            b_tile[(row0 + j * (THREADS / BK)) * LDK + k_local] = f16(grad_out_value(regs.g[j]) * scale_w);
         }
         workgroupBarrier();
         // Prefetch the next step: its global loads are in flight during this step's products.

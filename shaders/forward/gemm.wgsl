@@ -125,9 +125,10 @@ struct LoadCtx {
     cog: u32,
 }
 
+// The values as loaded (f32, f16 or bf16's bits: src/gpu/wgsl/operands.rs), converted where they are staged.
 struct Staged {
-    a: array<f32, A_LOADS>,
-    b: array<f32, B_LOADS>,
+    a: array<x_raw_t, A_LOADS>,
+    b: array<w_raw_t, B_LOADS>,
 }
 
 // Position of a K step: tap (jh, jw) of the phase, input channels from ic0.
@@ -166,9 +167,9 @@ fn load_step(c: LoadCtx, p: Step) -> Staged {
     // (Wraps where the pixel lies outside the input; then nothing is read.)
     let a_at = c.a_base + (ic_a - u.ic_begin) * IN_H * IN_W + u32(ih) * IN_W + u32(iw);
     for (var i = 0u; i < A_LOADS; i++) {
-        var v = 0.0;
+        var v = x_raw_t();
         if (i * (THREADS / BM) < a_left) {
-            v = x_ld(a_at + i * (THREADS / BM) * IN_H * IN_W);
+            v = x_raw(a_at + i * (THREADS / BM) * IN_H * IN_W);
         }
         r.a[i] = v;
     }
@@ -179,9 +180,9 @@ fn load_step(c: LoadCtx, p: Step) -> Staged {
     let b_left = select(0u, c.ic_hi - min(ic_b, c.ic_hi), oc < c.cog);
     let b_at = (tap * C_IN + ic_b) * c.cog + oc;
     for (var i = 0u; i < B_LOADS; i++) {
-        var v = 0.0;
+        var v = w_raw_t();
         if (i * (THREADS / BN) < b_left) {
-            v = w_ld(b_at + i * (THREADS / BN) * c.cog);
+            v = w_raw(b_at + i * (THREADS / BN) * c.cog);
         }
         r.b[i] = v;
     }
@@ -293,10 +294,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     for (var s = 0u; s < steps; s++) {
         // Registers -> workgroup memory.
         for (var i = 0u; i < A_LOADS; i++) {
-            stage_a(ak0 + i * (THREADS / BM), am, regs.a[i]);
+            stage_a(ak0 + i * (THREADS / BM), am, x_value(regs.a[i]));
         }
         for (var i = 0u; i < B_LOADS; i++) {
-            stage_b(bk0 + i * (THREADS / BN), bn, regs.b[i]);
+            stage_b(bk0 + i * (THREADS / BN), bn, w_value(regs.b[i]));
         }
         workgroupBarrier();
 

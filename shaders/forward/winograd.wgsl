@@ -146,7 +146,7 @@ const V_ROWS: u32 = V_PER * ROWS;
 
 struct Staged {
     u: array<vec4<f32>, U_PER>,
-    v: array<f32, V_ROWS>,
+    v: array<x_raw_t, V_ROWS>, // as loaded (src/gpu/wgsl/operands.rs), converted where staged
 }
 
 // What the loads of a step need of the workgroup.

@@ -195,6 +195,49 @@ fn invocations(tile: usize) -> usize {
     (tile / 4) * (tile / per_invocation(tile))
 }
 
+/// The start of the per-tap GEMM kernels' entry point (`//#JOB` in shaders/backward/grad_weight.wgsl and
+/// grad_weight_half.wgsl): the workgroup's job, a BM x BN (input channel x output channel) tile of one tap over one
+/// chunk of K; past the last job the workgroup returns. Code of the entry point rather than a function, so that naga
+/// sees the job's bounds (which the K loop and its barriers depend on) as uniform: a function's arguments are not.
+/// The chunk (split) varies slowest: the workgroups of one chunk, every tap and channel tile, are neighbours in the
+/// grid and run together, so the chunk's x and grad_output come from DRAM once and from L2 for the other taps (with
+/// the chunk fastest, each tap's GEMM read the whole tensors again). Leaves in scope what the loads (`ctx`, `k_local`,
+/// `row0`, `k_begin`, `k_end`) and the epilogue (`split`, `group`, `cig`, `cog`, `taps`, `tap`, `ic_lo`, `oc_lo`)
+/// need.
+pub(crate) const JOB: &str = "    let cig = C_IN / GROUPS;
+    let cog = C_OUT / GROUPS;
+    let taps = K_H * K_W;
+    let ic_tiles = (cig + BM - 1u) / BM;
+    let oc_tiles = (cog + BN - 1u) / BN;
+    let wg = wid.y * slice.dispatch_width + wid.x;
+    if (wg >= GROUPS * ic_tiles * oc_tiles * taps * slice.splits) {
+        return;
+    }
+    let tap = wg % taps;
+    let oct = (wg / taps) % oc_tiles;
+    let ict = (wg / (taps * oc_tiles)) % ic_tiles;
+    let group = (wg / (taps * oc_tiles * ic_tiles)) % GROUPS;
+    let split = wg / (taps * oc_tiles * ic_tiles * GROUPS);
+    let kh = tap / K_W;
+    let kw = tap % K_W;
+    // The tile's channels in global numbering, restricted to the group and the slice: [lo, hi).
+    let ic_lo = group * cig + ict * BM;
+    let ic_hi = min(min(ic_lo + BM, group * cig + cig), slice.ic_end);
+    let oc_lo = group * cog + oct * BN;
+    let oc_hi = min(min(oc_lo + BN, group * cog + cog), slice.oc_end);
+    let rh = axis_range(kh, S_H, P_H, D_H, IN_H, OUT_H);
+    let rw = axis_range(kw, S_W, P_W, D_W, IN_W, OUT_W);
+    let nh = rh.y - rh.x;
+    let nw = rw.y - rw.x;
+    let count = slice.n_count * nh * nw;
+    let k_begin = min(split * slice.chunk, count);
+    let k_end = min(k_begin + slice.chunk, count);
+    // Staging: invocation lid loads pixel k_local = lid % BK of a step for channel rows lid / BK + (THREADS / BK) j.
+    let k_local = lid % BK;
+    let row0 = lid / BK;
+    let ctx = LoadCtx(rh, rw, nh, nw, k_end, k_local, row0, ic_lo, ic_hi, oc_lo, oc_hi, kh, kw);
+";
+
 /// The shader for a tile size and tensors of `io`: `shaders/backward/grad_weight.wgsl` with its `TILE` and `TN`
 /// constants in front and the register tile's code (the kit's micro-kernel, [`register_tile`]) at its marker lines.
 pub(crate) fn source(tile: usize, io: Io) -> String {
@@ -212,7 +255,7 @@ pub(crate) fn source(tile: usize, io: Io) -> String {
             epilogue += &format!("    store4(sc, {i}u, sc.oc_lo + ({j}u * WG_N + tx) * 4u, acc_{i}_{j});\n");
         }
     }
-    let body = fill_markers(SHADER, &[("ACC_DECL", &decl), ("MATH", &math), ("EPILOGUE", &epilogue)]);
+    let body = fill_markers(SHADER, &[("JOB", JOB), ("ACC_DECL", &decl), ("MATH", &math), ("EPILOGUE", &epilogue)]);
     let header = format!("const TILE: u32 = {tile}u;\nconst TN: u32 = {tn}u;\n");
     wgsl::module(&[&header, &operands(io), &body, COMMON, TAP_RANGE])
 }

@@ -142,7 +142,13 @@ impl HalfTile {
         );
         let body = fill_markers(
             SHADER,
-            &[("PROLOGUE", SCALED_PROLOGUE), ("ACC_DECL", &acc_decl), ("MATH", &math), ("EPILOGUE", &epilogue)],
+            &[
+                ("PROLOGUE", SCALED_PROLOGUE),
+                ("JOB", super::grad_weight::JOB),
+                ("ACC_DECL", &acc_decl),
+                ("MATH", &math),
+                ("EPILOGUE", &epilogue),
+            ],
         );
         wgsl::module(&[&header, &scaled_module(MAXIMA_BINDING), &module, &body, shared])
     }

@@ -452,7 +452,7 @@ fn load_v(h: &Transform1d, w: &Transform1d, v_per: u32) -> String {
             );
             for c in 0..aw {
                 s += &format!(
-                    "        if (ok{r} && in{c}) {{ r.v[{}u] = x_ld(row{r} + u32(col{c})); }}\n",
+                    "        if (ok{r} && in{c}) {{ r.v[{}u] = x_raw(row{r} + u32(col{c})); }}\n",
                     i * n * aw + r * aw + c
                 );
             }
@@ -475,8 +475,8 @@ fn stage_v(h: &Transform1d, w: &Transform1d, v_per: u32) -> String {
         for c in 0..aw {
             // An identity BT_h (the kernel rows in K) selects one row with coefficient 1: no products.
             let terms: Vec<String> = match is_identity(h) {
-                true => vec![format!("r.v[{}u]", i * aw + c)],
-                false => (0..n).map(|r| format!("sel.c{r} * r.v[{}u]", i * n * aw + r * aw + c)).collect(),
+                true => vec![format!("x_value(r.v[{}u])", i * aw + c)],
+                false => (0..n).map(|r| format!("sel.c{r} * x_value(r.v[{}u])", i * n * aw + r * aw + c)).collect(),
             };
             s += &format!("            let h{c} = {};\n", terms.join(" + "));
         }
@@ -509,7 +509,7 @@ fn load_v_band(w: &Transform1d, v_per: u32) -> String {
         );
         for c in 0..aw {
             s += &format!(
-                "        if (ok && left + {c} >= 0 && left + {c} < i32(IN_W)) {{ r.v[{}u] = x_ld(row_at + u32(left + {c})); }}\n",
+                "        if (ok && left + {c} >= 0 && left + {c} < i32(IN_W)) {{ r.v[{}u] = x_raw(row_at + u32(left + {c})); }}\n",
                 i * aw + c
             );
         }
@@ -526,7 +526,7 @@ fn stage_v_band(w: &Transform1d, v_per: u32) -> String {
     for i in 0..v_per as usize {
         s += &format!("    {{\n        let job = lid + {i}u * THREADS;\n        if (job < V_JOBS) {{\n");
         for c in 0..aw {
-            s += &format!("            let h{c} = r.v[{}u];\n", i * aw + c);
+            s += &format!("            let h{c} = x_value(r.v[{}u]);\n", i * aw + c);
         }
         s += "            let at = (job / TC) * RS + job % TC;\n";
         s += &store_transformed_row(w, "TC");

@@ -1,14 +1,17 @@
 //! Operand I/O: how a kernel declares the tensors it binds and reads and writes their values, per dtype. A kernel
 //! names each tensor binding ([`Operand`]: name, binding, dtype, access) and calls, in its WGSL, `NAME_ld(i)` (the
 //! f32 value of element i) and, for a binding it writes, `NAME_st(i, v)` (v rounded to the binding's dtype); this
-//! module declares the binding and generates both functions ([`declare`]). The element index is the same for
+//! module declares the binding and generates the functions ([`declare`]). A kernel that loads ahead into registers
+//! keeps `NAME_raw(i)` there (the value as stored, of type `NAME_raw_t`: f32, f16, or bf16's bits as u16) and takes
+//! `NAME_value(r)` where it uses it. The element index is the same for
 //! every dtype: a half-precision tensor's chunk holds the planes an f32 one would, two bytes per element.
 //!
 //! How each dtype is stored, by what the device offers ([`Storage16`]):
 //! - f32: `array<f32>`.
 //! - f16 read: `array<f16>` where the device has f16 storage (`SHADER_F16`): a read is one 16-bit load and an
 //!   exact conversion; else u32 words and an exact integer decode.
-//! - bf16 read: u32 words, the value the word's half shifted into an f32's high bits (exact, no feature needed).
+//! - bf16 read: `array<u16>` where the device has 16-bit integer storage (`SHADER_I16`), else u32 words; the value
+//!   the element's bits shifted into an f32's high half (exact).
 //! - f16 written: `array<f16>` with the shader's own conversion where the device has f16 storage (Vulkan's
 //!   OpFConvert: nearest even, infinity past f16's range, subnormals kept on the drivers convt is tested on, which
 //!   the suite checks bit for bit against the host's rounding, tests/dtype.rs). The integer rounding below
@@ -137,11 +140,22 @@ pub(crate) fn declare(storage: Storage16, operands: &[Operand]) -> String {
             DType::BF16 => "bf16_bits(v)",
             _ => "f16_bits(v)",
         };
+        // The value as loaded (`NAME_raw`, of type `NAME_raw_t`) and its f32 value (`NAME_value`): a kernel that
+        // loads a step ahead into registers keeps the loaded type there and converts where it stages the value.
+        // A conversion next to its load makes the shader wait for the load right there (measured on NVIDIA's
+        // driver: docs/PERFORMANCE.md), where the step's products should be hiding its latency.
+        let raw = |ty: &str, load: &str, value: &str| {
+            format!(
+                "alias {n}_raw_t = {ty};\nfn {n}_raw(i: u32) -> {ty} {{\n    return {load};\n}}\nfn {n}_value(r: {ty}) -> f32 {{\n    return {value};\n}}\nfn {n}_ld(i: u32) -> f32 {{\n    return {n}_value({n}_raw(i));\n}}\n"
+            )
+        };
+        // Where the value needs decoding from a u32 word anyway: the f32 value is what is kept.
+        let decoded = |load: &str| raw("f32", load, "r");
         match (op.dtype, op.access) {
             (DType::F32, access) => {
                 let access = if access == Access::Read { "read" } else { "read_write" };
                 s += &at(access, "f32");
-                s += &format!("fn {n}_ld(i: u32) -> f32 {{\n    return {n}[i];\n}}\n");
+                s += &raw("f32", &format!("{n}[i]"), "r");
                 if op.access == Access::ReadWrite {
                     s += &format!("fn {n}_st(i: u32, v: f32) {{\n    {n}[i] = v;\n}}\n");
                 }
@@ -149,40 +163,40 @@ pub(crate) fn declare(storage: Storage16, operands: &[Operand]) -> String {
             (DType::F16, access) if storage.f16 => {
                 s += "enable f16;\n";
                 s += &at(if access == Access::Read { "read" } else { "read_write" }, "f16");
-                s += &format!("fn {n}_ld(i: u32) -> f32 {{\n    return f32({n}[i]);\n}}\n");
+                s += &raw("f16", &format!("{n}[i]"), "f32(r)");
                 if access == Access::ReadWrite {
                     s += &format!("fn {n}_st(i: u32, v: f32) {{\n    {n}[i] = f16(v);\n}}\n");
                 }
             }
+            (DType::BF16, Access::Read) if storage.u16 => {
+                // 16-bit loads; the bits become an f32's high half where the value is used.
+                s += "enable wgpu_int16;\n";
+                s += &at("read", "u16");
+                s += &raw("u16", &format!("{n}[i]"), "bitcast<f32>(u32(r) << 16u)");
+            }
             (DType::BF16, Access::Read) => {
                 // The element's half as an f32's high bits: the low half shifted up, the high half masked.
                 s += &at("read", "u32");
-                s += &format!(
-                    "fn {n}_ld(i: u32) -> f32 {{\n    let w = {n}[i >> 1u];\n    return bitcast<f32>(select(w << 16u, w & 0xffff0000u, (i & 1u) == 1u));\n}}\n"
-                );
+                s += &decoded(&format!(
+                    "bitcast<f32>(select({n}[i >> 1u] << 16u, {n}[i >> 1u] & 0xffff0000u, (i & 1u) == 1u))"
+                ));
             }
             (_, Access::Read) => {
                 needs_dtype_functions = true;
                 s += &at("read", "u32");
-                s += &format!(
-                    "fn {n}_ld(i: u32) -> f32 {{\n    return {};\n}}\n",
-                    from_bits(&half(&format!("{n}[i >> 1u]")))
-                );
+                s += &decoded(&from_bits(&half(&format!("{n}[i >> 1u]"))));
             }
             (_, Access::ReadWrite) if storage.u16 => {
                 needs_dtype_functions = true;
                 s += "enable wgpu_int16;\n";
                 s += &at("read_write", "u16");
-                s += &format!("fn {n}_ld(i: u32) -> f32 {{\n    return {};\n}}\n", from_bits(&format!("u32({n}[i])")));
+                s += &decoded(&from_bits(&format!("u32({n}[i])")));
                 s += &format!("fn {n}_st(i: u32, v: f32) {{\n    {n}[i] = u16({to_bits});\n}}\n");
             }
             (_, Access::ReadWrite) => {
                 needs_dtype_functions = true;
                 s += &at("read_write", "atomic<u32>");
-                s += &format!(
-                    "fn {n}_ld(i: u32) -> f32 {{\n    return {};\n}}\n",
-                    from_bits(&half(&format!("atomicLoad(&{n}[i >> 1u])")))
-                );
+                s += &decoded(&from_bits(&half(&format!("atomicLoad(&{n}[i >> 1u])"))));
                 s += &format!(
                     "fn {n}_st(i: u32, v: f32) {{\n    let shift = (i & 1u) << 4u;\n    atomicAnd(&{n}[i >> 1u], ~(0xffffu << shift));\n    atomicOr(&{n}[i >> 1u], {to_bits} << shift);\n}}\n"
                 );
