@@ -52,17 +52,6 @@ pub(crate) fn encode(
     })
 }
 
-/// An f32 copy of `t` encoded into `pass` where `t` is of another dtype (`None` where it is f32 already): the
-/// backward's operands (src/gpu/backward/mod.rs says why).
-pub(crate) fn to_f32(ctx: &GpuContext, t: &GpuTensor, pass: &mut wgpu::ComputePass<'_>) -> Result<Option<GpuTensor>> {
-    if t.dtype() == DType::F32 {
-        return Ok(None);
-    }
-    let copy = GpuTensor::empty_unpoisoned(ctx, t.shape(), DType::F32)?;
-    encode(ctx, t, &copy, pass)?;
-    Ok(Some(copy))
-}
-
 /// An f32 tensor for a kernel to write where `out` is of another dtype and the kernel `accumulates` in it (`None`
 /// otherwise): poisoned like
 /// an output where the context asks for it, so an element the kernel misses shows up after the conversion.

@@ -27,7 +27,7 @@ use crate::precision::Precision;
 /// context's options (when it has that precision and takes the shape), else the tuning cache's winner, else the
 /// heuristic (for `fast` where it keeps to exact kernels: the exact winner of the tuning cache when there is one).
 ///
-/// The heuristic for `fast`: at stride 1, and at every stride on f16 and bf16 tensors, the padded-NHWC
+/// The heuristic for `fast` (the same for every dtype): at stride 1 the padded-NHWC
 /// cooperative-matrix kernel wherever it takes the shape (one group, input channels a multiple of 16 and output
 /// channels of 32, its padded f16 input within one binding, not a shape for the rows kernel), where it measured
 /// faster than the best exact kernel. Elsewhere the staged
@@ -57,11 +57,9 @@ pub fn forward(ctx: &GpuContext, shape: &ConvShape, has_bias: bool, precision: P
     // At stride 1 `fast` takes the padded-NHWC kernel wherever it computes the shape (not the gather kernel's
     // shapes): its operands load straight from storage (or, with 128 output channels, its input rows from
     // workgroup memory), and it measured faster than both the exact Winograd kernel and the staged
-    // cooperative-matrix kernel on every stride-1 case of the suite. Per stride phase on f32 tensors it lost to
-    // the staged kernel on the strided decoders; on half tensors, which the staged kernel loads and converts
-    // element by element, it won there (up2x 0.85 ms against 1.53, dcgan 0.41 against 0.52 on the H200), so half
-    // tensors take it at every stride.
-    let nhwc_stride = shape.stride == [1, 1] || dtype != DType::F32;
+    // cooperative-matrix kernel on every stride-1 case of the suite. Per stride phase it lost to the staged kernel
+    // on the strided decoders, on f32 and on half tensors alike (docs/PERFORMANCE.md).
+    let nhwc_stride = shape.stride == [1, 1];
     let nhwc = coop_nhwc_tiles(shape)
         .into_iter()
         .map(Strategy::CoopNhwc)

@@ -215,20 +215,6 @@ pub fn conv_transpose2d_backward_into(
             label: Some("convt conv_transpose2d backward"),
             timestamp_writes: timer.map(|(t, slot)| t.pass_writes(slot)),
         });
-        // Where grad_weight runs its f16 cooperative-matrix kernel, the gradients' kernels read f32 copies of
-        // half-precision operands: reading f16 as stored there measured about 3x slower than the copies on an H200
-        // (docs/PERFORMANCE.md), a cost not found yet; every other backward kernel reads them as stored, which
-        // measured faster. The results are written in the gradients' dtypes by the kernels themselves.
-        let copy = matches!(gw_kernel, GradWeightKernel::Half(_));
-        let to_f32 = |t: &GpuTensor, pass: &mut wgpu::ComputePass<'_>| match copy {
-            true => convert::to_f32(ctx, t, pass),
-            false => Ok(None),
-        };
-        let x = to_f32(input, &mut pass)?;
-        let w = to_f32(weight, &mut pass)?;
-        let go = to_f32(grad_output, &mut pass)?;
-        let (input, weight) = (x.as_ref().unwrap_or(input), w.as_ref().unwrap_or(weight));
-        let grad_output = go.as_ref().unwrap_or(grad_output);
         grad_input::encode(ctx, &shape, kernel, weight, grad_output, gi_out, &mut pass, &mut in_flight)?;
         grad_weight::encode(ctx, &shape, gw_kernel, input, grad_output, gw_out, &mut pass, &mut in_flight)?;
         if let Some(gb) = gb_out {
@@ -239,7 +225,6 @@ pub fn conv_transpose2d_backward_into(
         if let Some(out) = grad_bias {
             convert::finish(ctx, gb, out, &mut pass, &mut in_flight)?;
         }
-        [x, w, go].into_iter().flatten().for_each(|t| in_flight.keep_tensor(t));
     }
     in_flight.submit(ctx, encoder)?;
     written();
