@@ -535,7 +535,7 @@ fn bench_backward_at_fast_on_f16_reports_each_gradient() {
     // `convt bench --backward --precision fast --dtype f16` times the backward and writes, for each case, the
     // kernels that ran for grad_input and grad_weight and each gradient's error against the float64 reference
     // under the names PyTorch's side uses (`grad_input_rel_l2`, ...), held to `convt verify`'s tolerance for
-    // fast on f16 tensors (1e-3 plus f16's unit roundoff).
+    // fast on f16 tensors (1e-3 plus f16's unit roundoff). With --profile, each kernel's share of a call.
     let dir = common::TempDir::new("cli-bench-backward-f16");
     let json_path = dir.path("bench.json");
     let args = [
@@ -562,6 +562,7 @@ fn bench_backward_at_fast_on_f16_reports_each_gradient() {
         "2",
         "--warmup",
         "1",
+        "--profile",
         "--json",
         s(&json_path),
     ];
@@ -589,6 +590,19 @@ fn bench_backward_at_fast_on_f16_reports_each_gradient() {
     }
     assert_eq!(case["rel_l2"], case["grad_input_rel_l2"], "the row's error is grad_input's, as PyTorch's side has it");
     assert_eq!(case["within_tolerance"], serde_json::Value::Bool(true), "{case}");
+    // The profile: every pipeline that ran, each with its dispatches per call and a time, the two gradients' GEMMs
+    // among them, and each in the table.
+    let profile = case["profile"].as_array().unwrap_or_else(|| panic!("profile in {case}"));
+    for kernel in ["grad_input_kernel", "grad_weight_kernel"] {
+        let name = case[kernel].as_str().unwrap().split(' ').next().unwrap();
+        assert!(profile.iter().any(|p| p["kernel"].as_str().unwrap().starts_with(name)), "{name} in {profile:?}");
+    }
+    for p in profile {
+        let ms = p["ms"].as_f64().unwrap_or(f64::NAN);
+        assert!(ms.is_finite() && ms >= 0.0 && p["dispatches"].as_u64() >= Some(1), "{p}");
+        let short = p["kernel"].as_str().unwrap().split(' ').next().unwrap();
+        assert!(said.lines().any(|l| l.contains(" x ") && l.contains(short)), "{short} not in the table:\n{said}");
+    }
 }
 
 #[test]
