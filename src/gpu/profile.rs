@@ -13,6 +13,9 @@ use crate::error::{ConvtError, Result};
 use crate::gpu::context::{lock, GpuContext};
 use crate::gpu::memory::{map_for_reading, plain_buffer};
 
+/// One call's dispatches in recording order: (pipeline, milliseconds).
+pub type CallProfile = Vec<(String, f64)>;
+
 /// The queries of one query set (wgpu's limit), two per dispatch.
 const QUERIES: u32 = wgpu::QUERY_SET_MAX_QUERIES;
 
@@ -104,7 +107,7 @@ impl Profiler {
 
     /// Each call's dispatches since the last read, as (pipeline, milliseconds) in recording order, and the number
     /// of dispatches not timed for want of queries; then starts afresh. Waits for the GPU.
-    pub fn read(&self, ctx: &GpuContext) -> Result<(Vec<Vec<(String, f64)>>, usize)> {
+    pub fn read(&self, ctx: &GpuContext) -> Result<(Vec<CallProfile>, usize)> {
         let State { names, mut calls, dropped } = std::mem::take(&mut *lock(&self.state));
         if names.is_empty() {
             return Ok((vec![Vec::new(); calls.len()], dropped));
@@ -123,7 +126,7 @@ impl Profiler {
         let period_ns = ctx.queue().get_timestamp_period() as f64;
         let view = staging.get_mapped_range(..).map_err(|e| ConvtError::Gpu(e.to_string()))?;
         let ticks: &[u64] = bytemuck::cast_slice(&view);
-        let timed: Vec<(String, f64)> = names
+        let timed: CallProfile = names
             .into_iter()
             .zip(ticks.chunks(2))
             .map(|(name, t)| (name, t[1].wrapping_sub(t[0]) as f64 * period_ns / 1e6))
