@@ -39,7 +39,7 @@ struct PoolInner {
     /// staging), and the most there were since the last [`BufferPool::reset_peak`].
     live_bytes: u64,
     peak_bytes: u64,
-    /// The most scratch one call has held ([`InFlight`]: its working tensors and buffers, the f32 copies and
+    /// The most scratch one call has held ([`InFlight`]: its working tensors and buffers, the f32 results and
     /// padded layouts among them): the idle limit follows it.
     peak_scratch_bytes: u64,
 }
