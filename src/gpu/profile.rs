@@ -11,7 +11,8 @@ use std::sync::Mutex;
 
 use crate::error::{ConvtError, Result};
 use crate::gpu::context::{lock, GpuContext};
-use crate::gpu::memory::{map_for_reading, plain_buffer};
+use crate::gpu::memory::plain_buffer;
+use crate::gpu::timing::read_intervals;
 
 /// One call's dispatches in recording order: (pipeline, milliseconds).
 pub type CallProfile = Vec<(String, f64)>;
@@ -112,25 +113,8 @@ impl Profiler {
         if names.is_empty() {
             return Ok((vec![Vec::new(); calls.len()], dropped));
         }
-        let bytes = 16 * names.len() as u64;
-        let staging = ctx.scoped(|| {
-            let usage = wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST;
-            let staging = plain_buffer(ctx.device(), "convt profiler read", bytes, usage);
-            let mut encoder = ctx.device().create_command_encoder(&Default::default());
-            encoder.resolve_query_set(&self.queries, 0..2 * names.len() as u32, &self.resolve, 0);
-            encoder.copy_buffer_to_buffer(&self.resolve, 0, &staging, 0, bytes);
-            ctx.queue().submit([encoder.finish()]);
-            Ok(staging)
-        })?;
-        map_for_reading(ctx, &staging)?;
-        let period_ns = ctx.queue().get_timestamp_period() as f64;
-        let view = staging.get_mapped_range(..).map_err(|e| ConvtError::Gpu(e.to_string()))?;
-        let ticks: &[u64] = bytemuck::cast_slice(&view);
-        let timed: CallProfile = names
-            .into_iter()
-            .zip(ticks.chunks(2))
-            .map(|(name, t)| (name, t[1].wrapping_sub(t[0]) as f64 * period_ns / 1e6))
-            .collect();
+        let ms = read_intervals(ctx, &self.queries, &self.resolve, names.len() as u32)?;
+        let timed: CallProfile = names.into_iter().zip(ms).collect();
         if calls.first() != Some(&0) {
             calls.insert(0, 0);
         }

@@ -57,20 +57,31 @@ impl GpuTimer {
 
     /// Milliseconds between begin and end of the first `slots` slots (all submitted work must be finished).
     pub fn read_ms(&self, ctx: &GpuContext, slots: u32) -> Result<Vec<f64>> {
-        let bytes = 16 * slots as u64;
-        let staging = ctx.scoped(|| {
-            let usage = wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST;
-            let staging = plain_buffer(ctx.device(), "convt timer read", bytes.max(16), usage);
-            let mut encoder = ctx.device().create_command_encoder(&Default::default());
-            encoder.resolve_query_set(&self.queries, 0..2 * slots, &self.resolve, 0);
-            encoder.copy_buffer_to_buffer(&self.resolve, 0, &staging, 0, bytes);
-            ctx.queue().submit([encoder.finish()]);
-            Ok(staging)
-        })?;
-        map_for_reading(ctx, &staging)?;
-        let period_ns = ctx.queue().get_timestamp_period() as f64;
-        let view = staging.get_mapped_range(..).map_err(|e| ConvtError::Gpu(e.to_string()))?;
-        let ticks: &[u64] = bytemuck::cast_slice(&view);
-        Ok(ticks[..2 * slots as usize].chunks(2).map(|t| t[1].wrapping_sub(t[0]) as f64 * period_ns / 1e6).collect())
+        read_intervals(ctx, &self.queries, &self.resolve, slots)
     }
+}
+
+/// Milliseconds between the two timestamps of each of the first `pairs` query pairs of `queries` (queries 2i and
+/// 2i + 1), resolved through `resolve` (room for them all; all submitted work must be finished).
+pub(crate) fn read_intervals(
+    ctx: &GpuContext,
+    queries: &wgpu::QuerySet,
+    resolve: &wgpu::Buffer,
+    pairs: u32,
+) -> Result<Vec<f64>> {
+    let bytes = 16 * pairs as u64;
+    let staging = ctx.scoped(|| {
+        let usage = wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST;
+        let staging = plain_buffer(ctx.device(), "convt timestamps read", bytes.max(16), usage);
+        let mut encoder = ctx.device().create_command_encoder(&Default::default());
+        encoder.resolve_query_set(queries, 0..2 * pairs, resolve, 0);
+        encoder.copy_buffer_to_buffer(resolve, 0, &staging, 0, bytes);
+        ctx.queue().submit([encoder.finish()]);
+        Ok(staging)
+    })?;
+    map_for_reading(ctx, &staging)?;
+    let period_ns = ctx.queue().get_timestamp_period() as f64;
+    let view = staging.get_mapped_range(..).map_err(|e| ConvtError::Gpu(e.to_string()))?;
+    let ticks: &[u64] = bytemuck::cast_slice(&view);
+    Ok(ticks[..2 * pairs as usize].chunks(2).map(|t| t[1].wrapping_sub(t[0]) as f64 * period_ns / 1e6).collect())
 }
