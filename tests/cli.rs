@@ -603,6 +603,18 @@ fn bench_backward_at_fast_on_f16_reports_each_gradient() {
         let short = p["kernel"].as_str().unwrap().split(' ').next().unwrap();
         assert!(said.lines().any(|l| l.contains(" x ") && l.contains(short)), "{short} not in the table:\n{said}");
     }
+    // Each gradient's time (its kernels and their preparation and rounding passes), and the two GEMMs' rates: each
+    // does the forward's useful FLOPs, so time x rate is the same for both.
+    let work = |g: &str| {
+        let (ms, tflops) = (case[format!("{g}_ms")].as_f64(), case[format!("{g}_tflops")].as_f64());
+        let (ms, tflops) = (ms.unwrap_or_else(|| panic!("{g}_ms in {case}")), tflops.expect("a rate"));
+        assert!(ms > 0.0 && tflops > 0.0, "{case}");
+        ms * tflops
+    };
+    let (gi, gw) = (work("grad_input"), work("grad_weight"));
+    assert!((gi - gw).abs() <= 1e-9 * gi, "{gi} {gw}");
+    assert!(case["grad_bias_ms"].as_f64().is_some_and(|ms| ms > 0.0), "{case}");
+    assert!(said.contains("grad_weight") && said.contains("TFLOP/s)"), "{said}");
 }
 
 #[test]

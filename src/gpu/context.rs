@@ -517,6 +517,13 @@ impl GpuContext {
         *lock(&self.profiler) = profiler;
     }
 
+    /// Names the part of a call the dispatches recorded next belong to, for an attached profiler (`None`: no part).
+    pub(crate) fn profile_section(&self, section: Option<&'static str>) {
+        if let Some(p) = lock(&self.profiler).as_ref() {
+            p.set_section(section);
+        }
+    }
+
     /// Encodes one dispatch of `pipeline` (`dispatch` records it into `pass`), timed by the attached profiler if
     /// there is one, under the pipeline's name.
     pub(crate) fn dispatch_in(

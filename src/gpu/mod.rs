@@ -31,7 +31,7 @@ pub use backward::grad_weight::GradWeightKernel;
 pub use backward::{conv_transpose2d_backward, conv_transpose2d_backward_into, GpuGradients};
 pub use context::{describe, list_adapters, AdapterSummary, GpuContext, GpuOptions, ShaderChecks, REQUIRED_LIMITS};
 pub use memory::GpuTensor;
-pub use profile::Profiler;
+pub use profile::{CallProfile, Dispatch, Profiler};
 pub use timing::GpuTimer;
 
 use crate::error::{ConvtError, Result};

@@ -14,8 +14,20 @@ use crate::gpu::context::{lock, GpuContext};
 use crate::gpu::memory::plain_buffer;
 use crate::gpu::timing::read_intervals;
 
-/// One call's dispatches in recording order: (pipeline, milliseconds).
-pub type CallProfile = Vec<(String, f64)>;
+/// One timed dispatch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Dispatch {
+    /// The part of the call it belongs to, where the call names its parts (the backward: `grad_input`,
+    /// `grad_weight`, `grad_bias`), each with the preparation and rounding passes of its own.
+    pub section: Option<&'static str>,
+    /// Its pipeline's name.
+    pub pipeline: String,
+    /// Its time, from the end of the command before it.
+    pub ms: f64,
+}
+
+/// One call's dispatches in recording order.
+pub type CallProfile = Vec<Dispatch>;
 
 /// The queries of one query set (wgpu's limit), two per dispatch.
 const QUERIES: u32 = wgpu::QUERY_SET_MAX_QUERIES;
@@ -29,8 +41,11 @@ pub struct Profiler {
 
 #[derive(Default)]
 struct State {
-    /// The pipeline of each recorded dispatch, in recording order (dispatch i owns queries 2i and 2i + 1).
-    names: Vec<String>,
+    /// The section and pipeline of each recorded dispatch, in recording order (dispatch i owns queries 2i and
+    /// 2i + 1).
+    names: Vec<(Option<&'static str>, String)>,
+    /// The section dispatches are recorded under now.
+    section: Option<&'static str>,
     /// Where each call's dispatches start in `names`.
     calls: Vec<usize>,
     /// Dispatches recorded past the query set's capacity (not timed).
@@ -74,6 +89,11 @@ impl Profiler {
         s.calls.push(at);
     }
 
+    /// Records the following dispatches under `section` (or none).
+    pub(crate) fn set_section(&self, section: Option<&'static str>) {
+        lock(&self.state).section = section;
+    }
+
     /// Dispatches that can still be recorded before [`Profiler::read`].
     pub fn room(&self) -> usize {
         (QUERIES / 2) as usize - lock(&self.state).names.len().min((QUERIES / 2) as usize)
@@ -89,7 +109,8 @@ impl Profiler {
         let slot = {
             let mut s = lock(&self.state);
             if s.names.len() < (QUERIES / 2) as usize {
-                s.names.push(name);
+                let section = s.section;
+                s.names.push((section, name));
                 Some(s.names.len() as u32 - 1)
             } else {
                 s.dropped += 1;
@@ -106,15 +127,16 @@ impl Profiler {
         }
     }
 
-    /// Each call's dispatches since the last read, as (pipeline, milliseconds) in recording order, and the number
+    /// Each call's dispatches since the last read, in recording order, and the number
     /// of dispatches not timed for want of queries; then starts afresh. Waits for the GPU.
     pub fn read(&self, ctx: &GpuContext) -> Result<(Vec<CallProfile>, usize)> {
-        let State { names, mut calls, dropped } = std::mem::take(&mut *lock(&self.state));
+        let State { names, mut calls, dropped, .. } = std::mem::take(&mut *lock(&self.state));
         if names.is_empty() {
             return Ok((vec![Vec::new(); calls.len()], dropped));
         }
         let ms = read_intervals(ctx, &self.queries, &self.resolve, names.len() as u32)?;
-        let timed: CallProfile = names.into_iter().zip(ms).collect();
+        let timed: CallProfile =
+            names.into_iter().zip(ms).map(|((section, pipeline), ms)| Dispatch { section, pipeline, ms }).collect();
         if calls.first() != Some(&0) {
             calls.insert(0, 0);
         }

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 use clap::Args;
 use convt::gpu::{
-    conv_transpose2d_backward_into, conv_transpose2d_into, select, BackwardRun, GpuGradients, GpuTimer,
-    GradInputKernel, GradWeightKernel, Profiler, Run, Strategy,
+    conv_transpose2d_backward_into, conv_transpose2d_into, select, BackwardRun, CallProfile, Dispatch, GpuGradients,
+    GpuTimer, GradInputKernel, GradWeightKernel, Profiler, Run, Strategy,
 };
 use convt::io::OutputFile;
 use convt::suite::Case;
@@ -388,13 +388,12 @@ impl Prepared {
         }
     }
 
-    /// Each pipeline's median time in a call, over `runs` calls whose every dispatch is timed on its own
-    /// ([`Profiler`]), in the order the pipelines first ran: (pipeline, dispatches per call, median ms). Run after
-    /// [`Prepared::time`] (warm: the pipelines built, the GPU busy).
-    pub fn profile(&self, ctx: &GpuContext, runs: u32) -> Result<Vec<(String, usize, f64)>> {
+    /// Each pipeline's and each section's median time in a call, over `runs` calls whose every dispatch is timed on
+    /// its own ([`Profiler`]). Run after [`Prepared::time`] (warm: the pipelines built, the GPU busy).
+    pub fn profile(&self, ctx: &GpuContext, runs: u32) -> Result<Profile> {
         let profiler = std::sync::Arc::new(Profiler::new(ctx)?);
         ctx.set_profiler(Some(profiler.clone()));
-        let mut calls = Vec::new();
+        let mut calls: Vec<CallProfile> = Vec::new();
         let mut record = || -> Result<()> {
             for i in 0..runs {
                 profiler.begin_call();
@@ -413,28 +412,35 @@ impl Prepared {
         let recorded = record();
         ctx.set_profiler(None);
         recorded?;
-        let mut names: Vec<String> = Vec::new();
-        for call in &calls {
-            for (name, _) in call {
-                if !names.contains(name) {
-                    names.push(name.clone());
-                }
+        // The median over the calls of what `part` picks of each, with the most dispatches it picked in one call.
+        let median_of = |part: &dyn Fn(&Dispatch) -> bool| {
+            let per_call: Vec<(usize, f64)> = calls
+                .iter()
+                .map(|c| c.iter().filter(|d| part(d)).fold((0, 0.0), |(n, ms), d| (n + 1, ms + d.ms)))
+                .collect();
+            let count = per_call.iter().map(|&(n, _)| n).max().unwrap_or(0);
+            (count, median(per_call.into_iter().map(|(_, ms)| ms).collect()))
+        };
+        let mut pipelines: Vec<String> = Vec::new();
+        let mut sections: Vec<&'static str> = Vec::new();
+        for d in calls.iter().flatten() {
+            if !pipelines.contains(&d.pipeline) {
+                pipelines.push(d.pipeline.clone());
+            }
+            if let Some(s) = d.section.filter(|s| !sections.contains(s)) {
+                sections.push(s);
             }
         }
-        Ok(names
-            .into_iter()
-            .map(|name| {
-                let per_call: Vec<(usize, f64)> = calls
-                    .iter()
-                    .map(|c| {
-                        let mine = c.iter().filter(|(n, _)| *n == name);
-                        (mine.clone().count(), mine.map(|(_, ms)| ms).sum())
-                    })
-                    .collect();
-                let count = per_call.iter().map(|&(n, _)| n).max().unwrap_or(0);
-                (name, count, median(per_call.into_iter().map(|(_, ms)| ms).collect()))
-            })
-            .collect())
+        Ok(Profile {
+            pipelines: pipelines
+                .into_iter()
+                .map(|name| {
+                    let (count, ms) = median_of(&|d| d.pipeline == name);
+                    (name, count, ms)
+                })
+                .collect(),
+            sections: sections.into_iter().map(|s| (s, median_of(&|d| d.section == Some(s)).1)).collect(),
+        })
     }
 
     /// One call of the pass on input set `set`, timed into `slot` if given; records the kernels that ran.
@@ -474,6 +480,14 @@ impl Prepared {
         self.last_set.set(self.inputs.iter().position(|s| std::ptr::eq(s, set)).unwrap_or(0));
         Ok(())
     }
+}
+
+/// Where a call's time goes (`--profile`): each pipeline, in the order they first ran, with its dispatches per call
+/// and its median ms per call; each section the call names (the backward's gradients), with its median ms per call.
+#[derive(Debug, Default)]
+pub struct Profile {
+    pub pipelines: Vec<(String, usize, f64)>,
+    pub sections: Vec<(&'static str, f64)>,
 }
 
 /// The least time the benchmark keeps the GPU busy before timing a case.
@@ -554,7 +568,7 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
         let scratch_mb = peak.saturating_sub(held) as f64 / 1e6;
         // The time's parts, the same calls again with every dispatch timed on its own (the candidate the selector
         // or the layer picks, as above).
-        let profile = if a.profile { prepared.profile(&ctx, a.runs)? } else { Vec::new() };
+        let profile = if a.profile { prepared.profile(&ctx, a.runs)? } else { Profile::default() };
         let last_set = prepared.last_set.get();
         // (tensor, its error): the forward's output, or each gradient.
         let errors: Vec<(&str, ErrorStats)> = match (pass, a.check_samples) {
@@ -614,17 +628,41 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
                 row[format!("{what}_samples")] = json!(e.compared);
             }
         }
-        for (kernel, dispatches, ms) in &profile {
+        for (kernel, dispatches, ms) in &profile.pipelines {
             // The pipeline's name without its constants.
             let short = kernel.split(" [(").next().unwrap_or(kernel);
             let short = short.trim_end_matches(" Trusted").trim_end_matches(" Checked");
             table(format!("{:<6} {ms:>9.3} {dispatches:>4} x {short}", ""));
         }
+        // Each gradient's time and rate (each costs the forward's useful FLOPs; grad_bias none), in the JSON as
+        // `grad_weight_ms` and `grad_weight_tflops`, and so on.
+        let rate = |section: &str, ms: f64| match section {
+            "grad_bias" => None,
+            _ => Some(shape.useful_flops() as f64 / (ms * 1e-3) / 1e12),
+        };
+        let parts: Vec<String> = profile
+            .sections
+            .iter()
+            .map(|&(section, ms)| match rate(section, ms) {
+                Some(t) => format!("{section} {ms:.3} ms ({t:.1} TFLOP/s)"),
+                None => format!("{section} {ms:.3} ms"),
+            })
+            .collect();
+        if !parts.is_empty() {
+            table(format!("{:<6} {}", "", parts.join(", ")));
+        }
         if a.profile {
             row["profile"] = json!(profile
+                .pipelines
                 .iter()
                 .map(|(kernel, dispatches, ms)| json!({"kernel": kernel, "dispatches": dispatches, "ms": ms}))
                 .collect::<Vec<_>>());
+            for &(section, ms) in &profile.sections {
+                row[format!("{section}_ms")] = json!(ms);
+                if let Some(t) = rate(section, ms) {
+                    row[format!("{section}_tflops")] = json!(t);
+                }
+            }
         }
         rows.push(row);
     }

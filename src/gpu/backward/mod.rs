@@ -215,16 +215,19 @@ pub fn conv_transpose2d_backward_into(
             label: Some("convt conv_transpose2d backward"),
             timestamp_writes: timer.map(|(t, slot)| t.pass_writes(slot)),
         });
+        // Each gradient's dispatches under its name, for a profiler (`convt bench --profile`).
+        ctx.profile_section(Some("grad_input"));
         grad_input::encode(ctx, &shape, kernel, weight, grad_output, gi_out, &mut pass, &mut in_flight)?;
-        grad_weight::encode(ctx, &shape, gw_kernel, input, grad_output, gw_out, &mut pass, &mut in_flight)?;
-        if let Some(gb) = gb_out {
-            grad_bias::encode(ctx, &shape, grad_output, gb, &mut pass)?;
-        }
         convert::finish(ctx, gi, &grads.grad_input, &mut pass, &mut in_flight)?;
+        ctx.profile_section(Some("grad_weight"));
+        grad_weight::encode(ctx, &shape, gw_kernel, input, grad_output, gw_out, &mut pass, &mut in_flight)?;
         convert::finish(ctx, gw, &grads.grad_weight, &mut pass, &mut in_flight)?;
-        if let Some(out) = grad_bias {
+        if let (Some(sums), Some(out)) = (gb_out, grad_bias) {
+            ctx.profile_section(Some("grad_bias"));
+            grad_bias::encode(ctx, &shape, grad_output, sums, &mut pass)?;
             convert::finish(ctx, gb, out, &mut pass, &mut in_flight)?;
         }
+        ctx.profile_section(None);
     }
     in_flight.submit(ctx, encoder)?;
     written();
