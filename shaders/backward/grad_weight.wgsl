@@ -29,7 +29,7 @@
 
 // TILE (input channels and output channels per workgroup tile) and TN (output channels per invocation) are
 // prepended by the host, in front of the shape's override constants (shaders/common/shape.wgsl), and the code at
-// the marker lines ACC_DECL, MATH and EPILOGUE generated.
+// the marker lines JOB (src/gpu/backward/grad_weight.rs), ACC_DECL, MATH and EPILOGUE generated.
 const WG_M: u32 = TILE / 4u;  // invocations along the input channels
 const WG_N: u32 = TILE / TN;  // invocations along the output channels
 const WG: u32 = WG_M * WG_N;
@@ -45,7 +45,8 @@ const LOADS_B: u32 = LOADS;
 // The staging covers each of the TILE rows of a step exactly once (rows row0 + (WG/BK)*j).
 const_assert WG % BK == 0u && (TILE * BK) % WG == 0u;
 
-// The slice uniform, the bindings and LoadCtx: shaders/backward/grad_weight_common.wgsl (the host appends it).
+// The slice uniform, the bindings, LoadCtx, Staged and load_step: shaders/backward/grad_weight_common.wgsl (the host
+// appends it).
 
 // The staged steps, [k][channel / 4] with rows ROW vec4s apart. The staging writes run down a column (the lanes
 // of a subgroup hold consecutive pixels k of one channel, for coalesced global loads); the skew of one vec4 per

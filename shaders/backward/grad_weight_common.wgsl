@@ -20,8 +20,8 @@ struct Slice {
 }
 
 @group(0) @binding(0) var<uniform> slice: Slice;
-// x (binding 1) and grad_out (2), in the tensors' dtype, are read with x_ld(i) and grad_out_ld(i) (declared by
-// the host: src/gpu/wgsl/operands.rs).
+// x (binding 1) and grad_out (2), in the tensors' dtype, are read with x_raw(i) and grad_out_raw(i) and converted
+// with x_value and grad_out_value (declared by the host: src/gpu/wgsl/operands.rs).
 @group(0) @binding(3) var<storage, read_write> partial: array<f32>;
 
 // What the loads of a step need.

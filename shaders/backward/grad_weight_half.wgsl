@@ -34,7 +34,8 @@ const LOADS_A: u32 = BM * BK / THREADS;
 const LOADS_B: u32 = BN * BK / THREADS;
 const_assert THREADS % BK == 0u && (BM * BK) % THREADS == 0u && (BN * BK) % THREADS == 0u;
 
-// The slice uniform, the bindings and LoadCtx: shaders/backward/grad_weight_common.wgsl (the host appends it).
+// The slice uniform, the bindings, LoadCtx, Staged and load_step: shaders/backward/grad_weight_common.wgsl (the host
+// appends it).
 
 var<workgroup> a_tile: array<f16, BM * LDK>; // [m][k]: x
 var<workgroup> b_tile: array<f16, BN * LDK>; // [n][k]: grad_output

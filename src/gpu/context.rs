@@ -517,6 +517,12 @@ impl GpuContext {
         *lock(&self.profiler) = profiler;
     }
 
+    /// A guard that names no part of a call again when it goes (see [`GpuContext::profile_section`]), so that a call
+    /// that fails between its parts leaves no name behind for later dispatches.
+    pub(crate) fn profile_sections(&self) -> crate::gpu::profile::Sections<'_> {
+        crate::gpu::profile::Sections(self)
+    }
+
     /// Names the part of a call the dispatches recorded next belong to, for an attached profiler (`None`: no part).
     pub(crate) fn profile_section(&self, section: Option<&'static str>) {
         if let Some(p) = lock(&self.profiler).as_ref() {

@@ -94,6 +94,11 @@ impl Profiler {
         lock(&self.state).section = section;
     }
 
+    /// Dispatches recorded since the last read.
+    pub fn recorded(&self) -> usize {
+        lock(&self.state).names.len()
+    }
+
     /// Dispatches that can still be recorded before [`Profiler::read`].
     pub fn room(&self) -> usize {
         (QUERIES / 2) as usize - lock(&self.state).names.len().min((QUERIES / 2) as usize)
@@ -128,7 +133,8 @@ impl Profiler {
     }
 
     /// Each call's dispatches since the last read, in recording order, and the number
-    /// of dispatches not timed for want of queries; then starts afresh. Waits for the GPU.
+    /// of dispatches not timed for want of queries; then starts afresh. Waits for the GPU. Read after the recorded
+    /// work was submitted: a call that failed before it submitted leaves timestamps that were never written.
     pub fn read(&self, ctx: &GpuContext) -> Result<(Vec<CallProfile>, usize)> {
         let State { names, mut calls, dropped, .. } = std::mem::take(&mut *lock(&self.state));
         if names.is_empty() {
@@ -143,5 +149,14 @@ impl Profiler {
         let ends = calls.iter().skip(1).copied().chain(std::iter::once(timed.len()));
         let per_call = calls.iter().zip(ends).map(|(&b, e)| timed[b.min(e)..e].to_vec()).collect();
         Ok((per_call, dropped))
+    }
+}
+
+/// Names no part of a call when it goes ([`GpuContext::profile_sections`]).
+pub(crate) struct Sections<'a>(pub(crate) &'a GpuContext);
+
+impl Drop for Sections<'_> {
+    fn drop(&mut self) {
+        self.0.profile_section(None);
     }
 }

@@ -397,9 +397,11 @@ impl Prepared {
         let mut record = || -> Result<()> {
             for i in 0..runs {
                 profiler.begin_call();
+                let before = profiler.recorded();
                 self.call(ctx, self.selected(ctx), &self.inputs[i as usize % self.inputs.len()], None)?;
-                // A call records a few dozen dispatches; read before the query set can run out.
-                if profiler.room() < 512 || i + 1 == runs {
+                // Read before the query set can run out: when it has no room for another call like this one.
+                let used = profiler.recorded() - before;
+                if profiler.room() <= used || i + 1 == runs {
                     let (read, dropped) = profiler.read(ctx)?;
                     if dropped > 0 {
                         bail!("{dropped} dispatches of one call went untimed (more than the profiler's room)");

@@ -215,7 +215,9 @@ pub fn conv_transpose2d_backward_into(
             label: Some("convt conv_transpose2d backward"),
             timestamp_writes: timer.map(|(t, slot)| t.pass_writes(slot)),
         });
-        // Each gradient's dispatches under its name, for a profiler (`convt bench --profile`).
+        // Each gradient's dispatches under its name, for a profiler (`convt bench --profile`); the guard names no
+        // part again when it goes, whether the call encoded or failed.
+        let _sections = ctx.profile_sections();
         ctx.profile_section(Some("grad_input"));
         grad_input::encode(ctx, &shape, kernel, weight, grad_output, gi_out, &mut pass, &mut in_flight)?;
         convert::finish(ctx, gi, &grads.grad_input, &mut pass, &mut in_flight)?;
@@ -227,7 +229,6 @@ pub fn conv_transpose2d_backward_into(
             grad_bias::encode(ctx, &shape, grad_output, sums, &mut pass)?;
             convert::finish(ctx, gb, out, &mut pass, &mut in_flight)?;
         }
-        ctx.profile_section(None);
     }
     in_flight.submit(ctx, encoder)?;
     written();

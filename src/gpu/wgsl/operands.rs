@@ -121,8 +121,9 @@ pub(crate) struct Operand {
     pub access: Access,
 }
 
-/// The WGSL declaring `operands` on a device with `storage`: each binding, its `NAME_ld(i: u32) -> f32` and, where
-/// written, `NAME_st(i: u32, v: f32)`; with the `enable` directives and dtype functions they need (put it in one
+/// The WGSL declaring `operands` on a device with `storage`: each binding, its `NAME_ld(i: u32) -> f32`, its
+/// `NAME_raw(i: u32) -> NAME_raw_t` and `NAME_value(r: NAME_raw_t) -> f32` and, where written,
+/// `NAME_st(i: u32, v: f32)`; with the `enable` directives and dtype functions they need (put it in one
 /// source with [`super::module`], which moves the directives to the front).
 pub(crate) fn declare(storage: Storage16, operands: &[Operand]) -> String {
     let mut s = String::new();
