@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::dtype::DType;
 use crate::error::{ConvtError, Result};
 use crate::gpu::kernel::Weight;
-use crate::gpu::plan::PreparedWeights;
+use crate::gpu::plan::{PreparedBackward, PreparedWeights};
 use crate::gpu::{self, GpuContext, GpuGradients, GpuTensor};
 use crate::gradients::Gradients;
 use crate::io::{save_tensors, TensorFile};
@@ -295,6 +295,7 @@ impl ConvTranspose2d {
             weight: GpuTensor::upload(ctx, &self.weight)?,
             bias: self.bias.as_ref().map(|b| GpuTensor::upload(ctx, b)).transpose()?,
             prepared: Default::default(),
+            prepared_backward: Default::default(),
         })
     }
 }
@@ -307,6 +308,8 @@ pub struct GpuConvTranspose2d {
     bias: Option<GpuTensor>,
     /// The weight as the kernels that ran read it, prepared once and reused while it does not change.
     prepared: PreparedWeights,
+    /// The backward's flipped weight and its prepared form, likewise.
+    prepared_backward: PreparedBackward,
 }
 
 impl std::fmt::Debug for GpuConvTranspose2d {
@@ -367,9 +370,16 @@ impl GpuConvTranspose2d {
         Ok(strategy)
     }
 
-    /// The three gradients given the gradient of the output, on the GPU.
+    /// The three gradients given the gradient of the output, on the GPU. The flipped weight grad_input reads, and
+    /// its kernel's prepared form of it, are made on the first call and reused by later ones until the weight
+    /// changes (an [`Self::sgd_step`], say): once per weight version, however many batches a step accumulates.
     pub fn backward(&self, input: &GpuTensor, grad_output: &GpuTensor) -> Result<GpuGradients> {
-        gpu::conv_transpose2d_backward(&self.ctx, input, &self.weight, self.bias.as_ref(), grad_output, &self.params)
+        let (weight, bias) = (&self.weight, self.bias.as_ref());
+        let grads = GpuGradients::empty(&self.ctx, input, weight, bias, &self.params)?;
+        let run = gpu::BackwardRun::default();
+        let kept = Some(&self.prepared_backward);
+        gpu::backward::backward_into(&self.ctx, input, weight, bias, grad_output, &self.params, &grads, run, kept)?;
+        Ok(grads)
     }
 
     /// One step of plain gradient descent on the GPU: `w -= lr * grad_weight`, `b -= lr * grad_bias`.

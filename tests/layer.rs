@@ -69,3 +69,78 @@ fn a_layer_reuses_its_prepared_weight_until_the_weight_changes() {
         check(&layer, ctx, strategy, &fresh(6), &format!("and again (seed {seed})"));
     }
 }
+
+/// `layer`'s backward for `x` and `go` against the float64 reference from its current weight (within the tolerance
+/// of `precision`), and bit for bit against the functional backward, which flips and prepares the weight in its
+/// own pass.
+fn check_backward(layer: &convt::GpuConvTranspose2d, ctx: &convt::GpuContext, x: &Tensor, go: &Tensor, what: &str) {
+    let (xg, gg) = (GpuTensor::upload(ctx, x).unwrap(), GpuTensor::upload(ctx, go).unwrap());
+    let got = layer.backward(&xg, &gg).unwrap().download(ctx).unwrap();
+    let host = layer.to_host().unwrap();
+    let options = *host.options();
+    let shape = options.resolve(x.shape(), host.weight().shape(), host.bias().map(|b| b.shape())).unwrap();
+    let (w, b) = (layer.weight(), layer.bias());
+    let functional =
+        convt::gpu::conv_transpose2d_backward(ctx, &xg, w, b, &gg, &options).unwrap().download(ctx).unwrap();
+    let tolerance = match options.precision {
+        Precision::F32 => common::F32_TOLERANCE,
+        Precision::Fast => 1e-3,
+    };
+    let want = [
+        convt::cpu::grad_input_f64(&shape, go.data(), host.weight().data()).unwrap(),
+        convt::cpu::grad_weight_f64(&shape, x.data(), go.data()).unwrap(),
+    ];
+    for (name, g, f, want) in [
+        ("grad_input", &got.grad_input, &functional.grad_input, &want[0]),
+        ("grad_weight", &got.grad_weight, &functional.grad_weight, &want[1]),
+    ] {
+        let s = ErrorStats::compare(g.data(), want);
+        assert!(s.non_finite == 0 && s.rel_l2 <= tolerance, "{name} {what}: {s:?}");
+        let bits = |t: &Tensor| t.data().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert!(bits(g) == bits(f), "{name} {what}: the layer's and the functional backward's bits differ");
+    }
+}
+
+#[test]
+fn a_layer_backward_reuses_its_flipped_weight_until_the_weight_changes() {
+    // grad_input's transposed-convolution form (stride 1) and sampled correlation (stride 2) with each strategy
+    // that computes them: the layer keeps the flipped weight and its prepared form between calls and makes them
+    // again after an SGD step or a copy into the weight; every call matches the reference and the functional
+    // backward.
+    let ctx = common::ctx();
+    let problems = [(1i64, 0i64, [2usize, 32, 7, 6]), (2, 1, [2, 32, 5, 4])];
+    let strategies: Vec<Strategy> = Strategy::candidates_for(ctx, Precision::Fast)
+        .into_iter()
+        .filter(|s| !matches!(s, Strategy::Direct | Strategy::Rows(_)))
+        .collect();
+    let mut ran = 0;
+    for strategy in common::sample(&strategies, 6) {
+        let ctx = common::ctx_with_strategy(strategy);
+        for (stride, padding, input) in problems {
+            let options =
+                ConvTranspose2dOptions::default().stride(stride).padding(padding).precision(strategy.precision());
+            let seed = common::fresh_seed();
+            let mut layer = ConvTranspose2d::new(32, 64, 3, options, seed).unwrap().to_gpu(ctx).unwrap();
+            let shape = options.resolve(&input, &[32, 64, 3, 3], Some(&[64])).unwrap();
+            let kernel = convt::gpu::select::grad_input(ctx, &shape, options.precision, convt::DType::F32);
+            if !kernel.computes(ctx, &shape) || matches!(kernel, convt::gpu::GradInputKernel::Gather) {
+                continue;
+            }
+            ran += 1;
+            let fresh = |i: u64, dims: &[usize]| Tensor::uniform(dims.to_vec(), -1.0, 1.0, seed ^ (i + 1)).unwrap();
+            let out = shape.output_dims();
+            let what = |w: &str| format!("{} {w} (stride {stride}, seed {seed})", kernel.name());
+            check_backward(&layer, ctx, &fresh(1, &input), &fresh(2, &out), &what("first call"));
+            check_backward(&layer, ctx, &fresh(3, &input), &fresh(4, &out), &what("second call, flipped weight kept"));
+            let (x, go) =
+                (GpuTensor::upload(ctx, &fresh(5, &input)).unwrap(), GpuTensor::upload(ctx, &fresh(6, &out)).unwrap());
+            let grads = layer.backward(&x, &go).unwrap();
+            layer.sgd_step(&grads, 0.5).unwrap();
+            check_backward(&layer, ctx, &fresh(7, &input), &fresh(8, &out), &what("after an SGD step"));
+            let w = Tensor::uniform(vec![32, 64, 3, 3], -0.5, 0.5, seed ^ 5).unwrap();
+            GpuTensor::upload(ctx, &w).unwrap().copy_to(ctx, layer.weight()).unwrap();
+            check_backward(&layer, ctx, &fresh(9, &input), &fresh(10, &out), &what("after a copy into the weight"));
+        }
+    }
+    assert!(ran >= 2, "{ran} problems ran");
+}

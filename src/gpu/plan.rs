@@ -1,8 +1,9 @@
 //! Prepared weights: what a kernel makes of a weight before it computes (the GEMM's packed layout, the Winograd
 //! kernel's transformed weight, the padded-NHWC kernel's packed f16 weight and scale), made once and reused by
 //! every call of a layer while its weight does not change, as a prepared plan per (weight, shape, precision)
-//! does. [`GpuConvTranspose2d`](crate::GpuConvTranspose2d) keeps them in a [`PreparedWeights`]; the functional
-//! calls prepare the weight on every call, in the same pass as the kernel.
+//! does. [`GpuConvTranspose2d`](crate::GpuConvTranspose2d) keeps them in a [`PreparedWeights`], and its backward's
+//! flipped weight in a [`PreparedBackward`]; the functional calls prepare the weight on every call, in the same pass
+//! as the kernel.
 
 use std::sync::{Arc, Mutex};
 
@@ -75,5 +76,55 @@ impl PreparedWeights {
         }
         entries.push(Entry { strategy, shape: problem, version, weight: prepared.clone() });
         Ok(Some(prepared))
+    }
+}
+
+/// What a layer's backward keeps while its weight does not change: the flipped, channel-swapped weight that
+/// grad_input's transposed-convolution and sampled-correlation forms read
+/// (`shaders/backward/grad_input_weights.wgsl`), and that weight as their kernel prepares it (in a
+/// [`PreparedWeights`] of its own, invalidated by the flipped weight's version). A training loop then flips and
+/// packs the weight once per weight version, however many backward calls it makes with it (gradient accumulation
+/// over several batches, say), in submissions of their own ahead of the backward's; the functional backward flips
+/// and packs in its own pass on every call.
+#[derive(Default)]
+pub(crate) struct PreparedBackward {
+    flipped: Mutex<Option<Flipped>>,
+    prepared: PreparedWeights,
+}
+
+/// A flipped weight, from the weight's values at `version`, for `problem` (the convolution's shape, batch aside).
+struct Flipped {
+    version: u64,
+    problem: ConvShape,
+    tensor: Arc<GpuTensor>,
+}
+
+impl PreparedBackward {
+    /// grad_input's flipped weight for `shape` from `weight`'s current values (made by `flip` where the kept one is
+    /// stale), and that weight as `strategy` prepares it for `problem` (grad_input's convolution), where it does.
+    pub fn get(
+        &self,
+        ctx: &GpuContext,
+        shape: &ConvShape,
+        weight: &GpuTensor,
+        strategy: Strategy,
+        problem: &ConvShape,
+        flip: impl FnOnce() -> Result<GpuTensor>,
+    ) -> Result<(Arc<GpuTensor>, Option<Arc<PreparedWeight>>)> {
+        let key = ConvShape { batch: 0, ..*shape };
+        let version = weight.version();
+        let flipped = {
+            let mut kept = lock(&self.flipped);
+            match kept.as_ref() {
+                Some(f) if f.version == version && f.problem == key => f.tensor.clone(),
+                _ => {
+                    let tensor = Arc::new(flip()?);
+                    *kept = Some(Flipped { version, problem: key, tensor: tensor.clone() });
+                    tensor
+                }
+            }
+        };
+        let prepared = self.prepared.get(ctx, strategy, problem, &flipped)?;
+        Ok((flipped, prepared))
     }
 }

@@ -17,6 +17,7 @@ use crate::gpu::forward::gather::SliceUniform;
 use crate::gpu::forward::gemm::{self, Geometry};
 use crate::gpu::kernel::{channel_blocks, check_index_range, dispatch_buffers, grid, Weight};
 use crate::gpu::memory::{GpuTensor, InFlight};
+use crate::gpu::plan::PreparedWeight;
 use crate::gpu::slices::{plan_between, Side};
 use crate::gpu::wgsl::operands::{declare, Access, Io};
 use crate::gpu::wgsl::{self, shape_constants, with_shape_prelude};
@@ -220,38 +221,80 @@ impl GradInputKernel {
     }
 }
 
-/// Encodes grad_input = the gradient of the input given `grad_output`, into `grad_input` (the input's size),
-/// with `kernel`.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn encode(
-    ctx: &GpuContext,
-    shape: &ConvShape,
-    kernel: GradInputKernel,
-    weight: &GpuTensor,
-    grad_output: &GpuTensor,
-    grad_input: &GpuTensor,
-    pass: &mut wgpu::ComputePass<'_>,
-    in_flight: &mut InFlight,
-) -> Result<()> {
+/// The convolution grad_input's kernel computes for `shape` (with the flipped weight, from grad_output), and the
+/// strategy that runs it: the transposed convolution or the sampled correlation; `None` for the gather kernel, which
+/// reads the weight as it is.
+pub(crate) fn flipped_problem(shape: &ConvShape, kernel: GradInputKernel) -> Result<Option<(ConvShape, Strategy)>> {
     match kernel {
         GradInputKernel::Transposed(strategy) => {
-            // Both kernels read any [N, C, H, W] tensor through the slice plan; the chunks of grad_output and
-            // grad_input are those of an input and an output of the transposed convolution's shape.
             let t = as_transposed_convolution(shape).ok_or_else(|| {
                 ConvtError::InvalidArgument(format!(
                     "grad_input kernel {}: this shape has no equivalent transposed convolution (stride 1 only)",
                     kernel.name()
                 ))
             })?;
-            let flipped = flip_weights(ctx, shape, weight, pass)?;
-            let w = Weight { tensor: &flipped, prepared: None };
+            Ok(Some((t, strategy)))
+        }
+        GradInputKernel::Sampled(strategy) => Ok(Some((as_sampled_correlation(shape).0, strategy))),
+        GradInputKernel::Gather => Ok(None),
+    }
+}
+
+/// The flipped weight of [`flip_weights`] in a submission of its own (for a layer that keeps it: see
+/// [`crate::gpu::plan::PreparedBackward`]).
+pub(crate) fn flipped_weight(ctx: &GpuContext, shape: &ConvShape, weight: &GpuTensor) -> Result<GpuTensor> {
+    let mut encoder = ctx.device.create_command_encoder(&Default::default());
+    let flipped = {
+        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some("convt grad_input weight flip"),
+            timestamp_writes: None,
+        });
+        flip_weights(ctx, shape, weight, &mut pass)?
+    };
+    flipped.mark_written();
+    ctx.scoped(|| {
+        ctx.queue.submit([encoder.finish()]);
+        Ok(())
+    })?;
+    Ok(flipped)
+}
+
+/// Encodes grad_input = the gradient of the input given `grad_output`, into `grad_input` (the input's size),
+/// with `kernel`; where `kept` has them, with the flipped weight and its prepared form made earlier
+/// ([`crate::gpu::plan::PreparedBackward`]), else flipping (and the kernel preparing) the weight in this pass.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn encode(
+    ctx: &GpuContext,
+    shape: &ConvShape,
+    kernel: GradInputKernel,
+    weight: &GpuTensor,
+    kept: Option<(&GpuTensor, Option<&PreparedWeight>)>,
+    grad_output: &GpuTensor,
+    grad_input: &GpuTensor,
+    pass: &mut wgpu::ComputePass<'_>,
+    in_flight: &mut InFlight,
+) -> Result<()> {
+    // The flipped weight, kept or made here (and then kept until the submission); the gather kernel reads the
+    // weight as it is.
+    let problem = flipped_problem(shape, kernel)?;
+    let made = match (kept, &problem) {
+        (None, Some(_)) => Some(flip_weights(ctx, shape, weight, pass)?),
+        _ => None,
+    };
+    let w = match (kept, &made) {
+        (Some((tensor, prepared)), _) => Weight { tensor, prepared },
+        (None, Some(tensor)) => Weight { tensor, prepared: None },
+        (None, None) => Weight { tensor: weight, prepared: None },
+    };
+    match kernel {
+        GradInputKernel::Transposed(strategy) => {
+            // Both kernels read any [N, C, H, W] tensor through the slice plan; the chunks of grad_output and
+            // grad_input are those of an input and an output of the transposed convolution's shape.
+            let Some((t, _)) = problem else { unreachable!("a transposed convolution") };
             strategy.encode(ctx, &t, grad_output, w, None, grad_input, pass, in_flight)?;
-            in_flight.keep_tensor(flipped);
         }
         GradInputKernel::Sampled(strategy) => {
             let (t, geometry) = as_sampled_correlation(shape);
-            let flipped = flip_weights(ctx, shape, weight, pass)?;
-            let w = Weight { tensor: &flipped, prepared: None };
             match strategy {
                 Strategy::Gemm(tile) => {
                     gemm::encode(ctx, &t, geometry, &tile, grad_output, w, None, grad_input, pass, in_flight)?
@@ -266,9 +309,11 @@ pub(crate) fn encode(
                     )))
                 }
             }
-            in_flight.keep_tensor(flipped);
         }
         GradInputKernel::Gather => encode_gather(ctx, shape, weight, grad_output, grad_input, pass)?,
+    }
+    if let Some(t) = made {
+        in_flight.keep_tensor(t);
     }
     Ok(())
 }

@@ -16,6 +16,7 @@ use crate::gpu::backward::grad_weight::GradWeightKernel;
 use crate::gpu::context::GpuContext;
 use crate::gpu::convert;
 use crate::gpu::memory::{GpuTensor, InFlight};
+use crate::gpu::plan::PreparedBackward;
 use crate::gpu::select;
 use crate::gpu::BackwardRun;
 use crate::gradients::Gradients;
@@ -123,6 +124,24 @@ pub fn conv_transpose2d_backward_into(
     grads: &GpuGradients,
     run: BackwardRun<'_>,
 ) -> Result<(GradInputKernel, GradWeightKernel)> {
+    backward_into(ctx, input, weight, bias, grad_output, params, grads, run, None)
+}
+
+/// [`conv_transpose2d_backward_into`] with the flipped weight grad_input reads, and its prepared form, taken from
+/// `kept` (made there where its weight changed since: a layer's, [`crate::GpuConvTranspose2d::backward`]) instead
+/// of made in the call's pass.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn backward_into(
+    ctx: &GpuContext,
+    input: &GpuTensor,
+    weight: &GpuTensor,
+    bias: Option<&GpuTensor>,
+    grad_output: &GpuTensor,
+    params: &ConvTranspose2dOptions,
+    grads: &GpuGradients,
+    run: BackwardRun<'_>,
+    kept: Option<&PreparedBackward>,
+) -> Result<(GradInputKernel, GradWeightKernel)> {
     let timer = run.timer;
     let shape = params.resolve(input.shape(), weight.shape(), bias.map(|b| b.shape()))?;
     shape.check_grad_output(grad_output.shape())?;
@@ -181,6 +200,16 @@ pub fn conv_transpose2d_backward_into(
         (None, Some(_)) => return Err(ConvtError::InvalidArgument("grad_bias given for a layer without bias".into())),
     };
 
+    // The kept flipped weight and its prepared form, made now (in submissions of their own, ahead of this call's)
+    // where the weight changed; held until this call's submission.
+    let flipped = match (kept, grad_input::flipped_problem(&shape, kernel)?) {
+        (Some(k), Some((problem, strategy))) => {
+            Some(k.get(ctx, &shape, weight, strategy, &problem, || grad_input::flipped_weight(ctx, &shape, weight))?)
+        }
+        _ => None,
+    };
+    let flipped_ref = flipped.as_ref().map(|(t, p)| (&**t, p.as_deref()));
+
     let written = || {
         grads.grad_input.mark_written();
         grads.grad_weight.mark_written();
@@ -219,7 +248,7 @@ pub fn conv_transpose2d_backward_into(
         // part again when it goes, whether the call encoded or failed.
         let _sections = ctx.profile_sections();
         ctx.profile_section(Some("grad_input"));
-        grad_input::encode(ctx, &shape, kernel, weight, grad_output, gi_out, &mut pass, &mut in_flight)?;
+        grad_input::encode(ctx, &shape, kernel, weight, flipped_ref, grad_output, gi_out, &mut pass, &mut in_flight)?;
         convert::finish(ctx, gi, &grads.grad_input, &mut pass, &mut in_flight)?;
         ctx.profile_section(Some("grad_weight"));
         grad_weight::encode(ctx, &shape, gw_kernel, input, grad_output, gw_out, &mut pass, &mut in_flight)?;
