@@ -9,6 +9,7 @@
 #   bash scripts/gpu_bench.sh bench OUTDIR [CONVT_BINARY] [CACHE]   # the rest, with a cache from `tune`
 #   bash scripts/gpu_bench.sh dtypes OUTDIR [CONVT_BINARY] [CACHE]  # precision `fast` on f32, f16 and bf16 tensors
 #   bash scripts/gpu_bench.sh backward OUTDIR [CONVT_BINARY] [CACHE] # the backward at every precision and dtype
+#   bash scripts/gpu_bench.sh train OUTDIR [CONVT_BINARY] [CACHE]    # a training step at every precision and dtype
 #
 # OUTDIR gets: tune.json (the tuning cache), log.txt (every tuning time, verification line and benchmark table),
 # and for `bench`/`all` convt_f32.json, convt_fast.json, convt_backward.json, convt_layer_f32.json,
@@ -21,13 +22,17 @@
 # (torch_backward.json), and writes backward_tables.md: four tables, each convt mode beside its PyTorch twin (exact
 # f32 vs fp32, fast f32 vs TF32, f16 vs fp16, bf16 vs bf16) with both times, the ratio and each gradient's error
 # (grad_input, grad_weight, grad_bias) beside PyTorch's, and the kernels convt ran; chart_backward_*.png with
-# matplotlib. Give it a cache from `tune` (and `tune --backward --precision fast`) to time the tuned kernels.
+# matplotlib. `train` times a training step (`convt bench --train`: the f32 master weight cast to the activations'
+# dtype, forward, backward, SGD step) at exact f32 (convt_train_f32.json), at `fast` on f32, f16 and bf16
+# activations (convt_train_fast.json, _f16, _bf16), PyTorch's step in its four modes, autocast for fp16 and bf16
+# (torch_train.json), and writes train_tables.md as `backward` does. Give it a cache from `tune` (and
+# `tune --backward --precision fast`) to time the tuned kernels.
 # The PyTorch side needs python3 with torch (and matplotlib for the charts).
 set -euo pipefail
-usage="usage: gpu_bench.sh all|tune|bench|dtypes|backward OUTDIR [CONVT_BINARY] [CACHE]"
+usage="usage: gpu_bench.sh all|tune|bench|dtypes|backward|train OUTDIR [CONVT_BINARY] [CACHE]"
 what=${1:?$usage}
 out=${2:?$usage}
-case "$what" in all|tune|bench|dtypes|backward) ;; *) echo "$usage" >&2; exit 2 ;; esac
+case "$what" in all|tune|bench|dtypes|backward|train) ;; *) echo "$usage" >&2; exit 2 ;; esac
 convt=${3:-target/release/convt}
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
@@ -88,25 +93,27 @@ if [ "$what" = dtypes ]; then
   grep -E 'ceilings|yardstick' "$log"
   cat "$out/dtype_tables.md"
 fi
-if [ "$what" = backward ]; then
-  # The backward (all three gradients) at exact f32 and at `fast` on f32, f16 and bf16 tensors, each gradient's error
-  # against the float64 reference in each JSON; PyTorch's four modes once.
-  run "$convt" bench --backward --runs 20 --json "$out/convt_backward_f32.json"
+if [ "$what" = backward ] || [ "$what" = train ]; then
+  # The backward (all three gradients), or a training step (cast, forward, backward, SGD step), at exact f32 and at
+  # `fast` on f32, f16 and bf16 tensors, the errors against the float64 reference in each JSON; PyTorch's four
+  # modes once.
+  p=$what
+  run "$convt" bench --$p --runs 20 --json "$out/convt_${p}_f32.json"
   for d in f32 f16 bf16; do
     name=$d
     if [ "$d" = f32 ]; then name=fast; fi
-    run "$convt" bench --backward --precision fast --dtype "$d" --runs 20 --json "$out/convt_backward_$name.json"
+    run "$convt" bench --$p --precision fast --dtype "$d" --runs 20 --json "$out/convt_${p}_$name.json"
   done
-  run python3 "$here/torch_bench.py" --backward --runs 20 --json "$out/torch_backward.json"
-  : > "$out/backward_tables.md"
+  run python3 "$here/torch_bench.py" --$p --runs 20 --json "$out/torch_$p.json"
+  : > "$out/${p}_tables.md"
   for pair in f32:fp32 fast:tf32 f16:fp16 bf16:bf16; do
     t=${pair%%:*}
-    python3 "$here/side_by_side.py" "$out/convt_backward_$t.json" "$out/torch_backward.json" --torch-mode "${pair##*:}" \
-      --md "$out/table_backward_$t.md" --png "$out/chart_backward_$t.png"
-    cat "$out/table_backward_$t.md" >> "$out/backward_tables.md"
-    echo >> "$out/backward_tables.md"
-    rm "$out/table_backward_$t.md"
+    python3 "$here/side_by_side.py" "$out/convt_${p}_$t.json" "$out/torch_$p.json" --torch-mode "${pair##*:}" \
+      --md "$out/table_${p}_$t.md" --png "$out/chart_${p}_$t.png"
+    cat "$out/table_${p}_$t.md" >> "$out/${p}_tables.md"
+    echo >> "$out/${p}_tables.md"
+    rm "$out/table_${p}_$t.md"
   done
   grep -E 'OVER TOLERANCE|warning' "$log" || true
-  cat "$out/backward_tables.md"
+  cat "$out/${p}_tables.md"
 fi

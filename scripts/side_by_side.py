@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Joins `convt bench --json` and `scripts/torch_bench.py --json` into the side-by-side table (markdown, with
 ratios: > 1 means convt is faster) and, where matplotlib is available, a PNG chart. Both files must time the same
-pass (forward or, with --backward, backward); the table is titled with it when the files name it. When convt's
+pass (forward; with --backward, backward; with --train, a training step: grad_weight's error and the kernels of
+its forward, grad_input and grad_weight); the table is titled with it when the files name it. When convt's
 file carries each case's error (`convt bench` checks sampled outputs), the table lists it next to PyTorch's
 errors in each mode, and the precision convt ran at. For the backward, where both files carry each gradient's
 error (convt's `grad_input_rel_l2`, `grad_weight_rel_l2`, `grad_bias_rel_l2`; PyTorch's `{mode}_grad_input_rel_l2`
@@ -80,12 +81,13 @@ def main():
         if tr is None:
             continue
         pf = f"{100 * r['tflops'] / ceil['fma_tflops']:.0f}%" if ceil else "-"
-        pb = f"{100 * r['gbs'] / ceil['copy_gbs']:.0f}%" if ceil else "-"
+        # (A training step's file has no bytes moved.)
+        pb = f"{100 * r['gbs'] / ceil['copy_gbs']:.0f}%" if ceil and "gbs" in r else "-"
         rat = [tr[f"{m}_ms"] / r["ms"] for m in modes]
-        cells = [r["case"], f"{r['ms']:.3f}", f"{r['tflops']:.2f}", f"{r['gbs']:.0f}", pf, pb]
+        cells = [r["case"], f"{r['ms']:.3f}", f"{r['tflops']:.2f}", f"{r['gbs']:.0f}" if "gbs" in r else "-", pf, pb]
         cells += [f"{tr[m + '_ms']:.3f}" for m in modes] + [f"{x:.2f}x" for x in rat]
         if errors:
-            if "grad_input_kernel" in r:
+            if "grad_input_kernel" in r and pass_name != "train":
                 cells.append(f"{r['grad_input_kernel']}; {r['grad_weight_kernel']}")
             else:
                 cells.append(r.get("algorithm", "-"))

@@ -6,6 +6,10 @@ torch.rand (as KernelBench draws them). Also reports each mode's relative L2 err
 computed from the values that mode's tensors hold (fp16 and bf16 ones rounded from the fp32 draws), as `convt
 bench` measures its own: the error of the computation, not of the rounding of its inputs.
 
+--train times a training step instead, as `convt bench --train` does (`train_row`: the forward under autocast
+for fp16 and bf16 with fp32 parameters, the backward from a grad_output drawn U(-1,1), an SGD step), with
+grad_weight's error against float64 (`{mode}_rel_l2` and `{mode}_grad_weight_rel_l2`).
+
 --backward times the backward pass instead, as `convt bench --backward` does: the gradients of the input, the
 weight and (when the case has one) the bias from a grad_output drawn U(-1,1), one call of
 torch.ops.aten.convolution_backward (what autograd runs for conv_transpose2d; the forward is not timed). Its
@@ -13,7 +17,7 @@ errors against float64: grad_input on sample 0 (`{mode}_rel_l2`, also `{mode}_gr
 the whole batch (`{mode}_grad_weight_rel_l2`; its float64 reference is computed on the GPU, and the error is null
 when that does not fit in memory) and grad_bias (`{mode}_grad_bias_rel_l2`, bias cases only).
 
-    python3 scripts/torch_bench.py [--case kb57 ...] [--runs 30] [--backward] [--json out.json]
+    python3 scripts/torch_bench.py [--case kb57 ...] [--runs 30] [--backward | --train] [--json out.json]
 """
 import argparse
 import json
@@ -132,20 +136,76 @@ def backward_row(x, wt, has_bias, go, kw, warmup, runs):
     return row
 
 
+def train_row(x, wt, b, go, kw, warmup, runs):
+    """A training step in each mode, as `convt bench --train` times it: fp32 parameters (the master copy), the
+    forward (under autocast for fp16 and bf16, whose activations have that dtype: autocast casts the weight), the
+    backward from grad_output (the input requires its gradient, as a layer inside a network does), and an SGD step
+    (torch.optim.SGD, lr 1e-4). CUDA events around the whole step. Its error: grad_weight of one more step against
+    a float64 one from the values the mode's tensors hold."""
+    row = {}
+    ref_gw = None
+    for mode in MODES:
+        torch.backends.cudnn.allow_tf32 = mode == "tf32"
+        torch.backends.cuda.matmul.allow_tf32 = mode == "tf32"
+        half = DTYPES[mode] if mode in ("fp16", "bf16") else None
+        w = torch.nn.Parameter(wt.clone())
+        bb = torch.nn.Parameter(b.clone()) if b is not None else None
+        opt = torch.optim.SGD([p for p in (w, bb) if p is not None], lr=1e-4)
+        # A leaf of its own in each mode (x itself is left without a gradient).
+        xm = x.detach().to(DTYPES[mode]).clone().requires_grad_(True)
+        gom = go.to(DTYPES[mode])
+
+        def step():
+            with torch.autocast("cuda", dtype=half or torch.float16, enabled=half is not None):
+                y = F.conv_transpose2d(xm, w, bb, **kw)
+            y.backward(gom)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            xm.grad = None
+
+        ms, times = time_ms(step, warmup, runs)
+        with torch.autocast("cuda", dtype=half or torch.float16, enabled=half is not None):
+            y = F.conv_transpose2d(xm, w, bb, **kw)
+        y.backward(gom)
+        gw = w.grad.detach().clone()
+        del y
+        opt.zero_grad(set_to_none=True)
+        xm.grad = None
+        if mode != "tf32":
+            # grad_weight depends on the input and grad_output alone (fp32 and tf32 share their values).
+            ref_gw = None
+            torch.cuda.empty_cache()
+            try:
+                ref_gw = conv_backward(gom.double(), xm.detach().double(), wt.double(), False, kw,
+                                       [False, True, False])[1]
+            except torch.cuda.OutOfMemoryError:
+                print("  (float64 grad_weight reference does not fit in GPU memory: no grad_weight error)")
+        row[f"{mode}_ms"] = ms
+        row[f"{mode}_times_ms"] = times
+        row[f"{mode}_grad_weight_rel_l2"] = row[f"{mode}_rel_l2"] = None if ref_gw is None else rel_l2(gw, ref_gw)
+        del w, bb, opt, xm, gom, gw
+        torch.cuda.empty_cache()
+    return row
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--case", nargs="*", default=list(CASES))
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--backward", action="store_true", help="time the backward pass (all three gradients)")
+    ap.add_argument("--train", action="store_true",
+                    help="time a training step (forward, backward, SGD step; autocast for fp16 and bf16)")
     ap.add_argument("--json")
     args = ap.parse_args()
     torch.backends.cudnn.benchmark = True
     dev = torch.device("cuda")
-    pass_name = "backward" if args.backward else "forward"
+    if args.backward and args.train:
+        ap.error("--backward and --train time different things: give one")
+    pass_name = "train" if args.train else "backward" if args.backward else "forward"
     out = {"torch": torch.__version__, "cudnn": torch.backends.cudnn.version(), "gpu": torch.cuda.get_device_name(),
            "pass": pass_name, "runs": args.runs, "cases": []}
-    errors = "grad_input errors" if args.backward else "errors"
+    errors = "grad_input errors" if args.backward else "grad_weight errors" if args.train else "errors"
     print(f"{pass_name} pass")
     print(f"{'case':<6} {'fp32 ms':>9} {'tf32 ms':>9} {'fp16 ms':>9} {'bf16 ms':>9}  {errors} (fp32 / tf32 / fp16 / bf16)")
     for name in args.case:
@@ -155,17 +215,20 @@ def main():
         wt = torch.empty(cin, cout // g, *k, device=dev).uniform_(-0.1, 0.1)
         b = torch.empty(cout, device=dev).uniform_(-0.1, 0.1) if bias else None
         kw = dict(stride=s, padding=p, output_padding=op, dilation=d, groups=g)
-        if args.backward:
+        if args.backward or args.train:
             go = torch.empty(n, cout, *output_size(h, w, k, s, p, op, d), device=dev).uniform_(-1.0, 1.0)
-            row = {"case": name, **backward_row(x, wt, bias, go, kw, args.warmup, args.runs)}
+            if args.train:
+                row = {"case": name, **train_row(x, wt, b, go, kw, args.warmup, args.runs)}
+            else:
+                row = {"case": name, **backward_row(x, wt, bias, go, kw, args.warmup, args.runs)}
             del go
         else:
             row = {"case": name, **forward_row(x, wt, b, kw, args.warmup, args.runs)}
         out["cases"].append(row)
+        fmt = lambda e: "-" if e is None else f"{e:.1e}"
         line = (f"{name:<6} " + " ".join(f"{row[m + '_ms']:>9.3f}" for m in MODES) + "  "
-                + " / ".join(f"{row[m + '_rel_l2']:.1e}" for m in MODES))
+                + " / ".join(fmt(row[m + "_rel_l2"]) for m in MODES))
         if args.backward:
-            fmt = lambda e: "-" if e is None else f"{e:.1e}"
             line += "; grad_weight " + " / ".join(fmt(row[f"{m}_grad_weight_rel_l2"]) for m in MODES)
             if bias:
                 line += "; grad_bias " + " / ".join(fmt(row[f"{m}_grad_bias_rel_l2"]) for m in MODES)

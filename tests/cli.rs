@@ -618,6 +618,70 @@ fn bench_backward_at_fast_on_f16_reports_each_gradient() {
 }
 
 #[test]
+fn bench_train_times_a_training_step_and_checks_its_gradient() {
+    // `convt bench --train` times a training step (the f32 master weight cast to the activations' dtype, forward,
+    // backward, SGD step) on f16 activations at `fast` and on f32 ones exactly, and writes each step's time, the
+    // kernels of its three convolutions and grad_weight's error against the float64 reference, within `convt
+    // verify`'s tolerance; the rows carry what scripts/side_by_side.py reads.
+    let dir = common::TempDir::new("cli-bench-train");
+    for (precision, dtype) in [("fast", "f16"), ("f32", "f32")] {
+        let json_path = dir.path(&format!("train-{dtype}.json"));
+        let args = [
+            "bench",
+            "--train",
+            "--precision",
+            precision,
+            "--dtype",
+            dtype,
+            "--in-channels",
+            "16",
+            "--out-channels",
+            "8",
+            "--size",
+            "5,7",
+            "--kernel",
+            "3",
+            "--stride",
+            "2",
+            "--bias",
+            "--batch",
+            "2",
+            "--runs",
+            "3",
+            "--warmup",
+            "1",
+            "--json",
+            s(&json_path),
+        ];
+        let out = convt_ok(&args);
+        let said = text(&out.stdout);
+        let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+        assert_eq!(
+            (doc["pass"].as_str(), doc["precision"].as_str(), doc["dtype"].as_str()),
+            (Some("train"), Some(precision), Some(dtype))
+        );
+        let tolerance = doc["tolerance"].as_f64().expect("the tolerance");
+        let case = &doc["cases"][0];
+        let times = case["times_ms"].as_array().expect("times");
+        assert_eq!(times.len(), 3, "{case}");
+        assert!(times.iter().all(|t| t.as_f64().is_some_and(|t| t > 0.0)), "{case}");
+        assert!(case["ms"].as_f64().is_some_and(|ms| ms > 0.0) && case["tflops"].as_f64().is_some(), "{case}");
+        for kernel in ["forward_kernel", "grad_input_kernel", "grad_weight_kernel"] {
+            let name = case[kernel].as_str().unwrap_or_else(|| panic!("{kernel} in {case}"));
+            assert!(
+                !name.is_empty() && said.contains(name),
+                "{kernel} {name} not in the table:\n{}",
+                describe(&args, &out)
+            );
+        }
+        let err = case["grad_weight_rel_l2"].as_f64().unwrap_or_else(|| panic!("grad_weight error in {case}"));
+        assert!(err <= tolerance && case["rel_l2"] == case["grad_weight_rel_l2"], "{err:e} {tolerance:e} {case}");
+        assert_eq!(case["within_tolerance"], serde_json::Value::Bool(true), "{case}");
+        assert!(case["peak_mb"].as_f64().is_some_and(|mb| mb > 0.0), "{case}");
+    }
+}
+
+#[test]
 fn tune_backward_keeps_both_gradients_kernels_and_bench_runs_them() {
     // `convt tune --backward` on a strided case times grad_input's kernels, then grad_weight's, and keeps each
     // winner under the case's grad_input and grad_weight keys; `convt bench --backward` runs the kernels those keys

@@ -50,6 +50,28 @@ impl GpuTimer {
         }
     }
 
+    /// Submits a marker that writes the GPU's time into `slot`: its begin (`end` false) or its end (`end` true).
+    /// A begin before a sequence of calls and an end after them time the whole sequence, several submissions and
+    /// the gaps between them included (as CUDA events around them would): a marker is an empty compute pass
+    /// that writes one timestamp, in a submission of its own.
+    pub fn mark(&self, ctx: &GpuContext, slot: u32, end: bool) -> Result<()> {
+        let index = Some(2 * slot + u32::from(end));
+        let writes = wgpu::ComputePassTimestampWrites {
+            query_set: &self.queries,
+            beginning_of_pass_write_index: index.filter(|_| !end),
+            end_of_pass_write_index: index.filter(|_| end),
+        };
+        ctx.scoped(|| {
+            let mut encoder = ctx.device().create_command_encoder(&Default::default());
+            drop(encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("convt timer mark"),
+                timestamp_writes: Some(writes),
+            }));
+            ctx.queue().submit([encoder.finish()]);
+            Ok(())
+        })
+    }
+
     /// The number of slots, numbered from 0.
     pub fn capacity(&self) -> u32 {
         self.capacity

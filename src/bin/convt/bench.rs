@@ -65,6 +65,12 @@ pub struct BenchArgs {
     /// each kernel's median share of a call, in the table and the JSON (`profile`): where a call's time goes.
     #[arg(long)]
     profile: bool,
+    /// Time a training step instead (src/bin/convt/train.rs): the f32 master weight and bias cast to --dtype, the
+    /// forward, the backward with f32 weight and bias gradients, an SGD step on the master copy; from a GPU
+    /// timestamp before its first submission to one after its last. TFLOP/s count three times the forward's
+    /// useful FLOPs; the error is grad_weight's (check_samples / 100 elements, at least 16).
+    #[arg(long, conflicts_with_all = ["backward", "layer", "profile"])]
+    train: bool,
 }
 
 /// Inputs smaller than this are rotated among several copies so that repeated runs do not measure the cache.
@@ -543,6 +549,19 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
         None
     };
 
+    if a.train {
+        let rows = train_rows(&ctx, &a, &cases, &table)?;
+        let doc = json!({"adapter": info.name, "backend": format!("{:?}", info.backend), "driver": info.driver,
+            "driver_info": info.driver_info, "pass": "train", "layer": false, "precision": a.precision,
+            "dtype": a.dtype, "runs": a.runs, "warmup": a.warmup, "tolerance": crate::verify::tolerance(a.precision, a.dtype),
+            "shader_checks": format!("{:?}", ctx.options().shader_checks), "ceilings": ceil, "cases": rows});
+        if let Some(out) = json_out {
+            out.write_bytes(serde_json::to_string_pretty(&doc)?.as_bytes())?;
+        } else if json_stdout {
+            println!("{doc}");
+        }
+        return Ok(Outcome::Ok);
+    }
     let pass = if a.backward { Pass::Backward } else { Pass::Forward };
     eprintln!("pass: {}, precision {}, dtype {}", pass.name(), a.precision, a.dtype);
     // The errors are held to `convt verify`'s tolerance for this precision and dtype (reported, not enforced).
@@ -683,4 +702,49 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
         println!("{}", doc());
     }
     Ok(Outcome::Ok)
+}
+
+/// `--train`: each case's training step (crate::train), a table line and a JSON row each.
+fn train_rows(
+    ctx: &GpuContext,
+    a: &BenchArgs,
+    cases: &[Case],
+    table: &dyn Fn(String),
+) -> Result<Vec<serde_json::Value>> {
+    eprintln!("pass: train (cast, forward, backward, SGD step), precision {}, activations {}", a.precision, a.dtype);
+    let tolerance = crate::verify::tolerance(a.precision, a.dtype);
+    table(format!(
+        "{:<6} {:>9} {:>9} {:>9} {:>9} {:>9}  kernels (forward; grad_input; grad_weight)",
+        "case", "ms", "min ms", "TFLOP/s", "gw rel L2", "peak MB"
+    ));
+    let mut rows = Vec::new();
+    for case in cases {
+        let step = crate::train::Step::new(ctx, case, a.precision, a.dtype)?;
+        ctx.wait_idle()?;
+        ctx.reset_peak_memory();
+        let (times, (forward, gi, gw)) = step.time(ctx, a.warmup, MIN_WARMUP, a.runs)?;
+        let peak = ctx.peak_memory() as f64 / 1e6;
+        let error = match a.check_samples {
+            0 => None,
+            n => Some(step.grad_weight_error(ctx, (n / 100).max(16))?),
+        };
+        let ms = median(times.clone());
+        let min = times.iter().copied().fold(f64::INFINITY, f64::min);
+        let flops = 3 * step.shape.useful_flops();
+        let tflops = flops as f64 / (ms * 1e-3) / 1e12;
+        let within = error.as_ref().map(|e| e.rel_l2 <= tolerance);
+        let kernels = format!("{}; {}; {}", forward.name(), gi.name(), gw.name());
+        table(format!(
+            "{:<6} {ms:>9.3} {min:>9.3} {tflops:>9.2} {:>9} {peak:>9.0}  {kernels}{}",
+            case.name,
+            error.as_ref().map_or("-".to_string(), |e| format!("{:.1e}", e.rel_l2)),
+            if within == Some(false) { "  OVER TOLERANCE" } else { "" }
+        ));
+        rows.push(json!({"case": case.name, "batch": case.batch, "ms": ms, "min_ms": min, "times_ms": times,
+            "tflops": tflops, "gflop": flops as f64 / 1e9, "algorithm": kernels, "forward_kernel": forward.name(),
+            "grad_input_kernel": gi.name(), "grad_weight_kernel": gw.name(),
+            "grad_weight_rel_l2": error.as_ref().map(|e| e.rel_l2), "rel_l2": error.as_ref().map(|e| e.rel_l2),
+            "error_samples": error.as_ref().map(|e| e.compared), "within_tolerance": within, "peak_mb": peak}));
+    }
+    Ok(rows)
 }

@@ -8,6 +8,7 @@ mod ceilings;
 mod forward;
 mod host;
 mod info;
+mod train;
 mod tune;
 mod verify;
 

@@ -1,0 +1,128 @@
+//! `convt bench --train`: one training step of a suite case's layer, as a mixed-precision training loop runs it
+//! (examples/train_mixed.rs): the f32 master weight and bias cast to the activations' dtype (none for f32
+//! activations), the forward, the backward from a given grad_output with the weight's and the bias's gradients in
+//! f32, and an SGD step on the master copy; each a call of its own, as a caller makes them. Timed from a GPU
+//! timestamp before the step's first submission to one after its last (`GpuTimer::mark`): the step's kernels and
+//! the gaps between its submissions, as CUDA events around PyTorch's step measure (`scripts/torch_bench.py
+//! --train`, an autocast step with `torch.optim.SGD`).
+
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use convt::gpu::elementwise::axpby;
+use convt::gpu::{
+    conv_transpose2d_backward_into, conv_transpose2d_into, BackwardRun, GpuGradients, GpuTimer, GradInputKernel,
+    GradWeightKernel, Run, Strategy,
+};
+use convt::suite::Case;
+use convt::{cpu, ConvShape, DType, ErrorStats, GpuContext, GpuTensor, Precision, Tensor};
+
+/// The SGD step's learning rate: small, so that the master weight stays in range over many timed steps.
+const LR: f32 = 1e-4;
+
+/// A case's training step on the GPU: the master parameters (f32), the activations and grad_output (of the
+/// activations' dtype), and where the step writes.
+pub struct Step {
+    pub shape: ConvShape,
+    case: Case,
+    dtype: DType,
+    precision: Precision,
+    master_weight: GpuTensor,
+    master_bias: Option<GpuTensor>,
+    input: GpuTensor,
+    grad_output: GpuTensor,
+    output: GpuTensor,
+    /// The gradients: grad_input in the activations' dtype, the weight's and the bias's in f32.
+    grads: GpuGradients,
+}
+
+/// The kernels a step ran: the forward's, grad_input's and grad_weight's.
+pub type Kernels = (Strategy, GradInputKernel, GradWeightKernel);
+
+impl Step {
+    /// The case's step at `precision` with activations of `dtype`: input U(0, 1), grad_output U(-1, 1), weight and
+    /// bias U(-0.1, 0.1), as `convt bench` draws them.
+    pub fn new(ctx: &GpuContext, case: &Case, precision: Precision, dtype: DType) -> Result<Self> {
+        let bias_dims = [case.out_channels];
+        let shape =
+            case.params.resolve(&case.input_dims(), &case.weight_dims(), case.bias.then_some(&bias_dims[..]))?;
+        let random = |dims, low, seed| Tensor::uniform(dims, low, 1.0, seed);
+        let input = GpuTensor::upload(ctx, &random(shape.input_dims(), 0.0, 100)?.to_dtype(dtype))?;
+        let grad_output = GpuTensor::upload(ctx, &random(shape.output_dims(), -1.0, 200)?.to_dtype(dtype))?;
+        let master_weight = GpuTensor::upload(ctx, &Tensor::uniform(shape.weight_dims(), -0.1, 0.1, 1)?)?;
+        let master_bias = case
+            .bias
+            .then(|| GpuTensor::upload(ctx, &Tensor::uniform(vec![shape.out_channels], -0.1, 0.1, 2)?))
+            .transpose()?;
+        let output = GpuTensor::empty_with(ctx, &shape.output_dims(), dtype)?;
+        // The gradients' shapes and dtypes from a weight of the activations' dtype (the one the step casts).
+        let weight_like = GpuTensor::empty_with(ctx, &shape.weight_dims(), dtype)?;
+        let bias_like = master_bias.as_ref().map(|_| GpuTensor::empty_with(ctx, &bias_dims, dtype)).transpose()?;
+        let params = case.params.precision(precision);
+        let grads = GpuGradients::empty_with_f32_weight(ctx, &input, &weight_like, bias_like.as_ref(), &params)?;
+        Ok(Self { shape, case: *case, dtype, precision, master_weight, master_bias, input, grad_output, output, grads })
+    }
+
+    /// One step: cast, forward, backward, SGD update. Submits its work; returns the kernels that ran.
+    pub fn run(&self, ctx: &GpuContext) -> Result<Kernels> {
+        let params = self.case.params.precision(self.precision);
+        let cast = |t: &GpuTensor| t.to_dtype(ctx, self.dtype);
+        let half = self.dtype != DType::F32;
+        let (w_cast, b_cast) = match half {
+            true => (Some(cast(&self.master_weight)?), self.master_bias.as_ref().map(cast).transpose()?),
+            false => (None, None),
+        };
+        let weight = w_cast.as_ref().unwrap_or(&self.master_weight);
+        let bias = if half { b_cast.as_ref() } else { self.master_bias.as_ref() };
+        let strategy = conv_transpose2d_into(ctx, &self.input, weight, bias, &params, &self.output, Run::default())?;
+        let (gi, gw) = conv_transpose2d_backward_into(
+            ctx,
+            &self.input,
+            weight,
+            bias,
+            &self.grad_output,
+            &params,
+            &self.grads,
+            BackwardRun::default(),
+        )?;
+        axpby(ctx, -LR, &self.grads.grad_weight, 1.0, &self.master_weight)?;
+        if let (Some(gb), Some(b)) = (&self.grads.grad_bias, &self.master_bias) {
+            axpby(ctx, -LR, gb, 1.0, b)?;
+        }
+        Ok((strategy, gi, gw))
+    }
+
+    /// `runs` steps timed after warm-up (at least `warmup` steps and `min_warmup` of them): each step's GPU time,
+    /// ms, and the kernels of the last.
+    pub fn time(&self, ctx: &GpuContext, warmup: u32, min_warmup: Duration, runs: u32) -> Result<(Vec<f64>, Kernels)> {
+        let start = Instant::now();
+        let mut done = 0;
+        while done < warmup || start.elapsed() < min_warmup {
+            self.run(ctx)?;
+            ctx.wait_idle()?;
+            done += 1;
+        }
+        let timer = GpuTimer::new(ctx, runs)?;
+        let mut kernels = None;
+        for slot in 0..runs {
+            timer.mark(ctx, slot, false)?;
+            kernels = Some(self.run(ctx)?);
+            timer.mark(ctx, slot, true)?;
+        }
+        ctx.wait_idle()?;
+        let kernels = kernels.ok_or_else(|| anyhow::anyhow!("no step ran"))?;
+        Ok((timer.read_ms(ctx, runs)?, kernels))
+    }
+
+    /// The last step's f32 grad_weight at `samples` random elements against the float64 reference (it depends
+    /// on the input and grad_output alone, not on the weight the steps changed).
+    pub fn grad_weight_error(&self, ctx: &GpuContext, samples: usize) -> Result<ErrorStats> {
+        let (x, go) = (self.input.download(ctx)?, self.grad_output.download(ctx)?);
+        let gw = self.grads.grad_weight.download(ctx)?;
+        let (got, want): (Vec<f32>, Vec<f64>) = crate::verify::sample_positions(gw.shape(), samples.min(gw.numel()), 8)
+            .into_iter()
+            .map(|(i, p)| (gw.data()[i], cpu::grad_weight_at(&self.shape, x.data(), go.data(), p)))
+            .unzip();
+        Ok(ErrorStats::compare(&got, &want))
+    }
+}
