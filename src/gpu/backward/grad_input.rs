@@ -290,7 +290,9 @@ pub(crate) fn encode(
         GradInputKernel::Transposed(strategy) => {
             // Both kernels read any [N, C, H, W] tensor through the slice plan; the chunks of grad_output and
             // grad_input are those of an input and an output of the transposed convolution's shape.
-            let Some((t, _)) = problem else { unreachable!("a transposed convolution") };
+            let (t, _) = problem.ok_or_else(|| {
+                ConvtError::InvalidArgument(format!("grad_input kernel {}: no transposed convolution", kernel.name()))
+            })?;
             strategy.encode(ctx, &t, grad_output, w, None, grad_input, pass, in_flight)?;
         }
         GradInputKernel::Sampled(strategy) => {
