@@ -148,3 +148,93 @@ pub(crate) fn combination(coeffs: impl Iterator<Item = f64>, term: impl Fn(usize
         s
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The relative L2 error against float64 of a row of `outputs` outputs of a K-channel correlation along W
+    /// computed as a tensor-core Winograd kernel would compute it with `t`: the input tile's transform (BT d) and the
+    /// weight's (G g) in f32, each transformed tensor scaled by a power of two (its largest magnitude into
+    /// [2^14, 2^15)) and rounded to f16, the products of f16 values summed in f32 over the channels at each point,
+    /// the output transform (AT) in f32, unscaled. Inputs U(0, 1) (as KernelBench draws them), weights U(-1, 1).
+    fn f16_products_error(t: &Transform1d, channels: usize, outputs: usize, seed: u64) -> f64 {
+        let (m, r, alpha) = (t.m, t.r, t.alpha);
+        let tiles = outputs.div_ceil(m);
+        let width = tiles * m + r - 1;
+        let x = crate::Tensor::uniform(vec![channels, width], 0.0, 1.0, seed).unwrap();
+        let w = crate::Tensor::uniform(vec![channels, r], -1.0, 1.0, seed ^ 0x5eed).unwrap();
+        let (x, w) = (x.data(), w.data());
+        let f16 = |v: f32| half::f16::from_f32(v).to_f32();
+        // The power of two that puts a tensor's largest magnitude in [2^14, 2^15).
+        let scale_of = |values: &[f32]| {
+            let largest = values.iter().fold(0f32, |a, v| a.max(v.abs()));
+            2f32.powi(14 - largest.log2().floor() as i32)
+        };
+        // Transformed weight [k][p] and input [tile][k][p], in f32.
+        let u: Vec<f32> = (0..channels)
+            .flat_map(|k| (0..alpha).map(move |p| (0..r).map(|j| t.g[p * r + j] as f32 * w[k * r + j]).sum::<f32>()))
+            .collect();
+        let v: Vec<f32> = (0..tiles)
+            .flat_map(|tile| {
+                (0..channels).flat_map(move |k| {
+                    (0..alpha).map(move |p| {
+                        (0..alpha).map(|q| t.bt[p * alpha + q] as f32 * x[k * width + tile * m + q]).sum::<f32>()
+                    })
+                })
+            })
+            .collect();
+        let (su, sv) = (scale_of(&u), scale_of(&v));
+        let u: Vec<f32> = u.iter().map(|&a| f16(a * su)).collect();
+        let v: Vec<f32> = v.iter().map(|&a| f16(a * sv)).collect();
+        let (mut err, mut norm) = (0f64, 0f64);
+        for tile in 0..tiles {
+            let point =
+                |p: usize| (0..channels).map(|k| u[k * alpha + p] * v[(tile * channels + k) * alpha + p]).sum::<f32>();
+            let sums: Vec<f32> = (0..alpha).map(point).collect();
+            for i in 0..m {
+                let got = (0..alpha).map(|p| t.at[i * alpha + p] as f32 * sums[p]).sum::<f32>() / (su * sv);
+                let want: f64 = (0..channels)
+                    .flat_map(|k| (0..r).map(move |j| (k, j)))
+                    .map(|(k, j)| x[k * width + tile * m + i + j] as f64 * w[k * r + j] as f64)
+                    .sum();
+                err += (got as f64 - want).powi(2);
+                norm += want * want;
+            }
+        }
+        (err / norm).sqrt()
+    }
+
+    #[test]
+    fn winograd_transforms_on_f16_products_stay_within_the_fast_tolerance_where_they_save_products() {
+        // The transforms a tensor-core Winograd kernel could take at precision `fast` (1e-3 relative L2): their
+        // error with f16 operands over 64, 192 (kb57's 64 channels x a kernel row of 3) and 448 channels, the worst
+        // of three draws of 960 outputs each, with the products each saves along W (m r / alpha); the direct
+        // correlation in the same arithmetic for scale (its 2.1e-4 is what the tensor-core kernels measure on the
+        // GPU). F(2, 3), F(3, 3), F(2, 2) and F(3, 2) stay below 0.8e-3; the larger ones reach 0.9-1.6e-3 on some
+        // channel count. docs/PERFORMANCE.md has the table (`cargo test --release --lib winograd_transforms --
+        // --nocapture` prints it).
+        let within = [(2, 3), (3, 3), (2, 2), (3, 2)];
+        for (m, r) in [(2, 3), (3, 3), (4, 3), (6, 3), (2, 2), (3, 2), (4, 2), (2, 4), (3, 4), (2, 5), (3, 5), (2, 7)] {
+            let t = Transform1d::new(m, r).unwrap();
+            let per_k: Vec<f64> = [64, 192, 448]
+                .into_iter()
+                .map(|k| (1..=3).map(|s| f16_products_error(&t, k, 960, s)).fold(0f64, f64::max))
+                .collect();
+            let worst = per_k.iter().copied().fold(0f64, f64::max);
+            let saving = (m * r) as f64 / t.alpha as f64;
+            let each: Vec<String> = per_k.iter().map(|e| format!("{e:.2e}")).collect();
+            eprintln!(
+                "F({m}, {r}): {saving:.2}x fewer products, f16 relative L2 {} (K = 64, 192, 448)",
+                each.join(" / ")
+            );
+            if within.contains(&(m, r)) {
+                assert!(worst <= 0.8e-3, "F({m}, {r}): {worst:e}");
+            }
+        }
+        // The direct correlation in the same arithmetic, for scale: F(1, r) is the identity transform.
+        let direct = f16_products_error(&Transform1d::new(1, 3).unwrap(), 192, 960, 1);
+        eprintln!("direct (F(1, 3)): f16 relative L2 {direct:.2e}");
+        assert!(direct <= 5e-4, "{direct:e}");
+    }
+}
