@@ -24,7 +24,8 @@
 # (grad_input, grad_weight, grad_bias) beside PyTorch's, and the kernels convt ran; chart_backward_*.png with
 # matplotlib. `train` times a training step (`convt bench --train`: the f32 master weight cast to the activations'
 # dtype, forward, backward, SGD step) at exact f32 (convt_train_f32.json), at `fast` on f32, f16 and bf16
-# activations (convt_train_fast.json, _f16, _bf16), PyTorch's step in its four modes, autocast for fp16 and bf16
+# activations (convt_train_fast.json, _f16, _bf16), the step through a layer at both precisions on f32 activations
+# (convt_train_layer_f32.json, _layer_fast), PyTorch's step in its four modes, autocast for fp16 and bf16
 # (torch_train.json), and writes train_tables.md as `backward` does. Give it a cache from `tune` (and
 # `tune --backward --precision fast`) to time the tuned kernels.
 # The PyTorch side needs python3 with torch (and matplotlib for the charts).
@@ -104,9 +105,16 @@ if [ "$what" = backward ] || [ "$what" = train ]; then
     if [ "$d" = f32 ]; then name=fast; fi
     run "$convt" bench --$p --precision fast --dtype "$d" --runs 20 --json "$out/convt_${p}_$name.json"
   done
+  pairs="f32:fp32 fast:tf32 f16:fp16 bf16:bf16"
+  if [ "$p" = train ]; then
+    # The same step through a layer (f32 activations): its weight prepared again after each update.
+    run "$convt" bench --train --layer --runs 20 --json "$out/convt_train_layer_f32.json"
+    run "$convt" bench --train --layer --precision fast --runs 20 --json "$out/convt_train_layer_fast.json"
+    pairs="$pairs layer_f32:fp32 layer_fast:tf32"
+  fi
   run python3 "$here/torch_bench.py" --$p --runs 20 --json "$out/torch_$p.json"
   : > "$out/${p}_tables.md"
-  for pair in f32:fp32 fast:tf32 f16:fp16 bf16:bf16; do
+  for pair in $pairs; do
     t=${pair%%:*}
     python3 "$here/side_by_side.py" "$out/convt_${p}_$t.json" "$out/torch_$p.json" --torch-mode "${pair##*:}" \
       --md "$out/table_${p}_$t.md" --png "$out/chart_${p}_$t.png"

@@ -374,12 +374,24 @@ impl GpuConvTranspose2d {
     /// its kernel's prepared form of it, are made on the first call and reused by later ones until the weight
     /// changes (an [`Self::sgd_step`], say): once per weight version, however many batches a step accumulates.
     pub fn backward(&self, input: &GpuTensor, grad_output: &GpuTensor) -> Result<GpuGradients> {
+        let grads = GpuGradients::empty(&self.ctx, input, &self.weight, self.bias.as_ref(), &self.params)?;
+        self.backward_into(input, grad_output, &grads)?;
+        Ok(grads)
+    }
+
+    /// [`Self::backward`] into existing gradients (of the input's, the weight's and the bias's sizes and dtypes, as
+    /// [`GpuGradients::empty`] makes them): a training loop reuses them from step to step. Submits the work (it
+    /// completes in queue order); returns the kernels that ran for grad_input and grad_weight.
+    pub fn backward_into(
+        &self,
+        input: &GpuTensor,
+        grad_output: &GpuTensor,
+        grads: &GpuGradients,
+    ) -> Result<(gpu::GradInputKernel, gpu::GradWeightKernel)> {
         let (weight, bias) = (&self.weight, self.bias.as_ref());
-        let grads = GpuGradients::empty(&self.ctx, input, weight, bias, &self.params)?;
         let run = gpu::BackwardRun::default();
         let kept = Some(&self.prepared_backward);
-        gpu::backward::backward_into(&self.ctx, input, weight, bias, grad_output, &self.params, &grads, run, kept)?;
-        Ok(grads)
+        gpu::backward::backward_into(&self.ctx, input, weight, bias, grad_output, &self.params, grads, run, kept)
     }
 
     /// One step of plain gradient descent on the GPU: `w -= lr * grad_weight`, `b -= lr * grad_bias`.

@@ -620,13 +620,14 @@ fn bench_backward_at_fast_on_f16_reports_each_gradient() {
 #[test]
 fn bench_train_times_a_training_step_and_checks_its_gradient() {
     // `convt bench --train` times a training step (the f32 master weight cast to the activations' dtype, forward,
-    // backward, SGD step) on f16 activations at `fast` and on f32 ones exactly, and writes each step's time, the
+    // backward, SGD step) on f16 activations at `fast`, on f32 ones exactly, and through a layer (`--layer`: its
+    // forward, backward and SGD step) at `fast`, and writes each step's time, the
     // kernels of its three convolutions and grad_weight's error against the float64 reference, within `convt
     // verify`'s tolerance; the rows carry what scripts/side_by_side.py reads.
     let dir = common::TempDir::new("cli-bench-train");
-    for (precision, dtype) in [("fast", "f16"), ("f32", "f32")] {
-        let json_path = dir.path(&format!("train-{dtype}.json"));
-        let args = [
+    for (precision, dtype, layer) in [("fast", "f16", false), ("f32", "f32", false), ("fast", "f32", true)] {
+        let json_path = dir.path(&format!("train-{dtype}-{layer}.json"));
+        let mut args = vec![
             "bench",
             "--train",
             "--precision",
@@ -653,12 +654,15 @@ fn bench_train_times_a_training_step_and_checks_its_gradient() {
             "--json",
             s(&json_path),
         ];
+        if layer {
+            args.push("--layer");
+        }
         let out = convt_ok(&args);
         let said = text(&out.stdout);
         let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
         assert_eq!(
-            (doc["pass"].as_str(), doc["precision"].as_str(), doc["dtype"].as_str()),
-            (Some("train"), Some(precision), Some(dtype))
+            (doc["pass"].as_str(), doc["precision"].as_str(), doc["dtype"].as_str(), doc["layer"].as_bool()),
+            (Some("train"), Some(precision), Some(dtype), Some(layer))
         );
         let tolerance = doc["tolerance"].as_f64().expect("the tolerance");
         let case = &doc["cases"][0];
@@ -679,6 +683,8 @@ fn bench_train_times_a_training_step_and_checks_its_gradient() {
         assert_eq!(case["within_tolerance"], serde_json::Value::Bool(true), "{case}");
         assert!(case["peak_mb"].as_f64().is_some_and(|mb| mb > 0.0), "{case}");
     }
+    // A layer's step takes f32 activations only (its weight has its input's dtype): one line, before any GPU work.
+    convt_fails(&["bench", "--train", "--layer", "--dtype", "f16", "--case", "dcgan"], &["--train --layer", "f16"]);
 }
 
 #[test]

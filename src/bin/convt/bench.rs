@@ -58,7 +58,9 @@ pub struct BenchArgs {
     #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
     json: Option<PathBuf>,
     /// Time the forward as a layer's repeated calls (`GpuConvTranspose2d::forward_into`: the weight prepared for
-    /// its kernel once) instead of the functional call, which prepares it on every call.
+    /// its kernel once) instead of the functional call, which prepares it on every call. With --train, the step
+    /// through a layer (f32 activations): its forward, backward and SGD step, the weight prepared again after
+    /// each update.
     #[arg(long, conflicts_with = "backward")]
     layer: bool,
     /// After timing, time each dispatch of as many calls on its own (GPU timestamps inside the pass) and report
@@ -69,7 +71,7 @@ pub struct BenchArgs {
     /// forward, the backward with f32 weight and bias gradients, an SGD step on the master copy; from a GPU
     /// timestamp before its first submission to one after its last. TFLOP/s count three times the forward's
     /// useful FLOPs; the error is grad_weight's (check_samples / 100 elements, at least 16).
-    #[arg(long, conflicts_with_all = ["backward", "layer", "profile"])]
+    #[arg(long, conflicts_with_all = ["backward", "profile"])]
     train: bool,
 }
 
@@ -516,6 +518,9 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
     if let Some(path) = a.json.as_deref().filter(|_| !json_stdout) {
         crate::args::not_the_tune_cache(path, "--json")?;
     }
+    if a.train {
+        crate::train::check_layer(a.layer, a.dtype)?;
+    }
     let json_out = a.json.as_deref().filter(|_| !json_stdout).map(|p| OutputFile::create(p, &[])).transpose()?;
     // The table: on stdout, or on stderr where stdout carries the JSON.
     let table = |line: String| if json_stdout { eprintln!("{line}") } else { println!("{line}") };
@@ -552,7 +557,7 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
     if a.train {
         let rows = train_rows(&ctx, &a, &cases, &table)?;
         let doc = json!({"adapter": info.name, "backend": format!("{:?}", info.backend), "driver": info.driver,
-            "driver_info": info.driver_info, "pass": "train", "layer": false, "precision": a.precision,
+            "driver_info": info.driver_info, "pass": "train", "layer": a.layer, "precision": a.precision,
             "dtype": a.dtype, "runs": a.runs, "warmup": a.warmup, "tolerance": crate::verify::tolerance(a.precision, a.dtype),
             "shader_checks": format!("{:?}", ctx.options().shader_checks), "ceilings": ceil, "cases": rows});
         if let Some(out) = json_out {
@@ -711,7 +716,8 @@ fn train_rows(
     cases: &[Case],
     table: &dyn Fn(String),
 ) -> Result<Vec<serde_json::Value>> {
-    eprintln!("pass: train (cast, forward, backward, SGD step), precision {}, activations {}", a.precision, a.dtype);
+    let how = if a.layer { "a layer's forward, backward and SGD step" } else { "cast, forward, backward, SGD step" };
+    eprintln!("pass: train ({how}), precision {}, activations {}", a.precision, a.dtype);
     let tolerance = crate::verify::tolerance(a.precision, a.dtype);
     table(format!(
         "{:<6} {:>9} {:>9} {:>9} {:>9} {:>9}  kernels (forward; grad_input; grad_weight)",
@@ -719,7 +725,7 @@ fn train_rows(
     ));
     let mut rows = Vec::new();
     for case in cases {
-        let step = crate::train::Step::new(ctx, case, a.precision, a.dtype)?;
+        let mut step = crate::train::Step::new(ctx, case, a.precision, a.dtype, a.layer)?;
         ctx.wait_idle()?;
         ctx.reset_peak_memory();
         let (times, (forward, gi, gw)) = step.time(ctx, a.warmup, MIN_WARMUP, a.runs)?;

@@ -4,7 +4,9 @@
 //! f32, and an SGD step on the master copy; each a call of its own, as a caller makes them. Timed from a GPU
 //! timestamp before the step's first submission to one after its last (`GpuTimer::mark`): the step's kernels and
 //! the gaps between its submissions, as CUDA events around PyTorch's step measure (`scripts/torch_bench.py
-//! --train`, an autocast step with `torch.optim.SGD`).
+//! --train`, an autocast step with `torch.optim.SGD`). With `--layer` (f32 activations) the step goes through a
+//! `GpuConvTranspose2d` instead (`forward_into`, `backward_into`, `sgd_step`): the layer's weight is updated in
+//! place, so each step prepares it again for the forward and flips it again for the backward.
 
 use std::time::{Duration, Instant};
 
@@ -15,7 +17,21 @@ use convt::gpu::{
     GradWeightKernel, Run, Strategy,
 };
 use convt::suite::Case;
-use convt::{cpu, ConvShape, DType, ErrorStats, GpuContext, GpuTensor, Precision, Tensor};
+use convt::{
+    cpu, ConvShape, ConvTranspose2d, DType, ErrorStats, GpuContext, GpuConvTranspose2d, GpuTensor, Precision, Tensor,
+};
+
+/// An error where a step through a layer (`--layer`) has activations other than f32: a layer's weight has its
+/// input's dtype, so only the functional step (an f32 master weight cast per step) runs half activations.
+pub fn check_layer(layer: bool, dtype: DType) -> Result<()> {
+    if layer && dtype != DType::F32 {
+        anyhow::bail!(
+            "--train --layer takes f32 activations, not {dtype} (a layer's weight has its input's dtype; --train \
+             without --layer times the mixed-precision step, an f32 master weight cast to {dtype})"
+        );
+    }
+    Ok(())
+}
 
 /// The SGD step's learning rate: small, so that the master weight stays in range over many timed steps.
 const LR: f32 = 1e-4;
@@ -34,6 +50,8 @@ pub struct Step {
     output: GpuTensor,
     /// The gradients: grad_input in the activations' dtype, the weight's and the bias's in f32.
     grads: GpuGradients,
+    /// The layer the step goes through instead of the functional calls (`--layer`; it holds its own f32 weight).
+    layer: Option<GpuConvTranspose2d>,
 }
 
 /// The kernels a step ran: the forward's, grad_input's and grad_weight's.
@@ -41,30 +59,43 @@ pub type Kernels = (Strategy, GradInputKernel, GradWeightKernel);
 
 impl Step {
     /// The case's step at `precision` with activations of `dtype`: input U(0, 1), grad_output U(-1, 1), weight and
-    /// bias U(-0.1, 0.1), as `convt bench` draws them.
-    pub fn new(ctx: &GpuContext, case: &Case, precision: Precision, dtype: DType) -> Result<Self> {
+    /// bias U(-0.1, 0.1), as `convt bench` draws them; through a layer where `layer` says so (f32 activations only:
+    /// a layer's weight has its input's dtype).
+    pub fn new(ctx: &GpuContext, case: &Case, precision: Precision, dtype: DType, layer: bool) -> Result<Self> {
+        check_layer(layer, dtype)?;
         let bias_dims = [case.out_channels];
         let shape =
             case.params.resolve(&case.input_dims(), &case.weight_dims(), case.bias.then_some(&bias_dims[..]))?;
         let random = |dims, low, seed| Tensor::uniform(dims, low, 1.0, seed);
         let input = GpuTensor::upload(ctx, &random(shape.input_dims(), 0.0, 100)?.to_dtype(dtype))?;
         let grad_output = GpuTensor::upload(ctx, &random(shape.output_dims(), -1.0, 200)?.to_dtype(dtype))?;
-        let master_weight = GpuTensor::upload(ctx, &Tensor::uniform(shape.weight_dims(), -0.1, 0.1, 1)?)?;
-        let master_bias = case
-            .bias
-            .then(|| GpuTensor::upload(ctx, &Tensor::uniform(vec![shape.out_channels], -0.1, 0.1, 2)?))
-            .transpose()?;
+        let weight = Tensor::uniform(shape.weight_dims(), -0.1, 0.1, 1)?;
+        let bias = case.bias.then(|| Tensor::uniform(vec![shape.out_channels], -0.1, 0.1, 2)).transpose()?;
+        let master_weight = GpuTensor::upload(ctx, &weight)?;
+        let master_bias = bias.as_ref().map(|b| GpuTensor::upload(ctx, b)).transpose()?;
+        let layer = match layer {
+            true => Some(ConvTranspose2d::from_weights(weight, bias, case.params.precision(precision))?.to_gpu(ctx)?),
+            false => None,
+        };
         let output = GpuTensor::empty_with(ctx, &shape.output_dims(), dtype)?;
         // The gradients' shapes and dtypes from a weight of the activations' dtype (the one the step casts).
         let weight_like = GpuTensor::empty_with(ctx, &shape.weight_dims(), dtype)?;
         let bias_like = master_bias.as_ref().map(|_| GpuTensor::empty_with(ctx, &bias_dims, dtype)).transpose()?;
         let params = case.params.precision(precision);
         let grads = GpuGradients::empty_with_f32_weight(ctx, &input, &weight_like, bias_like.as_ref(), &params)?;
-        Ok(Self { shape, case: *case, dtype, precision, master_weight, master_bias, input, grad_output, output, grads })
+        let (case, layer) = (*case, layer);
+        Ok(Self { shape, case, dtype, precision, master_weight, master_bias, input, grad_output, output, grads, layer })
     }
 
-    /// One step: cast, forward, backward, SGD update. Submits its work; returns the kernels that ran.
-    pub fn run(&self, ctx: &GpuContext) -> Result<Kernels> {
+    /// One step: cast, forward, backward, SGD update (or the layer's forward, backward and SGD step). Submits its
+    /// work; returns the kernels that ran.
+    pub fn run(&mut self, ctx: &GpuContext) -> Result<Kernels> {
+        if let Some(layer) = self.layer.as_mut() {
+            let strategy = layer.forward_into(&self.input, &self.output, None)?;
+            let (gi, gw) = layer.backward_into(&self.input, &self.grad_output, &self.grads)?;
+            layer.sgd_step(&self.grads, LR)?;
+            return Ok((strategy, gi, gw));
+        }
         let params = self.case.params.precision(self.precision);
         let cast = |t: &GpuTensor| t.to_dtype(ctx, self.dtype);
         let half = self.dtype != DType::F32;
@@ -94,7 +125,13 @@ impl Step {
 
     /// `runs` steps timed after warm-up (at least `warmup` steps and `min_warmup` of them): each step's GPU time,
     /// ms, and the kernels of the last.
-    pub fn time(&self, ctx: &GpuContext, warmup: u32, min_warmup: Duration, runs: u32) -> Result<(Vec<f64>, Kernels)> {
+    pub fn time(
+        &mut self,
+        ctx: &GpuContext,
+        warmup: u32,
+        min_warmup: Duration,
+        runs: u32,
+    ) -> Result<(Vec<f64>, Kernels)> {
         let start = Instant::now();
         let mut done = 0;
         while done < warmup || start.elapsed() < min_warmup {
