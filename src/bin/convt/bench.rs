@@ -285,19 +285,14 @@ impl Prepared {
         let Some(go) = &self.inputs[set].grad_output else { bail!("backward input sets carry a grad_output") };
         let (x, w, go) = (self.inputs[set].input.download(ctx)?, self.weight.download(ctx)?, go.download(ctx)?);
         let shape = &self.shape;
-        let sampled = |t: &Tensor, count: usize, seed: u64, at: &dyn Fn([usize; 4]) -> f64| {
-            let (got, want): (Vec<f32>, Vec<f64>) =
-                crate::verify::sample_positions(t.shape(), count.min(t.numel()), seed)
-                    .into_iter()
-                    .map(|(i, p)| (t.data()[i], at(p)))
-                    .unzip();
-            ErrorStats::compare(&got, &want)
-        };
         let mut errors = vec![
-            ("grad_input", sampled(&g.grad_input, samples, 7, &|p| cpu::grad_input_at(shape, go.data(), w.data(), p))),
+            (
+                "grad_input",
+                sampled_error(&g.grad_input, samples, 7, &|p| cpu::grad_input_at(shape, go.data(), w.data(), p)),
+            ),
             (
                 "grad_weight",
-                sampled(&g.grad_weight, (samples / 100).max(16), 8, &|p| {
+                sampled_error(&g.grad_weight, (samples / 100).max(16), 8, &|p| {
                     cpu::grad_weight_at(shape, x.data(), go.data(), p)
                 }),
             ),
@@ -503,6 +498,16 @@ pub struct Profile {
 /// The least time the benchmark keeps the GPU busy before timing a case.
 const MIN_WARMUP: std::time::Duration = std::time::Duration::from_millis(1000);
 
+/// The relative L2 error of `t` at `count` random elements (`seed`'s draw, at most all of them) against the float64
+/// values `at` gives for their positions.
+pub fn sampled_error(t: &Tensor, count: usize, seed: u64, at: &dyn Fn([usize; 4]) -> f64) -> ErrorStats {
+    let (got, want): (Vec<f32>, Vec<f64>) = crate::verify::sample_positions(t.shape(), count.min(t.numel()), seed)
+        .into_iter()
+        .map(|(i, p)| (t.data()[i], at(p)))
+        .unzip();
+    ErrorStats::compare(&got, &want)
+}
+
 pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -554,10 +559,10 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
         None
     };
 
-    if a.train {
-        let rows = train_rows(&ctx, &a, &cases, &table)?;
+    // The results' JSON document: the run's setting and a row per case.
+    let write_doc = |json_out: Option<OutputFile>, pass: &str, rows: Vec<serde_json::Value>| -> Result<()> {
         let doc = json!({"adapter": info.name, "backend": format!("{:?}", info.backend), "driver": info.driver,
-            "driver_info": info.driver_info, "pass": "train", "layer": a.layer, "precision": a.precision,
+            "driver_info": info.driver_info, "pass": pass, "layer": a.layer, "precision": a.precision,
             "dtype": a.dtype, "runs": a.runs, "warmup": a.warmup, "tolerance": crate::verify::tolerance(a.precision, a.dtype),
             "shader_checks": format!("{:?}", ctx.options().shader_checks), "ceilings": ceil, "cases": rows});
         if let Some(out) = json_out {
@@ -565,6 +570,10 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
         } else if json_stdout {
             println!("{doc}");
         }
+        Ok(())
+    };
+    if a.train {
+        write_doc(json_out, "train", train_rows(&ctx, &a, &cases, &table)?)?;
         return Ok(Outcome::Ok);
     }
     let pass = if a.backward { Pass::Backward } else { Pass::Forward };
@@ -695,17 +704,7 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
     if !over.is_empty() {
         eprintln!("warning: {} over the tolerance {tolerance:.1e} (convt verify's)", over.join(", "));
     }
-    let doc = || {
-        json!({"adapter": info.name, "backend": format!("{:?}", info.backend), "driver": info.driver,
-        "driver_info": info.driver_info, "pass": pass.name(), "layer": a.layer, "precision": a.precision, "dtype": a.dtype, "runs": a.runs,
-        "warmup": a.warmup, "tolerance": tolerance,
-        "shader_checks": format!("{:?}", ctx.options().shader_checks), "ceilings": ceil, "cases": rows})
-    };
-    if let Some(out) = json_out {
-        out.write_bytes(serde_json::to_string_pretty(&doc())?.as_bytes())?;
-    } else if json_stdout {
-        println!("{}", doc());
-    }
+    write_doc(json_out, pass.name(), rows)?;
     Ok(Outcome::Ok)
 }
 

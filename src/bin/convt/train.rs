@@ -43,15 +43,19 @@ pub struct Step {
     case: Case,
     dtype: DType,
     precision: Precision,
-    master_weight: GpuTensor,
-    master_bias: Option<GpuTensor>,
+    params: Params,
     input: GpuTensor,
     grad_output: GpuTensor,
     output: GpuTensor,
     /// The gradients: grad_input in the activations' dtype, the weight's and the bias's in f32.
     grads: GpuGradients,
-    /// The layer the step goes through instead of the functional calls (`--layer`; it holds its own f32 weight).
-    layer: Option<GpuConvTranspose2d>,
+}
+
+/// Where the step's parameters live: an f32 master copy the functional calls read (cast where the activations are
+/// half), or the layer the step goes through (`--layer`), which holds its own f32 weight and bias.
+enum Params {
+    Master { weight: GpuTensor, bias: Option<GpuTensor> },
+    Layer(Box<GpuConvTranspose2d>),
 }
 
 /// The kernels a step ran: the forward's, grad_input's and grad_weight's.
@@ -71,40 +75,43 @@ impl Step {
         let grad_output = GpuTensor::upload(ctx, &random(shape.output_dims(), -1.0, 200)?.to_dtype(dtype))?;
         let weight = Tensor::uniform(shape.weight_dims(), -0.1, 0.1, 1)?;
         let bias = case.bias.then(|| Tensor::uniform(vec![shape.out_channels], -0.1, 0.1, 2)).transpose()?;
-        let master_weight = GpuTensor::upload(ctx, &weight)?;
-        let master_bias = bias.as_ref().map(|b| GpuTensor::upload(ctx, b)).transpose()?;
-        let layer = match layer {
-            true => Some(ConvTranspose2d::from_weights(weight, bias, case.params.precision(precision))?.to_gpu(ctx)?),
-            false => None,
-        };
         let output = GpuTensor::empty_with(ctx, &shape.output_dims(), dtype)?;
         // The gradients' shapes and dtypes from a weight of the activations' dtype (the one the step casts).
         let weight_like = GpuTensor::empty_with(ctx, &shape.weight_dims(), dtype)?;
-        let bias_like = master_bias.as_ref().map(|_| GpuTensor::empty_with(ctx, &bias_dims, dtype)).transpose()?;
-        let params = case.params.precision(precision);
-        let grads = GpuGradients::empty_with_f32_weight(ctx, &input, &weight_like, bias_like.as_ref(), &params)?;
-        let (case, layer) = (*case, layer);
-        Ok(Self { shape, case, dtype, precision, master_weight, master_bias, input, grad_output, output, grads, layer })
+        let bias_like = bias.as_ref().map(|_| GpuTensor::empty_with(ctx, &bias_dims, dtype)).transpose()?;
+        let options = case.params.precision(precision);
+        let grads = GpuGradients::empty_with_f32_weight(ctx, &input, &weight_like, bias_like.as_ref(), &options)?;
+        let params = match layer {
+            true => Params::Layer(Box::new(ConvTranspose2d::from_weights(weight, bias, options)?.to_gpu(ctx)?)),
+            false => Params::Master {
+                weight: GpuTensor::upload(ctx, &weight)?,
+                bias: bias.as_ref().map(|b| GpuTensor::upload(ctx, b)).transpose()?,
+            },
+        };
+        Ok(Self { shape, case: *case, dtype, precision, params, input, grad_output, output, grads })
     }
 
     /// One step: cast, forward, backward, SGD update (or the layer's forward, backward and SGD step). Submits its
     /// work; returns the kernels that ran.
     pub fn run(&mut self, ctx: &GpuContext) -> Result<Kernels> {
-        if let Some(layer) = self.layer.as_mut() {
-            let strategy = layer.forward_into(&self.input, &self.output, None)?;
-            let (gi, gw) = layer.backward_into(&self.input, &self.grad_output, &self.grads)?;
-            layer.sgd_step(&self.grads, LR)?;
-            return Ok((strategy, gi, gw));
-        }
+        let (master_weight, master_bias) = match &mut self.params {
+            Params::Layer(layer) => {
+                let strategy = layer.forward_into(&self.input, &self.output, None)?;
+                let (gi, gw) = layer.backward_into(&self.input, &self.grad_output, &self.grads)?;
+                layer.sgd_step(&self.grads, LR)?;
+                return Ok((strategy, gi, gw));
+            }
+            Params::Master { weight, bias } => (&*weight, bias.as_ref()),
+        };
         let params = self.case.params.precision(self.precision);
         let cast = |t: &GpuTensor| t.to_dtype(ctx, self.dtype);
         let half = self.dtype != DType::F32;
         let (w_cast, b_cast) = match half {
-            true => (Some(cast(&self.master_weight)?), self.master_bias.as_ref().map(cast).transpose()?),
+            true => (Some(cast(master_weight)?), master_bias.map(cast).transpose()?),
             false => (None, None),
         };
-        let weight = w_cast.as_ref().unwrap_or(&self.master_weight);
-        let bias = if half { b_cast.as_ref() } else { self.master_bias.as_ref() };
+        let weight = w_cast.as_ref().unwrap_or(master_weight);
+        let bias = if half { b_cast.as_ref() } else { master_bias };
         let strategy = conv_transpose2d_into(ctx, &self.input, weight, bias, &params, &self.output, Run::default())?;
         let (gi, gw) = conv_transpose2d_backward_into(
             ctx,
@@ -116,8 +123,8 @@ impl Step {
             &self.grads,
             BackwardRun::default(),
         )?;
-        axpby(ctx, -LR, &self.grads.grad_weight, 1.0, &self.master_weight)?;
-        if let (Some(gb), Some(b)) = (&self.grads.grad_bias, &self.master_bias) {
+        axpby(ctx, -LR, &self.grads.grad_weight, 1.0, master_weight)?;
+        if let (Some(gb), Some(b)) = (&self.grads.grad_bias, master_bias) {
             axpby(ctx, -LR, gb, 1.0, b)?;
         }
         Ok((strategy, gi, gw))
@@ -156,10 +163,7 @@ impl Step {
     pub fn grad_weight_error(&self, ctx: &GpuContext, samples: usize) -> Result<ErrorStats> {
         let (x, go) = (self.input.download(ctx)?, self.grad_output.download(ctx)?);
         let gw = self.grads.grad_weight.download(ctx)?;
-        let (got, want): (Vec<f32>, Vec<f64>) = crate::verify::sample_positions(gw.shape(), samples.min(gw.numel()), 8)
-            .into_iter()
-            .map(|(i, p)| (gw.data()[i], cpu::grad_weight_at(&self.shape, x.data(), go.data(), p)))
-            .unzip();
-        Ok(ErrorStats::compare(&got, &want))
+        let at = |p| cpu::grad_weight_at(&self.shape, x.data(), go.data(), p);
+        Ok(crate::bench::sampled_error(&gw, samples, 8, &at))
     }
 }
