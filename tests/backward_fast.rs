@@ -49,7 +49,8 @@ fn p2(e: i32) -> f64 {
 // The kernels, the problems, the runs
 // ---------------------------------------------------------------------------------------------------------
 
-/// The fast grad_weight kernels this adapter runs (they take every shape).
+/// The fast grad_weight kernels this adapter runs on `shape` (the per-tap tiles take every shape, the NHWC tiles
+/// one group of whole channel tiles).
 fn fast_grad_weight_kernels(ctx: &GpuContext, shape: &ConvShape) -> Vec<GradWeightKernel> {
     GradWeightKernel::all()
         .into_iter()
@@ -385,6 +386,15 @@ fn stride_one_problem(seed: u64) -> Problem {
     p
 }
 
+/// One group of channels that are multiples of 16, the shapes grad_weight's NHWC GEMM takes
+/// (src/gpu/backward/grad_weight_nhwc.rs): strided, padded, output-padded and dilated, a row of 19 pixels (the copy
+/// rounds it to two blocks of 16), a 3 x 3 kernel (the 4-tap groups end past its taps).
+fn nhwc_problem(seed: u64) -> Problem {
+    let params =
+        ConvTranspose2dOptions::default().stride([2, 3]).padding([1, 2]).output_padding([1, 0]).dilation([1, 2]);
+    Problem { input: vec![2, 32, 5, 19], weight: vec![32, 16, 3, 3], bias: true, params, seed }
+}
+
 /// A grad_input kernel and a grad_weight kernel to force (the selector's where `None`).
 type Pair = (Option<GradInputKernel>, Option<GradWeightKernel>);
 
@@ -484,13 +494,20 @@ fn every_fast_kernel_runs_on_the_fixed_problems_and_on_wide_groups() {
     let fast_gemm_tiles = Strategy::fast_candidates().iter().filter(|s| matches!(s, Strategy::Gemm(_))).count();
     let expected = if ctx.has_f16() { fast_gemm_tiles } else { 0 };
     assert_eq!((transposed, sampled), (expected, expected), "{gi:?}");
-    let fast_tiles = GradWeightKernel::all().into_iter().filter(|k| k.precision() == Precision::Fast).count();
-    let expected = match (ctx.has_coop_f16(), ctx.has_f16()) {
-        (true, _) => fast_tiles,
-        (false, true) => 1,
-        (false, false) => 0,
+    // The per-tap f16 tiles take every shape; the NHWC tiles one group of whole channel tiles (not this one's two
+    // groups), and each of them nhwc_problem.
+    let count = |of: &dyn Fn(&GradWeightKernel) -> bool| GradWeightKernel::all().iter().filter(|k| of(k)).count();
+    let per_tap = count(&|k| matches!(k, GradWeightKernel::Half(_)));
+    let nhwc = count(&|k| matches!(k, GradWeightKernel::Nhwc(_)));
+    let (expected, expected_nhwc) = match (ctx.has_coop_f16(), ctx.has_f16()) {
+        (true, _) => (per_tap, nhwc),
+        (false, true) => (1, 1),
+        (false, false) => (0, 0),
     };
     assert_eq!(gw.len(), expected, "{gw:?}");
+    let on_nhwc = fast_grad_weight_kernels(ctx, &nhwc_problem(0).shape());
+    let nhwc_ran = on_nhwc.iter().filter(|k| matches!(k, GradWeightKernel::Nhwc(_))).count();
+    assert_eq!(nhwc_ran, expected_nhwc, "{on_nhwc:?}");
     let wide = Problem {
         input: vec![2, 80, 5, 6],
         weight: vec![80, 70, 2, 3],
@@ -498,7 +515,12 @@ fn every_fast_kernel_runs_on_the_fixed_problems_and_on_wide_groups() {
         params: ConvTranspose2dOptions::default().padding([0, 1]),
         seed: common::fresh_seed(),
     };
-    for p in [strided_problem(common::fresh_seed()), stride_one_problem(common::fresh_seed()), wide] {
+    for p in [
+        strided_problem(common::fresh_seed()),
+        stride_one_problem(common::fresh_seed()),
+        nhwc_problem(common::fresh_seed()),
+        wide,
+    ] {
         let o = operands(&p);
         let mut pairs = kernel_pairs(ctx, &p);
         pairs.push((None, None));
@@ -584,7 +606,11 @@ fn tiny_and_large_gradients_keep_f16_precision() {
         ("grad_output near 2^-116 (the scale's cap)", 1.0, Box::new(|t: &Tensor| normal_values_times(t, -116))),
     ];
     let ctx = common::ctx();
-    for p in [strided_problem(common::fresh_seed()), stride_one_problem(common::fresh_seed())] {
+    for p in [
+        strided_problem(common::fresh_seed()),
+        stride_one_problem(common::fresh_seed()),
+        nhwc_problem(common::fresh_seed()),
+    ] {
         let shape = p.shape();
         let plain = operands(&p);
         for pair in kernel_pairs(ctx, &p) {
@@ -628,7 +654,11 @@ fn non_finite_gradients_propagate_as_in_the_exact_kernels() {
     // their channels, grad_bias's channels) are non-finite exactly where the exact kernels' are, inf and NaN alike,
     // and the finite ones keep f16 accuracy.
     let ctx = common::ctx();
-    for p in [strided_problem(common::fresh_seed()), stride_one_problem(common::fresh_seed())] {
+    for p in [
+        strided_problem(common::fresh_seed()),
+        stride_one_problem(common::fresh_seed()),
+        nhwc_problem(common::fresh_seed()),
+    ] {
         let shape = p.shape();
         let mut o = operands(&p);
         let mut go = o.go.data().to_vec();
@@ -688,7 +718,11 @@ fn fast_gradients_are_the_same_bits_on_every_run() {
     // Fixed-order reductions, no atomics (the operand maxima are order-independent): every fast kernel, and the
     // selector's `fast` choice, give the same bits twice; also with tensors split over bindings of the weight's
     // size (several slices, partial sums accumulated in place).
-    for p in [strided_problem(common::fresh_seed()), stride_one_problem(common::fresh_seed())] {
+    for p in [
+        strided_problem(common::fresh_seed()),
+        stride_one_problem(common::fresh_seed()),
+        nhwc_problem(common::fresh_seed()),
+    ] {
         let o = operands(&p);
         let shape = p.shape();
         let plane = (shape.in_hw[0] * shape.in_hw[1]).max(shape.out_hw[0] * shape.out_hw[1]);
@@ -720,7 +754,11 @@ fn half_precision_tensors_take_the_fast_backward() {
     // bf16: far above the bound, which with half-precision operands holds f32 sums' rounding only).
     let ctx = common::ctx();
     for dtype in HALVES {
-        for p in [strided_problem(common::fresh_seed()), stride_one_problem(common::fresh_seed())] {
+        for p in [
+            strided_problem(common::fresh_seed()),
+            stride_one_problem(common::fresh_seed()),
+            nhwc_problem(common::fresh_seed()),
+        ] {
             let shape = p.shape();
             let o = operands(&p).to_dtype(dtype);
             let mut runs: Vec<(Precision, Pair)> =

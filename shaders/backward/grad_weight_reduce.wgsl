@@ -1,8 +1,11 @@
 // grad_weight_reduce.wgsl: out[i] = sum over s of partial[s * ELEMS + i], s in order (plus out[i] itself when
 // accumulating): the second half of a split-K reduction (shaders/backward/grad_weight.wgsl writes the partial
 // sums). One invocation per element; the fixed order of the sum makes the result the same bit for bit on every run.
+// With TAP_MAJOR = the kernel's taps (shaders/backward/grad_weight_nhwc.wgsl), each slot is laid out [tap][ic][oc]
+// instead of out's [ic][oc][tap]; 1 for the same layout (one tap: the same index).
 
 override WORKGROUP_SIZE: u32 = 256u;
+override TAP_MAJOR: u32 = 1u;
 
 struct Params {
     elems: u32,
@@ -22,9 +25,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     if (i >= params.elems) {
         return;
     }
+    let at = (i % TAP_MAJOR) * (params.elems / TAP_MAJOR) + i / TAP_MAJOR;
     var sum = 0.0;
     for (var s = 0u; s < params.splits; s++) {
-        sum += partial[s * params.elems + i];
+        sum += partial[s * params.elems + at];
     }
     if (params.accumulate != 0u) {
         sum += out_ld(i);

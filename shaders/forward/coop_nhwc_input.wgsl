@@ -29,6 +29,8 @@
 // - shaders/forward/coop_nhwc_scale_check.wgsl then compares the guess with the exponent op_max[0] asks for
 //   (shaders/common/scale.wgsl); where they differ, it keeps the new exponent as the next guess and this shader
 //   runs again (FIXUP true, dispatched indirectly), scaling by that exponent. The result is the same either way.
+// A copy whose tensor's largest magnitude was taken beforehand (grad_weight's NHWC GEMM: x in slot 0, grad_output in
+// slot 1 of the maxima) runs only the FIXUP pass, reading slot MAX_SLOT (src/gpu/nhwc_copy.rs).
 //
 // The host puts the shape's override constants (shaders/common/shape.wgsl) and x's binding in front of this file,
 // and the scale functions after it.
@@ -49,6 +51,7 @@ override BLOCK_C: u32;       // channels of a block, a multiple of 4
 override QUADS: u32;         // BLOCK_C / 4: 4-channel stores per pixel of a block
 override BLOCKS_PER_WG: u32; // blocks per workgroup
 override SCALED: bool;       // false for an f16 input: scale 1, no maximum taken
+override MAX_SLOT: u32;      // the slot of op_max that holds the input's largest magnitude
 
 struct Params {
     first_sample: u32,   // the chunk's first sample (index into the whole padded tensor)
@@ -73,7 +76,7 @@ var<workgroup> largest: atomic<u32>; // the block's largest finite magnitude, as
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     var k = select(0, guess[0], SCALED);
     if (FIXUP) {
-        k = min(scale_exponent(atomicLoad(&op_max[0])), 127);
+        k = min(scale_exponent(atomicLoad(&op_max[MAX_SLOT])), 127);
     }
     let scale = ldexp(1.0, k);
     let col_blocks = (W_P + BLOCK_P - 1u) / BLOCK_P;
@@ -138,7 +141,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         atomicMax(&largest, m);
         workgroupBarrier();
         if (lid == 0u) {
-            atomicMax(&op_max[0], atomicLoad(&largest));
+            atomicMax(&op_max[MAX_SLOT], atomicLoad(&largest));
         }
     }
 }

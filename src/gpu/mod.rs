@@ -13,6 +13,7 @@ pub mod elementwise;
 pub(crate) mod forward;
 pub(crate) mod kernel;
 pub(crate) mod memory;
+pub(crate) mod nhwc_copy;
 pub(crate) mod plan;
 pub(crate) mod profile;
 pub mod select;
@@ -21,7 +22,7 @@ pub(crate) mod timing;
 pub mod tune;
 pub(crate) mod wgsl;
 
-use backward::{grad_bias, grad_input, grad_weight};
+use backward::{grad_bias, grad_input, grad_weight, grad_weight_nhwc};
 use forward::gemm::GemmKernel;
 use forward::{coop, coop_nhwc, direct, gemm, rows, winograd};
 use wgsl::shape_constants;
@@ -284,6 +285,7 @@ pub fn shader_sources() -> Vec<ShaderVariant> {
         winograd::shader_variants,
         grad_input::shader_variants,
         grad_weight::shader_variants,
+        grad_weight_nhwc::shader_variants,
         grad_bias::shader_variants,
         absmax::shader_variants,
         elementwise::shader_variants,

@@ -12,6 +12,7 @@ use crate::dtype::DType;
 use crate::gpu::backward::grad_input::{as_sampled_correlation, as_transposed_convolution, GradInputKernel};
 use crate::gpu::backward::grad_weight::{self, GradWeightKernel};
 use crate::gpu::backward::grad_weight_half::{self, HalfTile};
+use crate::gpu::backward::grad_weight_nhwc::{NhwcGwTile, NHWC_GW_TILES};
 use crate::gpu::context::GpuContext;
 use crate::gpu::forward::coop::{self, CoopTile};
 use crate::gpu::forward::coop_nhwc::{self, NhwcTile, STAGED_MIN_ROW_TAPS};
@@ -205,6 +206,15 @@ pub fn grad_weight(
     }
     let channels = shape.in_per_group().min(shape.out_per_group());
     let wide = channels >= 64 || (channels >= 32 && shape.stride == [1, 1]);
+    if precision == Precision::Fast && nhwc_pays(shape) {
+        let nhwc = grad_weight_nhwc_tiles(shape)
+            .into_iter()
+            .map(GradWeightKernel::Nhwc)
+            .find(|k| k.computes(ctx, shape, chunks));
+        if let Some(nhwc) = nhwc {
+            return nhwc;
+        }
+    }
     if precision == Precision::Fast && wide {
         let half = grad_weight_half_tiles(shape)
             .into_iter()
@@ -218,6 +228,33 @@ pub fn grad_weight(
         GradWeightKernel::Rows
     } else {
         GradWeightKernel::Taps(grad_weight_tile(shape))
+    }
+}
+
+/// Whether grad_weight's NHWC GEMM pays for its copies of x and grad_output: at least `NHWC_MIN_FLOPS_PER_BYTE`
+/// of its products per byte the copies read and write (f16 tensors' bytes). On the suite it won every case but
+/// kb81, whose stride-5 grad_output, many times its input, makes the copy most of its time; the threshold lies
+/// between kb81 and the others by a wide margin (docs/PERFORMANCE.md).
+fn nhwc_pays(shape: &ConvShape) -> bool {
+    let pixels = |c: usize, hw: [usize; 2]| (shape.batch * c * hw[0] * hw[1]) as f64;
+    let bytes = 4.0 * (pixels(shape.in_channels, shape.in_hw) + pixels(shape.out_channels, shape.out_hw));
+    shape.useful_flops() as f64 >= NHWC_MIN_FLOPS_PER_BYTE * bytes
+}
+const NHWC_MIN_FLOPS_PER_BYTE: f64 = 32.0;
+
+/// grad_weight's NHWC tensor-core tiles at `fast`, the preferred first (the selector takes the first that computes
+/// the shape here), the fastest measured on the suite (docs/PERFORMANCE.md): 64 x 32 channels of 2 taps for layers
+/// of 64 input and 64 output channels (kb57, kb65); 32 x 32 of 3 taps where both channel counts are multiples of 32
+/// (kb69, kb71, kb78, up2x; within noise of the best on dcgan); 16 x 16 of 4 taps for the rest.
+pub(crate) fn grad_weight_nhwc_tiles(shape: &ConvShape) -> Vec<NhwcGwTile> {
+    let [t32, _, t64, t16, _] = NHWC_GW_TILES;
+    let (cin, cout) = (shape.in_channels, shape.out_channels);
+    if cin == 64 && cout == 64 {
+        vec![t64, t32, t16]
+    } else if cin.is_multiple_of(32) && cout.is_multiple_of(32) {
+        vec![t32, t16]
+    } else {
+        vec![t16]
     }
 }
 

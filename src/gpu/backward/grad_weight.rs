@@ -10,6 +10,7 @@
 use crate::error::{ConvtError, Result};
 use crate::gpu::absmax;
 use crate::gpu::backward::grad_weight_half::{self, HalfTile, HALF_TILES};
+use crate::gpu::backward::grad_weight_nhwc::{self, NhwcGwTile, NHWC_GW_TILES};
 use crate::gpu::context::GpuContext;
 use crate::gpu::kernel::{check_index_range, dispatch_buffers, grid};
 use crate::gpu::memory::{GpuTensor, InFlight, STORAGE};
@@ -103,6 +104,9 @@ pub enum GradWeightKernel {
     /// One GEMM per tap with f16 operands scaled by powers of two and f32 sums (precision `fast`), on tensor cores
     /// or the FMA units as the tile says (`shaders/backward/grad_weight_half.wgsl`).
     Half(HalfTile),
+    /// One tensor-core GEMM per tap on f16 NHWC copies of x and grad_output, a subgroup's A fragments serving
+    /// several taps (precision `fast`; `shaders/backward/grad_weight_nhwc.wgsl`).
+    Nhwc(NhwcGwTile),
 }
 
 impl GradWeightKernel {
@@ -112,6 +116,7 @@ impl GradWeightKernel {
             GradWeightKernel::Taps(tile) => format!("grad_weight_{tile}"),
             GradWeightKernel::Rows => "grad_weight_rows".into(),
             GradWeightKernel::Half(t) => t.name(),
+            GradWeightKernel::Nhwc(t) => t.name(),
         }
     }
 
@@ -121,6 +126,10 @@ impl GradWeightKernel {
             GradWeightKernel::Half(t) if t.units == grad_weight_half::Units::TensorCores => {
                 "f16 operands on tensor cores (cooperative matrices), f32 accumulation"
             }
+            GradWeightKernel::Nhwc(t) if t.units == grad_weight_half::Units::Fma => {
+                "f16 operands on the FMA units (no cooperative matrices here), f32 accumulation"
+            }
+            GradWeightKernel::Nhwc(_) => "f16 operands on tensor cores (cooperative matrices), f32 accumulation",
             GradWeightKernel::Half(_) => {
                 "f16 operands on the FMA units (no cooperative matrices here), f32 accumulation"
             }
@@ -131,7 +140,7 @@ impl GradWeightKernel {
     /// The precision it computes at.
     pub fn precision(&self) -> Precision {
         match self {
-            GradWeightKernel::Half(_) => Precision::Fast,
+            GradWeightKernel::Half(_) | GradWeightKernel::Nhwc(_) => Precision::Fast,
             _ => Precision::F32,
         }
     }
@@ -148,6 +157,7 @@ impl GradWeightKernel {
             .map(|&t| GradWeightKernel::Taps(t))
             .chain([GradWeightKernel::Rows])
             .chain(HALF_TILES.iter().map(|&t| GradWeightKernel::Half(t)))
+            .chain(NHWC_GW_TILES.iter().map(|&t| GradWeightKernel::Nhwc(t)))
             .collect()
     }
 
@@ -159,6 +169,7 @@ impl GradWeightKernel {
             GradWeightKernel::Taps(tile) => TILES.contains(tile),
             GradWeightKernel::Rows => rows_kernel(ctx, shape, chunks).is_some(),
             GradWeightKernel::Half(t) => HALF_TILES.contains(t) && t.runs_on(ctx),
+            GradWeightKernel::Nhwc(t) => NHWC_GW_TILES.contains(t) && t.check(ctx, shape).is_ok(),
         }
     }
 
@@ -343,7 +354,7 @@ impl RowsKernel {
 
 /// A scratch buffer for `values` partial sums, kept until the call's submission; filled with NaN where the context
 /// poisons outputs, so that a slot element no workgroup writes shows in the reduced gradient.
-fn partial_sums(ctx: &GpuContext, in_flight: &mut InFlight, values: usize) -> wgpu::Buffer {
+pub(crate) fn partial_sums(ctx: &GpuContext, in_flight: &mut InFlight, values: usize) -> wgpu::Buffer {
     let partial = in_flight.keep(ctx.pool.get(&ctx.device, (values * 4) as u64, STORAGE));
     if ctx.options().poison_outputs {
         ctx.queue.write_buffer(&partial, 0, &vec![0xff; values * 4]); // 0xffffffff is an f32 NaN
@@ -352,7 +363,7 @@ fn partial_sums(ctx: &GpuContext, in_flight: &mut InFlight, values: usize) -> wg
 }
 
 /// Bytes of partial sums a call may keep: `MAX_PARTIAL_BYTES`, at least one weight's, within one binding.
-fn partial_cap(ctx: &GpuContext, elems: usize) -> u64 {
+pub(crate) fn partial_cap(ctx: &GpuContext, elems: usize) -> u64 {
     MAX_PARTIAL_BYTES.max(elems as u64 * 4).min(ctx.binding_limit())
 }
 
@@ -361,6 +372,37 @@ fn partial_cap(ctx: &GpuContext, elems: usize) -> u64 {
 pub fn rows_kernel(ctx: &GpuContext, shape: &ConvShape, chunks: [usize; 2]) -> Option<RowsKernel> {
     let elems = shape.weight_dims().iter().product();
     RowsKernel::for_shape(shape, chunks, &ctx.device.limits(), partial_cap(ctx, elems))
+}
+
+/// Encodes the reduction of `splits` slots of `elems` partial sums into `grad_weight`, in split order (plus its
+/// values where `accumulate`); `tap_major`: the kernel's taps where each slot is laid out [tap][ic][oc] (the NHWC
+/// GEMM's), 1 where it is laid out as grad_weight.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn encode_reduce(
+    ctx: &GpuContext,
+    pass: &mut wgpu::ComputePass<'_>,
+    partial: &wgpu::Buffer,
+    grad_weight: &GpuTensor,
+    elems: usize,
+    splits: usize,
+    accumulate: bool,
+    tap_major: usize,
+) -> Result<()> {
+    let reduce_io = Io::new(ctx, crate::dtype::DType::F32, grad_weight.dtype());
+    let module = ctx.module_with(&format!("{REDUCE_SHADER_NAME} {}", reduce_io.key()), || reduce_source(reduce_io))?;
+    let consts = [("TAP_MAJOR", tap_major as f64)];
+    let checks = ctx.options().shader_checks;
+    let reduce = ctx.pipeline(format!("reduce_splits {} {checks:?} {consts:?}", reduce_io.key()), &module, &consts)?;
+    let g = grid(ctx, elems.div_ceil(REDUCE_WORKGROUP_SIZE));
+    let r = ReduceUniform {
+        elems: elems as u32,
+        splits: splits as u32,
+        accumulate: accumulate as u32,
+        dispatch_width: g.0,
+    };
+    let gw = grad_weight.single_buffer("grad_weight", ctx)?;
+    dispatch_buffers(ctx, pass, &reduce, bytemuck::bytes_of(&r), &[partial, gw], g);
+    Ok(())
 }
 
 /// (splits, pixels per split) for `pixels` pixels of reduction per tap over `tiles` workgroup tiles, with at
@@ -385,7 +427,6 @@ pub(crate) fn encode(
     pass: &mut wgpu::ComputePass<'_>,
     in_flight: &mut InFlight,
 ) -> Result<()> {
-    let gw = grad_weight.single_buffer("grad_weight", ctx)?;
     check_index_range(shape)?;
     let consts = shape_constants(shape, false);
     let checks = ctx.options().shader_checks;
@@ -393,14 +434,13 @@ pub(crate) fn encode(
     let partial_cap = partial_cap(ctx, elems);
     // x and grad_output of one dtype; grad_weight of it or f32 (a master copy's, or a sum over several slices).
     let io = Io::new(ctx, input.dtype(), input.dtype());
-    let reduce_io = Io::new(ctx, crate::dtype::DType::F32, grad_weight.dtype());
-    let reduce_module =
-        ctx.module_with(&format!("{REDUCE_SHADER_NAME} {}", reduce_io.key()), || reduce_source(reduce_io))?;
-    let reduce = ctx.pipeline(format!("reduce_splits {} {checks:?}", reduce_io.key()), &reduce_module, &[])?;
     let chunks = [input.chunks().len(), grad_output.chunks().len()];
     let tile = match kernel {
         GradWeightKernel::Taps(tile) => Tile::Exact(tile),
         GradWeightKernel::Half(t) => Tile::Half(t),
+        GradWeightKernel::Nhwc(t) => {
+            return grad_weight_nhwc::encode(ctx, shape, &t, input, grad_output, grad_weight, pass, in_flight);
+        }
         GradWeightKernel::Rows => {
             let rows = rows_kernel(ctx, shape, chunks).ok_or_else(|| {
                 ConvtError::InvalidArgument(format!("{} does not compute this shape here", kernel.name()))
@@ -416,10 +456,7 @@ pub(crate) fn encode(
                 let u = RowsUniform { n_count: shape.batch as u32, dispatch_width: g.0, _pad: [0; 2] };
                 let (x, go) = (&input.chunks()[0], &grad_output.chunks()[0]);
                 dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &[x, go, &partial], g);
-                let g = grid(ctx, elems.div_ceil(REDUCE_WORKGROUP_SIZE));
-                let r = ReduceUniform { elems: elems as u32, splits: slots as u32, accumulate: 0, dispatch_width: g.0 };
-                dispatch_buffers(ctx, pass, &reduce, bytemuck::bytes_of(&r), &[&partial, gw], g);
-                Ok(())
+                encode_reduce(ctx, pass, &partial, grad_weight, elems, slots, false, 1)
             });
         }
     };
@@ -481,14 +518,7 @@ pub(crate) fn encode(
                 buffers.push(m);
             }
             dispatch_buffers(ctx, pass, &gemm, bytemuck::bytes_of(&u), &buffers, g);
-            let g = grid(ctx, elems.div_ceil(REDUCE_WORKGROUP_SIZE));
-            let r = ReduceUniform {
-                elems: elems as u32,
-                splits: splits as u32,
-                accumulate: accumulate as u32,
-                dispatch_width: g.0,
-            };
-            dispatch_buffers(ctx, pass, &reduce, bytemuck::bytes_of(&r), &[&partial, gw], g);
+            encode_reduce(ctx, pass, &partial, grad_weight, elems, splits, accumulate, 1)?;
         }
         Ok(())
     })

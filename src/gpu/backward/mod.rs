@@ -8,6 +8,7 @@ pub(crate) mod grad_bias;
 pub(crate) mod grad_input;
 pub(crate) mod grad_weight;
 pub(crate) mod grad_weight_half;
+pub(crate) mod grad_weight_nhwc;
 
 use crate::dtype::DType;
 use crate::error::{ConvtError, Result};

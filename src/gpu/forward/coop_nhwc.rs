@@ -13,6 +13,7 @@ use crate::gpu::kernel::{
     axis_phase, bind_buffers, check_index_range, dispatch_buffers, grid, AxisPhase, GridParams, Operands, Weight,
 };
 use crate::gpu::memory::{buffer_with, GpuTensor, InFlight, PooledBuffer, STORAGE};
+use crate::gpu::nhwc_copy::{self, CopyLayout, CopyScale, PrepBlock};
 use crate::gpu::wgsl::coop::{self, SUBGROUP};
 use crate::gpu::wgsl::operands::{declare, Access, Io};
 use crate::gpu::wgsl::scale::{scaled_module, MAXIMA_BINDING, SCALED_PROLOGUE, SCALE_FUNCTIONS};
@@ -21,9 +22,6 @@ use crate::params::ConvShape;
 
 pub const SHADER_NAME: &str = "forward/coop_nhwc.wgsl";
 pub const SHADER: &str = include_str!("../../../shaders/forward/coop_nhwc.wgsl");
-pub const INPUT_SHADER_NAME: &str = "forward/coop_nhwc_input.wgsl";
-/// `shaders/forward/coop_nhwc_input.wgsl` behind the shape's constants (and the f16 it enables).
-pub const INPUT_SHADER: &str = concat!("enable f16;\n", with_shape_prelude!("forward/coop_nhwc_input.wgsl"));
 pub const WEIGHT_SHADER_NAME: &str = "forward/coop_nhwc_weights.wgsl";
 /// `shaders/forward/coop_nhwc_weights.wgsl` behind the shape's constants (and the f16 it enables).
 pub const WEIGHT_SHADER: &str = concat!("enable f16;\n", with_shape_prelude!("forward/coop_nhwc_weights.wgsl"));
@@ -34,34 +32,6 @@ pub const SCALE_CHECK_SHADER: &str = include_str!("../../../shaders/forward/coop
 const FIRST_SCALE_GUESS: i32 = 14;
 /// Workgroup size of the two preparation shaders.
 const PREP_WORKGROUP_SIZE: usize = 256;
-/// The blocks the input's preparation (shaders/forward/coop_nhwc_input.wgsl) moves through workgroup memory: `pixels` padded
-/// pixels x `channels` channels, `per_workgroup` of them one after the other.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct PrepBlock {
-    pixels: usize,
-    channels: usize,
-    per_workgroup: usize,
-}
-
-impl PrepBlock {
-    /// The blocks that measured fastest for the preparation alone (docs/PERFORMANCE.md): 16 pixels x 64 channels
-    /// where the input channels are a multiple of 64 (faster than 32 x 32 blocks, or as fast); 32 x 32, 4 per
-    /// workgroup, otherwise (with 32 input channels, 64-channel blocks were half empty and slower). 64-channel
-    /// blocks go 4 per workgroup where the padded input is at most `PREP_SMALL_INPUT_MAX_BYTES`, 2 above it: each
-    /// measured faster on its side of that size.
-    fn of(in_channels: usize, padded_bytes: u128) -> PrepBlock {
-        if in_channels.is_multiple_of(64) {
-            let per_workgroup = if padded_bytes <= PREP_SMALL_INPUT_MAX_BYTES { 4 } else { 2 };
-            PrepBlock { pixels: 16, channels: 64, per_workgroup }
-        } else {
-            PrepBlock { pixels: 32, channels: 32, per_workgroup: 4 }
-        }
-    }
-}
-
-/// The largest padded input whose copy moves 4 of its 64-channel blocks per workgroup; larger ones move 2
-/// (`PrepBlock`): between the suite's padded inputs of 0.3 GB (4 faster) and of 1.2 GB (2 faster).
-const PREP_SMALL_INPUT_MAX_BYTES: u128 = 512 << 20;
 
 /// Halves after each row that tensor-core fragments load from (the padded input's pixels for the direct tiles, the
 /// packed weight's rows, the staged rows), so that the 16 rows of a load do not fall in the same L1 banks
@@ -378,11 +348,8 @@ const EPILOGUE_RUN: u32 = coop::FULL_RUN;
 const INPUT_BINDING: &str = "@group(0) @binding(1) var<storage, read> xp: array<f16>;";
 const STAGED_INPUT_BINDING: &str = "@group(0) @binding(1) var<storage, read> xp4: array<vec4<f16>>;";
 
-/// The preparation shaders with the scale functions they call, the input's and the weight's for tensors of `io`.
-pub(crate) fn input_shader(io: Io) -> String {
-    let operands = declare(io.storage, &[io.operand("x", 1, Access::Read)]);
-    wgsl::module(&[&operands, INPUT_SHADER, SCALE_FUNCTIONS])
-}
+/// The scale check's shader and the weight's preparation shader for tensors of `io`, with the scale functions they
+/// call (the input's copy: src/gpu/nhwc_copy.rs).
 pub fn scale_check_shader() -> String {
     format!("{SCALE_CHECK_SHADER}\n{SCALE_FUNCTIONS}")
 }
@@ -542,6 +509,19 @@ impl Geometry {
         self.padded[0] * self.padded[1]
     }
 
+    /// The input's copy (src/gpu/nhwc_copy.rs) for `tile`.
+    fn copy_layout(&self, shape: &ConvShape, tile: &NhwcTile) -> CopyLayout {
+        CopyLayout {
+            channels: shape.in_channels,
+            hw: shape.in_hw,
+            before: self.before,
+            padded: self.padded,
+            copied: self.copied.clone(),
+            pixel_stride: pixel_stride(shape, tile),
+            tail_rows: self.tail_rows,
+        }
+    }
+
     /// Bytes of the padded f16 input, with room after the last sample for its tail rows and for the reads of the
     /// last tile's pixels past it (computed, never stored).
     fn padded_bytes(&self, shape: &ConvShape, tile: &NhwcTile) -> u128 {
@@ -645,16 +625,6 @@ struct Dispatch {
     _pad: [u32; 3],
 }
 
-/// The uniform block `Params` of `shaders/forward/coop_nhwc_input.wgsl`, field for field.
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct InputParams {
-    first_sample: u32,
-    samples: u32,
-    dispatch_width: u32,
-    rows: u32,
-}
-
 /// Where the context keeps a shape's guess of its input's scale exponent: per layer geometry, not per batch size
 /// (a layer's last batch is often smaller; its inputs' magnitudes are the same).
 fn scale_guess_key(shape: &ConvShape) -> String {
@@ -751,7 +721,6 @@ fn encode_preparation(
     pass: &mut wgpu::ComputePass<'_>,
     in_flight: &mut InFlight,
 ) -> Result<Prepared> {
-    let cin = shape.in_channels;
     // Slot 1: the weight's largest magnitude (found when it was prepared, or here); slot 0, the input's, comes
     // from the input's first pass.
     let maxima = match weight.prepared {
@@ -766,59 +735,13 @@ fn encode_preparation(
         let padded_bytes = g.padded_bytes(shape, tile);
         let xp = in_flight.keep(ctx.pool.get(&ctx.device, padded_bytes as u64, STORAGE));
         let guess = ctx.kept_i32(scale_guess_key(shape), FIRST_SCALE_GUESS);
-        let io = Io::of(ctx, input.dtype());
         // An f16 input is copied as it is: no scale, so neither its check nor a fix-up.
         let scaled = input.dtype() != DType::F16;
-        let module = ctx.module_with(&format!("{INPUT_SHADER_NAME} {}", io.key()), || input_shader(io))?;
-        let pipeline = |fixup: bool| {
-            let mut consts = override_values(&[
-                ("C_IN", cin),
-                ("IN_H", shape.in_hw[0]),
-                ("IN_W", shape.in_hw[1]),
-                ("COPY_H_BEGIN", g.copied[0].start),
-                ("COPY_H_END", g.copied[0].end),
-                ("COPY_W_BEGIN", g.copied[1].start),
-                ("COPY_W_END", g.copied[1].end),
-                ("PAD_T", g.before[0]),
-                ("PAD_L", g.before[1]),
-                ("H_P", g.padded[0]),
-                ("W_P", g.padded[1]),
-                ("PIXEL_STRIDE", pixel_stride(shape, tile)),
-                ("BLOCK_P", block.pixels),
-                ("BLOCK_C", block.channels),
-                ("QUADS", block.channels / 4),
-                ("BLOCKS_PER_WG", block.per_workgroup),
-            ]);
-            consts.push(("FIXUP", f64::from(u8::from(fixup))));
-            consts.push(("SCALED", f64::from(u8::from(scaled))));
-            ctx.pipeline(
-                format!("nhwc_f16 {} {:?} {consts:?}", io.key(), ctx.options().shader_checks),
-                &module,
-                &consts,
-            )
-        };
-        let first = pipeline(false)?;
-        let blocks = g.padded[1].div_ceil(block.pixels) * cin.div_ceil(block.channels);
-        let chunks: Vec<_> = input
-            .chunks()
-            .iter()
-            .map(|c| {
-                let samples = c.planes / cin;
-                // The last chunk writes the tail rows after the last sample too.
-                let last = c.first_plane + c.planes == shape.batch * cin;
-                let rows = samples * g.padded[0] + if last { g.tail_rows } else { 0 };
-                let igrid = grid(ctx, (rows * blocks).div_ceil(block.per_workgroup));
-                let u = InputParams {
-                    first_sample: (c.first_plane / cin) as u32,
-                    samples: samples as u32,
-                    dispatch_width: igrid.0,
-                    rows: rows as u32,
-                };
-                (c, igrid, u)
-            })
-            .collect();
+        let layout = g.copy_layout(shape, tile);
+        let first = nhwc_copy::pipeline(ctx, input.dtype(), &layout, block, CopyScale::Guess)?;
+        let chunks = nhwc_copy::dispatches(ctx, input, &layout, block);
         for (c, igrid, u) in &chunks {
-            dispatch_buffers(ctx, pass, &first, bytemuck::bytes_of(u), &[&c, &xp, &maxima, &guess], *igrid);
+            dispatch_buffers(ctx, pass, &first, bytemuck::bytes_of(u), &[c, &xp, &maxima, &guess], *igrid);
         }
         // The fix-up's workgroups per chunk: the first pass's, which the check zeroes where the guess held; none
         // for an unscaled (f16) input, which runs neither.
@@ -829,13 +752,13 @@ fn encode_preparation(
         let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::INDIRECT | wgpu::BufferUsages::COPY_SRC;
         let counts = buffer_with(&ctx.device, "convt scale fix-up workgroups", bytemuck::cast_slice(&counts), usage);
         if scaled {
-            let fixup = pipeline(true)?;
+            let fixup = nhwc_copy::pipeline(ctx, input.dtype(), &layout, block, CopyScale::Maximum { slot: 0 })?;
             let module = ctx.module_with(SCALE_CHECK_SHADER_NAME, scale_check_shader)?;
             let check = ctx.pipeline(format!("scale_check {:?}", ctx.options().shader_checks), &module, &[])?;
             let u = CheckParams { chunks: chunks.len() as u32, _pad: [0; 3] };
             dispatch_buffers(ctx, pass, &check, bytemuck::bytes_of(&u), &[&maxima, &counts, &guess], (1, 1));
             for (i, (c, _, u)) in chunks.iter().enumerate() {
-                bind_buffers(ctx, pass, &fixup, bytemuck::bytes_of(u), &[&c, &xp, &maxima, &guess]);
+                bind_buffers(ctx, pass, &fixup, bytemuck::bytes_of(u), &[c, &xp, &maxima, &guess]);
                 ctx.dispatch_in(pass, &fixup, |pass| pass.dispatch_workgroups_indirect(&counts, (12 * i) as u64));
             }
         }
@@ -914,7 +837,11 @@ pub(crate) fn shader_variants() -> Vec<crate::gpu::ShaderVariant> {
     for io in Io::variants() {
         let key = io.key();
         v.extend(TILES.iter().map(|t| (SHADER_NAME, format!("{} {key}", t.name()), t.source(io))));
-        v.push((INPUT_SHADER_NAME, format!("{INPUT_SHADER_NAME} {key}"), input_shader(io)));
+        v.push((
+            nhwc_copy::INPUT_SHADER_NAME,
+            format!("{} {key}", nhwc_copy::INPUT_SHADER_NAME),
+            nhwc_copy::input_shader(io),
+        ));
         v.push((WEIGHT_SHADER_NAME, format!("{WEIGHT_SHADER_NAME} {key}"), weight_shader(io)));
     }
     v.push((SCALE_CHECK_SHADER_NAME, SCALE_CHECK_SHADER_NAME.to_string(), scale_check_shader()));
@@ -1285,10 +1212,12 @@ mod tests {
             }
         }
         // 64-channel blocks: 4 per workgroup up to the threshold, 2 above it.
-        for (bytes, per_workgroup) in [(PREP_SMALL_INPUT_MAX_BYTES, 4), (PREP_SMALL_INPUT_MAX_BYTES + 1, 2)] {
+        for (bytes, per_workgroup) in
+            [(nhwc_copy::PREP_SMALL_INPUT_MAX_BYTES, 4), (nhwc_copy::PREP_SMALL_INPUT_MAX_BYTES + 1, 2)]
+        {
             assert_eq!(PrepBlock::of(64, bytes).per_workgroup, per_workgroup, "{bytes} bytes");
         }
-        assert!(INPUT_SHADER.contains(&format!("const TILE_FLOATS: u32 = {PREP_TILE_FLOATS}u;")));
+        assert!(nhwc_copy::INPUT_SHADER.contains(&format!("const TILE_FLOATS: u32 = {PREP_TILE_FLOATS}u;")));
     }
 
     #[test]

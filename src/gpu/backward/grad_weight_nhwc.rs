@@ -1,0 +1,593 @@
+//! grad_weight at precision `fast` as a tensor-core GEMM on f16 NHWC copies of x and grad_output
+//! (`shaders/backward/grad_weight_nhwc.wgsl`, whose opening comment says how the work is tiled and why): the
+//! copies first (src/gpu/nhwc_copy.rs, at the power-of-two scales of the tensors' largest magnitudes; an f16
+//! tensor as it is), then one dispatch of the GEMM for every tap, and the per-tap kernels' deterministic split-K
+//! reduction ([`super::grad_weight`]). Groups of one, channels a multiple of the tile's.
+
+use crate::error::{ConvtError, Result};
+use crate::gpu::absmax;
+use crate::gpu::backward::grad_weight_half::Units;
+use crate::gpu::context::GpuContext;
+use crate::gpu::kernel::{check_index_range, dispatch_buffers, grid};
+use crate::gpu::memory::{GpuTensor, InFlight};
+use crate::gpu::nhwc_copy::{self, CopyLayout};
+use crate::gpu::wgsl::coop::SUBGROUP;
+use crate::gpu::wgsl::scale::{scaled_module, SCALED_PROLOGUE};
+use crate::gpu::wgsl::{self, fill_markers};
+use crate::params::ConvShape;
+
+pub const SHADER_NAME: &str = "backward/grad_weight_nhwc.wgsl";
+const SHADER: &str = include_str!("../../../shaders/backward/grad_weight_nhwc.wgsl");
+/// The binding of the operand maxima (after x's copy, grad_output's copy and the partial sums).
+const MAXIMA_BINDING: u32 = 4;
+/// Halves after each pixel's channels in the copies: rows of a fragment load 16 bytes apart from the bank they
+/// would share (shaders/forward/coop_nhwc.wgsl).
+const PIXEL_PAD: usize = 8;
+/// Subgroups a dispatch should have to keep a large GPU busy: the splits of the blocks are chosen to reach it.
+const TARGET_SUBGROUPS: usize = 8192;
+
+/// A subgroup's job: `wm` input channels x `wn` output channels of `taps` taps; `subs` jobs per workgroup; the
+/// products on tensor cores or, in the variant for adapters without cooperative matrices, on the FMA units.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct NhwcGwTile {
+    pub wm: u32,
+    pub wn: u32,
+    pub taps: u32,
+    pub subs: u32,
+    pub units: Units,
+}
+
+const fn tile(wm: u32, wn: u32, taps: u32, subs: u32) -> NhwcGwTile {
+    NhwcGwTile { wm, wn, taps, subs, units: Units::TensorCores }
+}
+
+/// Every tile of this build: on tensor cores 32 x 32 channels (4 accumulators a tap) of 3 or 4 taps, 64 x 32 (8 a
+/// tap) of 2, 16 x 16 of 4 for narrow layers; 4 subgroups a workgroup. On the FMA units 16 x 16 of 4 taps: a
+/// candidate of the tuner and of a forced run where there are f16 shaders and no cooperative matrices (the same
+/// copies, jobs and reduction on the software driver in CI), never the selector's.
+pub const NHWC_GW_TILES: [NhwcGwTile; 5] = [
+    tile(32, 32, 3, 4),
+    tile(32, 32, 4, 4),
+    tile(64, 32, 2, 4),
+    tile(16, 16, 4, 4),
+    NhwcGwTile { wm: 16, wn: 16, taps: 4, subs: 4, units: Units::Fma },
+];
+
+impl NhwcGwTile {
+    /// Its name, as the tuning cache and `convt bench` show it.
+    pub fn name(&self) -> String {
+        let fma = if self.units == Units::Fma { "fma_" } else { "" };
+        format!("grad_weight_nhwc_{fma}{}x{}_t{}", self.wm, self.wn, self.taps)
+    }
+
+    /// Whether `ctx` runs it (f16 cooperative matrices) and it computes `shape`: one group, channels multiples of
+    /// the tile's, sizes within 32-bit indices, each copy within one binding and each tensor's samples whole in its
+    /// bindings, the partial sums within their cap.
+    pub fn check(&self, ctx: &GpuContext, shape: &ConvShape) -> Result<()> {
+        let (runs, lacks) = match self.units {
+            Units::TensorCores => (ctx.has_coop_f16(), "f16 cooperative matrices"),
+            Units::Fma => (ctx.has_f16(), "f16 shaders"),
+        };
+        if !runs {
+            return Err(ConvtError::InvalidArgument(format!(
+                "{} does not run on this adapter (no {lacks})",
+                self.name()
+            )));
+        }
+        self.fits(shape, ctx.binding_limit())
+    }
+
+    /// The shape's part of [`NhwcGwTile::check`], for bindings of at most `binding_limit` bytes.
+    fn fits(&self, shape: &ConvShape, binding_limit: u64) -> Result<()> {
+        let unfit =
+            |why: String| Err(ConvtError::InvalidArgument(format!("{} does not take this shape: {why}", self.name())));
+        if shape.groups != 1 {
+            return unfit(format!("{} groups (it needs one group)", shape.groups));
+        }
+        if !shape.in_channels.is_multiple_of(self.wm as usize) || !shape.out_channels.is_multiple_of(self.wn as usize) {
+            return unfit(format!(
+                "{} input and {} output channels (it needs multiples of {} and {})",
+                shape.in_channels, shape.out_channels, self.wm, self.wn
+            ));
+        }
+        check_index_range(shape)?;
+        let limit = binding_limit as u128;
+        let sample_bytes = |channels: usize, hw: [usize; 2]| channels as u128 * hw[0] as u128 * hw[1] as u128 * 4;
+        let l = Layouts::of(shape);
+        let copies = [l.x_bytes(shape.batch), l.g_bytes(shape.batch)];
+        if sample_bytes(shape.out_channels, shape.out_hw) > limit
+            || sample_bytes(shape.in_channels, shape.in_hw) > limit
+            || copies.iter().any(|&b| b > limit || b / 2 >= 1 << 31)
+        {
+            return unfit("a sample, or an f16 copy, exceeds one storage binding".into());
+        }
+        let elems = shape.weight_dims().iter().product::<usize>() as u128;
+        if (elems + (shape.in_channels * shape.out_channels) as u128) * 4 > limit {
+            return unfit("one slot of partial sums exceeds one storage binding".into());
+        }
+        Ok(())
+    }
+
+    /// The shader (only the copies read the tensors themselves, so one for every dtype): the template with this
+    /// tile's constants in front, its taps, accumulators, products and epilogue at the marker lines.
+    pub(crate) fn source(&self) -> String {
+        let t = self.taps;
+        let mut taps = String::new();
+        for k in 0..t {
+            taps += &format!(
+                "    let tap{k} = tg * TAPS_PER + {k}u;\n    let at{k} = select(0u, tap{k}, tap{k} < taps);\n    let off{k} = (at{k} / K_W) * D_H * GW + (at{k} % K_W) * D_W;\n"
+            );
+        }
+        let (decl, math, epilogue, enable) = match self.units {
+            Units::TensorCores => self.coop_parts(),
+            Units::Fma => self.fma_parts(),
+        };
+        let header = format!(
+            "enable f16;\n{enable}const WM: u32 = {}u;\nconst WN: u32 = {}u;\nconst TAPS_PER: u32 = {t}u;\nconst SUBS: u32 = {}u;\n",
+            self.wm, self.wn, self.subs
+        );
+        let body = fill_markers(
+            SHADER,
+            &[
+                ("PROLOGUE", SCALED_PROLOGUE),
+                ("TAP_DECL", &taps),
+                ("ACC_DECL", &decl),
+                ("MATH", &math),
+                ("EPILOGUE", &epilogue),
+            ],
+        );
+        wgsl::module(&[&header, &body, &scaled_module(MAXIMA_BINDING)])
+    }
+
+    /// Tensor cores: A from x's copy (column-major), B from grad_output's (row-major), per tap (WM/16) x (WN/16)
+    /// named accumulators, each stored as a 16 x 16 matrix.
+    fn coop_parts(&self) -> (String, String, String, &'static str) {
+        let (mi, nj, t) = (self.wm / 16, self.wn / 16, self.taps);
+        let mut decl = String::new();
+        let mut math = String::new();
+        for i in 0..mi {
+            math += &format!("        let a{i} = coopLoad<coop_mat16x16<f16, A>>(&xq[xa + {}u], CSX);\n", 16 * i);
+        }
+        for k in 0..t {
+            for j in 0..nj {
+                math += &format!(
+                    "        let b{k}_{j} = coopLoadT<coop_mat16x16<f16, B>>(&gq[(g0 + select(0u, off{k}, live)) * CSG + oc0 + {}u], S_W * CSG);\n",
+                    16 * j
+                );
+            }
+        }
+        let mut epilogue = String::new();
+        for k in 0..t {
+            for i in 0..mi {
+                for j in 0..nj {
+                    decl += &format!("    var acc{k}_{i}_{j} = coop_mat16x16<f32, C>();\n");
+                    math += &format!("        acc{k}_{i}_{j} = coopMultiplyAdd(a{i}, b{k}_{j}, acc{k}_{i}_{j});\n");
+                    // naga 30 needs every coopStore argument bound to a `let` (its SPIR-V writer panics otherwise).
+                    epilogue += &format!(
+                        "    {{
+        let base = select(u.trash, (split * taps + tap{k}) * C_IN * C_OUT, tap{k} < taps);
+        let v = acc{k}_{i}_{j} * factors.x * factors.y;
+        let at = base + (ic0 + {}u) * C_OUT + oc0 + {}u;
+        let st = C_OUT;
+        coopStoreT(v, &partial[at], st);
+    }}
+",
+                        16 * i,
+                        16 * j
+                    );
+                }
+            }
+        }
+        (decl, math, epilogue, "enable wgpu_cooperative_matrix;\n")
+    }
+
+    /// The FMA units: lane l of the subgroup owns elements l, l + 32, ... of the job's WM x WN block (row-major) for
+    /// each tap, f32 sums of the same f16 products.
+    fn fma_parts(&self) -> (String, String, String, &'static str) {
+        let t = self.taps;
+        let per_lane = self.wm * self.wn / SUBGROUP;
+        let decl = format!("    var acc: array<f32, {}>;\n    let lane = lid % 32u;\n", t * per_lane);
+        let mut math = format!(
+            "        for (var p = 0u; p < 16u; p++) {{
+            for (var q = 0u; q < {per_lane}u; q++) {{
+                let e = lane + 32u * q;
+                let a = f32(xq[xa + e / WN + p * CSX]);
+"
+        );
+        let mut epilogue = format!(
+            "    for (var q = 0u; q < {per_lane}u; q++) {{
+        let e = lane + 32u * q;
+        let at = (ic0 + e / WN) * C_OUT + oc0 + e % WN;
+"
+        );
+        for k in 0..t {
+            math += &format!(
+                "                let b{k} = f32(gq[(g0 + select(0u, off{k}, live) + p * S_W) * CSG + oc0 + e % WN]);
+                acc[{k}u * {per_lane}u + q] = fma(a, b{k}, acc[{k}u * {per_lane}u + q]);
+"
+            );
+            epilogue += &format!(
+                "        partial[select(u.trash, (split * taps + tap{k}) * C_IN * C_OUT, tap{k} < taps) + at] = unscale(acc[{k}u * {per_lane}u + q]);
+"
+            );
+        }
+        math += "            }\n        }\n";
+        epilogue += "    }\n";
+        (decl, math, epilogue, "")
+    }
+
+    /// Jobs per split: tap groups x input-channel tiles x output-channel tiles.
+    fn jobs_per_split(&self, shape: &ConvShape) -> usize {
+        let taps = shape.kernel[0] * shape.kernel[1];
+        taps.div_ceil(self.taps as usize)
+            * (shape.in_channels / self.wm as usize)
+            * (shape.out_channels / self.wn as usize)
+    }
+}
+
+/// The copies' layouts for a shape (the shader's opening comment): x in rows of `wq` pixels (whole blocks of 16),
+/// grad_output with its padding written out, each with one tail row of zeros (the blocks past the end read it).
+struct Layouts {
+    x: CopyLayout,
+    g: CopyLayout,
+    wq: usize,
+}
+
+impl Layouts {
+    fn of(shape: &ConvShape) -> Layouts {
+        let [h, w] = shape.in_hw;
+        let wq = w.div_ceil(16).max(1) * 16;
+        let gh = (h.max(1) - 1) * shape.stride[0] + (shape.kernel[0] - 1) * shape.dilation[0] + 1;
+        let gw = (wq - 1) * shape.stride[1] + (shape.kernel[1] - 1) * shape.dilation[1] + 1;
+        let x = CopyLayout {
+            channels: shape.in_channels,
+            hw: shape.in_hw,
+            before: [0, 0],
+            padded: [h, wq],
+            copied: [0..h, 0..w],
+            pixel_stride: shape.in_channels + PIXEL_PAD,
+            tail_rows: 1,
+        };
+        let g = CopyLayout {
+            channels: shape.out_channels,
+            hw: shape.out_hw,
+            before: shape.padding,
+            padded: [gh, gw],
+            copied: [0..shape.out_hw[0], 0..shape.out_hw[1]],
+            pixel_stride: shape.out_channels + PIXEL_PAD,
+            tail_rows: 1,
+        };
+        Layouts { x, g, wq }
+    }
+    fn x_bytes(&self, batch: usize) -> u128 {
+        self.x.pixels(batch) * self.x.pixel_stride as u128 * 2
+    }
+    fn g_bytes(&self, batch: usize) -> u128 {
+        self.g.pixels(batch) * self.g.pixel_stride as u128 * 2
+    }
+}
+
+/// The shader's uniform block `Job`, field for field.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct JobUniform {
+    blocks: u32,
+    chunk: u32,
+    zero_x: u32,
+    zero_g: u32,
+    trash: u32,
+    dispatch_width: u32,
+    workgroups: u32,
+    _pad: u32,
+}
+
+/// (splits, blocks per split) for `blocks` blocks and `per_split` jobs per split: about `TARGET_SUBGROUPS` jobs in
+/// all, at most `max_splits` (when that allows whole workgroups), the job count a multiple of `subs`.
+fn splits(blocks: usize, per_split: usize, subs: usize, max_splits: usize) -> (usize, usize) {
+    let wanted = TARGET_SUBGROUPS.div_ceil(per_split.max(1)).clamp(1, blocks.max(1)).min(max_splits.max(1));
+    let chunk = blocks.div_ceil(wanted).max(1);
+    let splits = blocks.div_ceil(chunk).max(1);
+    // Whole workgroups: splits rounded up to a multiple of subs / gcd(subs, per_split) (the extra ones sum zeros).
+    let step = subs / crate::gpu::kernel::gcd(subs, per_split.max(1));
+    (splits.next_multiple_of(step), chunk)
+}
+
+/// Encodes grad_weight of `shape` from `input` and `grad_output` into `grad_weight` with `tile` (checked here).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn encode(
+    ctx: &GpuContext,
+    shape: &ConvShape,
+    tile: &NhwcGwTile,
+    input: &GpuTensor,
+    grad_output: &GpuTensor,
+    grad_weight: &GpuTensor,
+    pass: &mut wgpu::ComputePass<'_>,
+    in_flight: &mut InFlight,
+) -> Result<()> {
+    tile.check(ctx, shape)?;
+    let l = Layouts::of(shape);
+    let (cin, cout) = (shape.in_channels, shape.out_channels);
+    let elems = cin * cout * shape.kernel[0] * shape.kernel[1];
+    let blocks = shape.batch * shape.in_hw[0] * (l.wq / 16);
+    let maxima = absmax::encode_slots(ctx, &[(0, input), (1, grad_output)], &[], pass)?;
+    let xq =
+        nhwc_copy::encode_at_maximum(ctx, input, &l.x, l.x_bytes(shape.batch) as u64, &maxima, 0, pass, in_flight)?;
+    let gq = nhwc_copy::encode_at_maximum(
+        ctx,
+        grad_output,
+        &l.g,
+        l.g_bytes(shape.batch) as u64,
+        &maxima,
+        1,
+        pass,
+        in_flight,
+    )?;
+    let per_split = tile.jobs_per_split(shape);
+    let max_splits = ((super::grad_weight::partial_cap(ctx, elems) / 4) as usize).saturating_sub(cin * cout) / elems;
+    let (splits, chunk) = splits(blocks, per_split, tile.subs as usize, max_splits);
+    // Where whole workgroups need more splits than the cap allows, a smaller tile or another kernel serves.
+    if (splits * elems + cin * cout) as u64 * 4 > ctx.binding_limit() {
+        return Err(ConvtError::InvalidArgument(format!(
+            "{} does not take this shape: too many partial sums",
+            tile.name()
+        )));
+    }
+    ctx.scoped(|| {
+        let module = ctx.module_with(&tile.name(), || tile.source())?;
+        let values = [
+            ("C_IN", cin),
+            ("C_OUT", cout),
+            ("K_H", shape.kernel[0]),
+            ("K_W", shape.kernel[1]),
+            ("S_H", shape.stride[0]),
+            ("S_W", shape.stride[1]),
+            ("D_H", shape.dilation[0]),
+            ("D_W", shape.dilation[1]),
+            ("IN_H", shape.in_hw[0]),
+            ("WB", l.wq / 16),
+            ("GH", l.g.padded[0]),
+            ("GW", l.g.padded[1]),
+            ("CSX", l.x.pixel_stride),
+            ("CSG", l.g.pixel_stride),
+        ];
+        let consts: Vec<(&str, f64)> = values.iter().map(|&(k, v)| (k, v as f64)).collect();
+        let checks = ctx.options().shader_checks;
+        let gemm = ctx.pipeline(format!("{} {checks:?} {consts:?}", tile.name()), &module, &consts)?;
+        let partial = super::grad_weight::partial_sums(ctx, in_flight, splits * elems + cin * cout);
+        let workgroups = splits * per_split / tile.subs as usize;
+        let g = grid(ctx, workgroups);
+        let u = JobUniform {
+            blocks: blocks as u32,
+            chunk: chunk as u32,
+            zero_x: (shape.batch * l.x.padded[0] * l.x.padded[1]) as u32,
+            zero_g: (shape.batch * l.g.padded[0] * l.g.padded[1]) as u32,
+            trash: (splits * elems) as u32,
+            dispatch_width: g.0,
+            workgroups: workgroups as u32,
+            _pad: 0,
+        };
+        dispatch_buffers(ctx, pass, &gemm, bytemuck::bytes_of(&u), &[&xq, &gq, &partial, &maxima], g);
+        let taps = shape.kernel[0] * shape.kernel[1];
+        super::grad_weight::encode_reduce(ctx, pass, &partial, grad_weight, elems, splits, false, taps)
+    })
+}
+
+/// This kernel's shaders for validation (`gpu::shader_sources`): every tile (the copies' shader is the forward's).
+pub(crate) fn shader_variants() -> Vec<crate::gpu::ShaderVariant> {
+    NHWC_GW_TILES.iter().map(|t| (SHADER_NAME, t.name(), t.source())).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_cover_every_block_in_whole_workgroups() {
+        for blocks in [1, 7, 64, 1000, 1 << 19] {
+            for per_split in [1, 3, 4, 9, 12, 30] {
+                for max_splits in [1, 5, 64, 100_000] {
+                    let (s, chunk) = splits(blocks, per_split, 4, max_splits);
+                    assert!(s * chunk >= blocks, "{blocks} {per_split}: {s} x {chunk}");
+                    assert_eq!((s * per_split) % 4, 0, "{blocks} {per_split} {max_splits}");
+                    // At most one workgroup's rounding past the cap.
+                    assert!(s <= max_splits.max(1).next_multiple_of(4), "{blocks} {per_split} {max_splits}: {s}");
+                }
+            }
+        }
+    }
+
+    /// A copy as shaders/forward/coop_nhwc_input.wgsl writes it, unscaled, in f64: every half of the padded rows
+    /// and the tail rows (zeros but the tensor's copied values).
+    fn copy(l: &CopyLayout, batch: usize, t: &[f64]) -> Vec<f64> {
+        let [hp, wp] = l.padded;
+        let mut out = vec![0.0; (batch * hp + l.tail_rows) * wp * l.pixel_stride];
+        for n in 0..batch {
+            for r in 0..hp {
+                for col in 0..wp {
+                    let (h, w) = (r.wrapping_sub(l.before[0]), col.wrapping_sub(l.before[1]));
+                    if l.copied[0].contains(&h) && l.copied[1].contains(&w) {
+                        for c in 0..l.channels {
+                            out[((n * hp + r) * wp + col) * l.pixel_stride + c] =
+                                t[((n * l.channels + c) * l.hw[0] + h) * l.hw[1] + w];
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// What the shader and the reduction compute, in f64, index for index (every load checked against its
+    /// copy's length, every partial sum of a real tap written exactly once): grad_weight as [ic][oc][kh][kw].
+    fn emulate(tile: &NhwcGwTile, shape: &ConvShape, x: &[f64], gy: &[f64], max_splits: usize) -> Vec<f64> {
+        let l = Layouts::of(shape);
+        let (xq, gq) = (copy(&l.x, shape.batch, x), copy(&l.g, shape.batch, gy));
+        let (cin, cout, [k_h, k_w], [s_h, s_w], [d_h, d_w]) =
+            (shape.in_channels, shape.out_channels, shape.kernel, shape.stride, shape.dilation);
+        let (wm, wn, tp, subs) = (tile.wm as usize, tile.wn as usize, tile.taps as usize, tile.subs as usize);
+        let (csx, csg, [gh, gw], wb, in_h) =
+            (l.x.pixel_stride, l.g.pixel_stride, l.g.padded, l.wq / 16, shape.in_hw[0]);
+        let taps = k_h * k_w;
+        let elems = cin * cout * taps;
+        let blocks = shape.batch * in_h * wb;
+        let per_split = tile.jobs_per_split(shape);
+        let (splits, chunk) = splits(blocks, per_split, subs, max_splits);
+        let workgroups = splits * per_split / subs;
+        let (zero_x, zero_g, trash) =
+            (shape.batch * l.x.padded[0] * l.x.padded[1], shape.batch * gh * gw, splits * elems);
+        let mut partial = vec![f64::NAN; splits * elems + cin * cout];
+        let mut written = vec![0u32; splits * elems];
+        let (n_tiles, m_tiles, tap_groups) = (cout / wn, cin / wm, taps.div_ceil(tp));
+        for job in 0..workgroups * subs {
+            let oc0 = (job % n_tiles) * wn;
+            let ic0 = ((job / n_tiles) % m_tiles) * wm;
+            let tg = (job / (n_tiles * m_tiles)) % tap_groups;
+            let split = job / (n_tiles * m_tiles * tap_groups);
+            let tap: Vec<usize> = (0..tp).map(|k| tg * tp + k).collect();
+            let off: Vec<usize> = tap
+                .iter()
+                .map(|&t| {
+                    let at = if t < taps { t } else { 0 };
+                    (at / k_w) * d_h * gw + (at % k_w) * d_w
+                })
+                .collect();
+            let mut acc = vec![0.0; tp * wm * wn];
+            for s in 0..chunk {
+                let b = split * chunk + s;
+                let live = b < blocks;
+                let (r, jb) = (b / wb, b % wb);
+                let (i, n) = (r % in_h, r / in_h);
+                let xa = if live { b * 16 } else { zero_x } * csx + ic0;
+                let g0 = if live { (n * gh + i * s_h) * gw + jb * 16 * s_w } else { zero_g };
+                for (k, &o) in off.iter().enumerate() {
+                    let gb = (g0 + if live { o } else { 0 }) * csg + oc0;
+                    for p in 0..16 {
+                        for m in 0..wm {
+                            // A column-major (stride CSX), B row-major (stride S_W * CSG).
+                            let a = xq[xa + m + p * csx];
+                            for c in 0..wn {
+                                acc[(k * wm + m) * wn + c] += a * gq[gb + p * s_w * csg + c];
+                            }
+                        }
+                    }
+                }
+            }
+            for (k, &t) in tap.iter().enumerate() {
+                let base = if t < taps { (split * taps + t) * cin * cout } else { trash };
+                for m in 0..wm {
+                    for c in 0..wn {
+                        let at = base + (ic0 + m) * cout + oc0 + c;
+                        partial[at] = acc[(k * wm + m) * wn + c];
+                        if t < taps {
+                            written[at] += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert!(
+            written.iter().all(|&w| w == 1),
+            "{tile:?} {shape:?}: a partial sum written {:?} times",
+            written.iter().find(|&&w| w != 1)
+        );
+        // The reduction with TAP_MAJOR = taps: grad_weight index i = (ic * cout + oc) * taps + tap.
+        (0..elems)
+            .map(|i| {
+                let at = (i % taps) * (elems / taps) + i / taps;
+                (0..splits).map(|s| partial[s * elems + at]).sum()
+            })
+            .collect()
+    }
+
+    /// grad_weight from its definition, in f64: [ic][oc][kh][kw].
+    fn reference(shape: &ConvShape, x: &[f64], gy: &[f64]) -> Vec<f64> {
+        let (cin, cout, [k_h, k_w]) = (shape.in_channels, shape.out_channels, shape.kernel);
+        let ([h, w], [oh_n, ow_n]) = (shape.in_hw, shape.out_hw);
+        let mut gw = vec![0.0; cin * cout * k_h * k_w];
+        for n in 0..shape.batch {
+            for ic in 0..cin {
+                for oc in 0..cout {
+                    for kh in 0..k_h {
+                        for kw in 0..k_w {
+                            let mut sum = 0.0;
+                            for i in 0..h {
+                                let oh =
+                                    (i * shape.stride[0] + kh * shape.dilation[0]) as i64 - shape.padding[0] as i64;
+                                if oh < 0 || oh >= oh_n as i64 {
+                                    continue;
+                                }
+                                for j in 0..w {
+                                    let ow =
+                                        (j * shape.stride[1] + kw * shape.dilation[1]) as i64 - shape.padding[1] as i64;
+                                    if ow < 0 || ow >= ow_n as i64 {
+                                        continue;
+                                    }
+                                    sum += x[((n * cin + ic) * h + i) * w + j]
+                                        * gy[((n * cout + oc) * oh_n + oh as usize) * ow_n + ow as usize];
+                                }
+                            }
+                            gw[((ic * cout + oc) * k_h + kh) * k_w + kw] += sum;
+                        }
+                    }
+                }
+            }
+        }
+        gw
+    }
+
+    #[test]
+    fn the_emulated_kernel_computes_grad_weight_on_every_option() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(46);
+        // (batch, cin, cout, in_hw, kernel, stride, padding, output_padding, dilation): stride 1 and strided, padding
+        // beyond the kernel's reach, output padding, rows that are not whole blocks, a kernel of 4 x 4 taps (no tap
+        // group of 3 divides it) and of 1 x 1.
+        type Case = (usize, usize, usize, [usize; 2], [usize; 2], [usize; 2], [usize; 2], [usize; 2], [usize; 2]);
+        let cases: [Case; 7] = [
+            (2, 32, 32, [5, 20], [3, 3], [1, 1], [0, 0], [0, 0], [1, 1]),
+            (1, 32, 64, [4, 17], [3, 5], [2, 3], [1, 2], [1, 2], [2, 1]),
+            (2, 32, 32, [3, 33], [3, 3], [5, 5], [1, 1], [0, 0], [2, 2]),
+            (1, 64, 32, [4, 8], [4, 4], [2, 2], [1, 1], [0, 0], [1, 1]),
+            (1, 16, 16, [8, 16], [3, 7], [1, 1], [4, 3], [0, 0], [1, 1]),
+            (2, 16, 32, [2, 9], [1, 1], [1, 1], [0, 0], [0, 0], [1, 1]),
+            (1, 32, 32, [6, 40], [2, 3], [3, 2], [0, 5], [2, 1], [1, 3]),
+        ];
+        for (batch, cin, cout, hw, kernel, stride, padding, output_padding, dilation) in cases {
+            let hw2 = |v: [usize; 2]| [v[0] as i64, v[1] as i64];
+            let params = crate::ConvTranspose2dOptions::default()
+                .stride(hw2(stride))
+                .padding(hw2(padding))
+                .output_padding(hw2(output_padding))
+                .dilation(hw2(dilation));
+            let shape = params.resolve(&[batch, cin, hw[0], hw[1]], &[cin, cout, kernel[0], kernel[1]], None).unwrap();
+            let x: Vec<f64> = (0..batch * cin * hw[0] * hw[1]).map(|_| rng.random_range(-1.0..1.0)).collect();
+            let gy: Vec<f64> =
+                (0..batch * cout * shape.out_hw[0] * shape.out_hw[1]).map(|_| rng.random_range(-1.0..1.0)).collect();
+            let want = reference(&shape, &x, &gy);
+            for tile in NHWC_GW_TILES.iter().filter(|t| t.fits(&shape, 1 << 30).is_ok()) {
+                // Few splits (long chunks, blocks past the end) and many (one block each, whole workgroups of zeros).
+                for max_splits in [3, 1 << 20] {
+                    let got = emulate(tile, &shape, &x, &gy, max_splits);
+                    let diff: f64 = got.iter().zip(&want).map(|(g, w)| (g - w) * (g - w)).sum();
+                    let err = (diff / want.iter().map(|w| w * w).sum::<f64>()).sqrt();
+                    assert!(err < 1e-12, "{tile:?} {shape:?} max_splits {max_splits}: {err:e}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_layouts_hold_every_read_of_every_tap() {
+        // kb81-like: stride 5, padding 1, dilation 2; a row of 100 pixels rounds to 112.
+        let params = crate::ConvTranspose2dOptions::default().stride(5).padding(1).dilation(2);
+        let shape = params.resolve(&[2, 32, 9, 100], &[32, 64, 3, 3], None).unwrap();
+        let l = Layouts::of(&shape);
+        assert_eq!(l.wq, 112);
+        let [gh, gw] = l.g.padded;
+        // The last x pixel's last tap, in the padded grad_output image.
+        assert_eq!(8 * 5 + 2 * 2, gh - 1);
+        assert_eq!(111 * 5 + 2 * 2, gw - 1);
+        // A block's B fragment spans 15 strides: the zero tail row holds one.
+        assert!(15 * shape.stride[1] < gw);
+    }
+}
