@@ -28,7 +28,8 @@
 # (convt_train_layer_f32.json, _layer_fast), PyTorch's step in its four modes, autocast for fp16 and bf16
 # (torch_train.json), and writes train_tables.md as `backward` does. Give it a cache from `tune` (and
 # `tune --backward --precision fast`) to time the tuned kernels.
-# The PyTorch side needs python3 with torch (and matplotlib for the charts).
+# The PyTorch side needs python3 with torch (and matplotlib for the charts). RUNS (default 20) sets the timed runs
+# of `backward` and `train`, convt's and PyTorch's alike.
 set -euo pipefail
 usage="usage: gpu_bench.sh all|tune|bench|dtypes|backward|train OUTDIR [CONVT_BINARY] [CACHE]"
 what=${1:?$usage}
@@ -99,20 +100,21 @@ if [ "$what" = backward ] || [ "$what" = train ]; then
   # `fast` on f32, f16 and bf16 tensors, the errors against the float64 reference in each JSON; PyTorch's four
   # modes once.
   p=$what
-  run "$convt" bench --$p --runs 20 --json "$out/convt_${p}_f32.json"
+  runs=${RUNS:-20}
+  run "$convt" bench --$p --runs "$runs" --json "$out/convt_${p}_f32.json"
   for d in f32 f16 bf16; do
     name=$d
     if [ "$d" = f32 ]; then name=fast; fi
-    run "$convt" bench --$p --precision fast --dtype "$d" --runs 20 --json "$out/convt_${p}_$name.json"
+    run "$convt" bench --$p --precision fast --dtype "$d" --runs "$runs" --json "$out/convt_${p}_$name.json"
   done
   pairs="f32:fp32 fast:tf32 f16:fp16 bf16:bf16"
   if [ "$p" = train ]; then
     # The same step through a layer (f32 activations): its weight prepared again after each update.
-    run "$convt" bench --train --layer --runs 20 --json "$out/convt_train_layer_f32.json"
-    run "$convt" bench --train --layer --precision fast --runs 20 --json "$out/convt_train_layer_fast.json"
+    run "$convt" bench --train --layer --runs "$runs" --json "$out/convt_train_layer_f32.json"
+    run "$convt" bench --train --layer --precision fast --runs "$runs" --json "$out/convt_train_layer_fast.json"
     pairs="$pairs layer_f32:fp32 layer_fast:tf32"
   fi
-  run python3 "$here/torch_bench.py" --$p --runs 20 --json "$out/torch_$p.json"
+  run python3 "$here/torch_bench.py" --$p --runs "$runs" --json "$out/torch_$p.json"
   : > "$out/${p}_tables.md"
   for pair in $pairs; do
     t=${pair%%:*}

@@ -727,7 +727,7 @@ fn train_rows(
         let mut step = crate::train::Step::new(ctx, case, a.precision, a.dtype, a.layer)?;
         ctx.wait_idle()?;
         ctx.reset_peak_memory();
-        let (times, (forward, gi, gw)) = step.time(ctx, a.warmup, MIN_WARMUP, a.runs)?;
+        let (times, (forward, gi, gw), created) = step.time(ctx, a.warmup, MIN_WARMUP, a.runs)?;
         let peak = ctx.peak_memory() as f64 / 1e6;
         let error = match a.check_samples {
             0 => None,
@@ -740,16 +740,18 @@ fn train_rows(
         let within = error.as_ref().map(|e| e.rel_l2 <= tolerance);
         let kernels = format!("{}; {}; {}", forward.name(), gi.name(), gw.name());
         table(format!(
-            "{:<6} {ms:>9.3} {min:>9.3} {tflops:>9.2} {:>9} {peak:>9.0}  {kernels}{}",
+            "{:<6} {ms:>9.3} {min:>9.3} {tflops:>9.2} {:>9} {peak:>9.0}  {kernels}{}{}",
             case.name,
             error.as_ref().map_or("-".to_string(), |e| format!("{:.1e}", e.rel_l2)),
-            if within == Some(false) { "  OVER TOLERANCE" } else { "" }
+            if within == Some(false) { "  OVER TOLERANCE" } else { "" },
+            if created > 0 { format!("  ({created} buffers allocated in the timed steps)") } else { String::new() }
         ));
         rows.push(json!({"case": case.name, "batch": case.batch, "ms": ms, "min_ms": min, "times_ms": times,
             "tflops": tflops, "gflop": flops as f64 / 1e9, "algorithm": kernels, "forward_kernel": forward.name(),
             "grad_input_kernel": gi.name(), "grad_weight_kernel": gw.name(),
             "grad_weight_rel_l2": error.as_ref().map(|e| e.rel_l2), "rel_l2": error.as_ref().map(|e| e.rel_l2),
-            "error_samples": error.as_ref().map(|e| e.compared), "within_tolerance": within, "peak_mb": peak}));
+            "error_samples": error.as_ref().map(|e| e.compared), "within_tolerance": within, "peak_mb": peak,
+            "buffers_created": created}));
     }
     Ok(rows)
 }

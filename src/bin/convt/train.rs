@@ -130,23 +130,36 @@ impl Step {
         Ok((strategy, gi, gw))
     }
 
-    /// `runs` steps timed after warm-up (at least `warmup` steps and `min_warmup` of them): each step's GPU time,
-    /// ms, and the kernels of the last.
+    /// `runs` steps timed after warm-up (below): each step's GPU time, ms, the kernels of the last, and the buffers
+    /// the timed steps allocated (none where the pool holds the step's working set: an allocation inside the timed
+    /// steps would cost them its mapping).
     pub fn time(
         &mut self,
         ctx: &GpuContext,
         warmup: u32,
         min_warmup: Duration,
         runs: u32,
-    ) -> Result<(Vec<f64>, Kernels)> {
+    ) -> Result<(Vec<f64>, Kernels, u64)> {
+        // Warm-up as `convt bench` does it: a first step, which builds the pipelines (the GPU idles while the driver
+        // compiles them), then rounds of `warmup` steps back to back until the GPU has been busy for `min_warmup`. A
+        // clock started before the first step let its compiles use up the warm-up, and the timed steps then ran on
+        // a GPU still clocked down (plateaus of steps up to 5x slower, docs/PERFORMANCE.md).
+        self.run(ctx)?;
+        ctx.wait_idle()?;
         let start = Instant::now();
-        let mut done = 0;
-        while done < warmup || start.elapsed() < min_warmup {
-            self.run(ctx)?;
+        let mut rounds = 0;
+        loop {
+            for _ in 0..warmup.max(1) {
+                self.run(ctx)?;
+            }
             ctx.wait_idle()?;
-            done += 1;
+            rounds += 1;
+            if start.elapsed() >= min_warmup || rounds >= 1000 {
+                break;
+            }
         }
         let timer = GpuTimer::new(ctx, runs)?;
+        let created = ctx.buffer_stats().0;
         let mut kernels = None;
         for slot in 0..runs {
             timer.mark(ctx, slot, false)?;
@@ -154,8 +167,9 @@ impl Step {
             timer.mark(ctx, slot, true)?;
         }
         ctx.wait_idle()?;
+        let created = ctx.buffer_stats().0 - created;
         let kernels = kernels.ok_or_else(|| anyhow::anyhow!("no step ran"))?;
-        Ok((timer.read_ms(ctx, runs)?, kernels))
+        Ok((timer.read_ms(ctx, runs)?, kernels, created))
     }
 
     /// The last step's f32 grad_weight at `samples` random elements against the float64 reference (it depends
