@@ -623,7 +623,9 @@ fn bench_train_times_a_training_step_and_checks_its_gradient() {
     // backward, SGD step) on f16 activations at `fast`, on f32 ones exactly, and through a layer (`--layer`: its
     // forward, backward and SGD step) at `fast`, and writes each step's time, the
     // kernels of its three convolutions and grad_weight's error against the float64 reference, within `convt
-    // verify`'s tolerance; the rows carry what scripts/side_by_side.py reads.
+    // verify`'s tolerance; the rows carry what scripts/side_by_side.py reads, and the buffers the timed steps
+    // allocated (none: the pool holds a step's buffers). The f32 step with --profile: each kernel's time per step,
+    // in the table and the JSON, and their sum.
     let dir = common::TempDir::new("cli-bench-train");
     for (precision, dtype, layer) in [("fast", "f16", false), ("f32", "f32", false), ("fast", "f32", true)] {
         let json_path = dir.path(&format!("train-{dtype}-{layer}.json"));
@@ -657,6 +659,10 @@ fn bench_train_times_a_training_step_and_checks_its_gradient() {
         if layer {
             args.push("--layer");
         }
+        let profiled = precision == "f32";
+        if profiled {
+            args.push("--profile");
+        }
         let out = convt_ok(&args);
         let said = text(&out.stdout);
         let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
@@ -664,6 +670,16 @@ fn bench_train_times_a_training_step_and_checks_its_gradient() {
             (doc["pass"].as_str(), doc["precision"].as_str(), doc["dtype"].as_str(), doc["layer"].as_bool()),
             (Some("train"), Some(precision), Some(dtype), Some(layer))
         );
+        assert_eq!(doc["cases"][0]["buffers_created"].as_u64(), Some(0), "{}", doc["cases"][0]);
+        if profiled {
+            let case = &doc["cases"][0];
+            let profile = case["profile"].as_array().unwrap_or_else(|| panic!("profile in {case}"));
+            let kernels: f64 = profile.iter().map(|p| p["ms"].as_f64().unwrap()).sum();
+            let busy = case["busy_ms"].as_f64().unwrap_or_else(|| panic!("busy_ms in {case}"));
+            assert!(kernels > 0.0 && (kernels - busy).abs() <= 0.5 * busy, "{kernels} {busy} {case}");
+            assert!(profile.iter().any(|p| p["kernel"].as_str().unwrap().starts_with("axpby")), "{case}");
+            assert!(said.contains("dispatches") && said.contains("x axpby"), "{}", describe(&args, &out));
+        }
         let tolerance = doc["tolerance"].as_f64().expect("the tolerance");
         let case = &doc["cases"][0];
         let times = case["times_ms"].as_array().expect("times");

@@ -63,15 +63,17 @@ pub struct BenchArgs {
     /// each update.
     #[arg(long, conflicts_with = "backward")]
     layer: bool,
-    /// After timing, time each dispatch of as many calls on its own (GPU timestamps inside the pass) and report
-    /// each kernel's median share of a call, in the table and the JSON (`profile`): where a call's time goes.
+    /// After timing, time each dispatch of as many calls (with --train, steps) on its own (GPU timestamps inside the
+    /// passes) and report each kernel's median share of a call, in the table and the JSON (`profile`), and the
+    /// dispatches' sum (`busy_ms`): where a call's time goes, and for a step how long the GPU waited between its
+    /// submissions (the step's time less that sum).
     #[arg(long)]
     profile: bool,
     /// Time a training step instead (src/bin/convt/train.rs): the f32 master weight and bias cast to --dtype, the
     /// forward, the backward with f32 weight and bias gradients, an SGD step on the master copy; from a GPU
     /// timestamp before its first submission to one after its last. TFLOP/s count three times the forward's
     /// useful FLOPs; the error is grad_weight's (check_samples / 100 elements, at least 16).
-    #[arg(long, conflicts_with_all = ["backward", "profile"])]
+    #[arg(long, conflicts_with = "backward")]
     train: bool,
 }
 
@@ -394,57 +396,8 @@ impl Prepared {
     /// Each pipeline's and each section's median time in a call, over `runs` calls whose every dispatch is timed on
     /// its own ([`Profiler`]). Run after [`Prepared::time`] (warm: the pipelines built, the GPU busy).
     pub fn profile(&self, ctx: &GpuContext, runs: u32) -> Result<Profile> {
-        let profiler = std::sync::Arc::new(Profiler::new(ctx)?);
-        ctx.set_profiler(Some(profiler.clone()));
-        let mut calls: Vec<CallProfile> = Vec::new();
-        let mut record = || -> Result<()> {
-            for i in 0..runs {
-                profiler.begin_call();
-                let before = profiler.recorded();
-                self.call(ctx, self.selected(ctx), &self.inputs[i as usize % self.inputs.len()], None)?;
-                // Read before the query set can run out: when it has no room for another call like this one.
-                let used = profiler.recorded() - before;
-                if profiler.room() <= used || i + 1 == runs {
-                    let (read, dropped) = profiler.read(ctx)?;
-                    if dropped > 0 {
-                        bail!("{dropped} dispatches of one call went untimed (more than the profiler's room)");
-                    }
-                    calls.extend(read);
-                }
-            }
-            Ok(())
-        };
-        let recorded = record();
-        ctx.set_profiler(None);
-        recorded?;
-        // The median over the calls of what `part` picks of each, with the most dispatches it picked in one call.
-        let median_of = |part: &dyn Fn(&Dispatch) -> bool| {
-            let per_call: Vec<(usize, f64)> = calls
-                .iter()
-                .map(|c| c.iter().filter(|d| part(d)).fold((0, 0.0), |(n, ms), d| (n + 1, ms + d.ms)))
-                .collect();
-            let count = per_call.iter().map(|&(n, _)| n).max().unwrap_or(0);
-            (count, median(per_call.into_iter().map(|(_, ms)| ms).collect()))
-        };
-        let mut pipelines: Vec<String> = Vec::new();
-        let mut sections: Vec<&'static str> = Vec::new();
-        for d in calls.iter().flatten() {
-            if !pipelines.contains(&d.pipeline) {
-                pipelines.push(d.pipeline.clone());
-            }
-            if let Some(s) = d.section.filter(|s| !sections.contains(s)) {
-                sections.push(s);
-            }
-        }
-        Ok(Profile {
-            pipelines: pipelines
-                .into_iter()
-                .map(|name| {
-                    let (count, ms) = median_of(&|d| d.pipeline == name);
-                    (name, count, ms)
-                })
-                .collect(),
-            sections: sections.into_iter().map(|s| (s, median_of(&|d| d.section == Some(s)).1)).collect(),
+        profile_calls(ctx, runs, |i| {
+            self.call(ctx, self.selected(ctx), &self.inputs[i as usize % self.inputs.len()], None)
         })
     }
 
@@ -487,12 +440,73 @@ impl Prepared {
     }
 }
 
+/// Each pipeline's and each section's median time in a call, over `runs` calls of `call` (given the call's number)
+/// whose every dispatch is timed on its own ([`Profiler`]). Run warm: the pipelines built, the GPU busy.
+fn profile_calls(ctx: &GpuContext, runs: u32, mut call: impl FnMut(u32) -> Result<()>) -> Result<Profile> {
+    let profiler = std::sync::Arc::new(Profiler::new(ctx)?);
+    ctx.set_profiler(Some(profiler.clone()));
+    let mut calls: Vec<CallProfile> = Vec::new();
+    let mut record = || -> Result<()> {
+        for i in 0..runs {
+            profiler.begin_call();
+            let before = profiler.recorded();
+            call(i)?;
+            // Read before the query set can run out: when it has no room for another call like this one.
+            let used = profiler.recorded() - before;
+            if profiler.room() <= used || i + 1 == runs {
+                let (read, dropped) = profiler.read(ctx)?;
+                if dropped > 0 {
+                    bail!("{dropped} dispatches of one call went untimed (more than the profiler's room)");
+                }
+                calls.extend(read);
+            }
+        }
+        Ok(())
+    };
+    let recorded = record();
+    ctx.set_profiler(None);
+    recorded?;
+    // The median over the calls of what `part` picks of each, with the most dispatches it picked in one call.
+    let median_of = |part: &dyn Fn(&Dispatch) -> bool| {
+        let per_call: Vec<(usize, f64)> = calls
+            .iter()
+            .map(|c| c.iter().filter(|d| part(d)).fold((0, 0.0), |(n, ms), d| (n + 1, ms + d.ms)))
+            .collect();
+        let count = per_call.iter().map(|&(n, _)| n).max().unwrap_or(0);
+        (count, median(per_call.into_iter().map(|(_, ms)| ms).collect()))
+    };
+    let mut pipelines: Vec<String> = Vec::new();
+    let mut sections: Vec<&'static str> = Vec::new();
+    for d in calls.iter().flatten() {
+        if !pipelines.contains(&d.pipeline) {
+            pipelines.push(d.pipeline.clone());
+        }
+        if let Some(s) = d.section.filter(|s| !sections.contains(s)) {
+            sections.push(s);
+        }
+    }
+    Ok(Profile {
+        pipelines: pipelines
+            .into_iter()
+            .map(|name| {
+                let (count, ms) = median_of(&|d| d.pipeline == name);
+                (name, count, ms)
+            })
+            .collect(),
+        sections: sections.into_iter().map(|s| (s, median_of(&|d| d.section == Some(s)).1)).collect(),
+        busy_ms: median_of(&|_| true).1,
+    })
+}
+
 /// Where a call's time goes (`--profile`): each pipeline, in the order they first ran, with its dispatches per call
-/// and its median ms per call; each section the call names (the backward's gradients), with its median ms per call.
+/// and its median ms per call; each section the call names (the backward's gradients), with its median ms per call;
+/// and the median over the calls of all their dispatches' ms (`busy_ms`: a timestamp is written once the commands
+/// before it have finished, so a gap in which the GPU waited for the next submission counts in no dispatch).
 #[derive(Debug, Default)]
 pub struct Profile {
     pub pipelines: Vec<(String, usize, f64)>,
     pub sections: Vec<(&'static str, f64)>,
+    pub busy_ms: f64,
 }
 
 /// The least time the benchmark keeps the GPU busy before timing a case.
@@ -663,42 +677,7 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
                 row[format!("{what}_samples")] = json!(e.compared);
             }
         }
-        for (kernel, dispatches, ms) in &profile.pipelines {
-            // The pipeline's name without its constants.
-            let short = kernel.split(" [(").next().unwrap_or(kernel);
-            let short = short.trim_end_matches(" Trusted").trim_end_matches(" Checked");
-            table(format!("{:<6} {ms:>9.3} {dispatches:>4} x {short}", ""));
-        }
-        // Each gradient's time and rate (each costs the forward's useful FLOPs; grad_bias none), in the JSON as
-        // `grad_weight_ms` and `grad_weight_tflops`, and so on.
-        let rate = |section: &str, ms: f64| match section {
-            "grad_bias" => None,
-            _ => Some(shape.useful_flops() as f64 / (ms * 1e-3) / 1e12),
-        };
-        let parts: Vec<String> = profile
-            .sections
-            .iter()
-            .map(|&(section, ms)| match rate(section, ms) {
-                Some(t) => format!("{section} {ms:.3} ms ({t:.1} TFLOP/s)"),
-                None => format!("{section} {ms:.3} ms"),
-            })
-            .collect();
-        if !parts.is_empty() {
-            table(format!("{:<6} {}", "", parts.join(", ")));
-        }
-        if a.profile {
-            row["profile"] = json!(profile
-                .pipelines
-                .iter()
-                .map(|(kernel, dispatches, ms)| json!({"kernel": kernel, "dispatches": dispatches, "ms": ms}))
-                .collect::<Vec<_>>());
-            for &(section, ms) in &profile.sections {
-                row[format!("{section}_ms")] = json!(ms);
-                if let Some(t) = rate(section, ms) {
-                    row[format!("{section}_tflops")] = json!(t);
-                }
-            }
-        }
+        report_profile(&profile, a.profile, shape.useful_flops(), &table, &mut row);
         rows.push(row);
     }
     if !over.is_empty() {
@@ -706,6 +685,47 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
     }
     write_doc(json_out, pass.name(), rows)?;
     Ok(Outcome::Ok)
+}
+
+/// `profile`'s lines in the table (each pipeline's ms per call; each section's, with its rate at `flops` where it
+/// has one: each gradient costs the forward's useful FLOPs, grad_bias none) and, where `json`, its fields in `row`:
+/// `profile` (the pipelines), `busy_ms`, `grad_weight_ms` and `grad_weight_tflops`, and so on.
+fn report_profile(profile: &Profile, json: bool, flops: u64, table: &dyn Fn(String), row: &mut serde_json::Value) {
+    for (kernel, dispatches, ms) in &profile.pipelines {
+        // The pipeline's name without its constants.
+        let short = kernel.split(" [(").next().unwrap_or(kernel);
+        let short = short.trim_end_matches(" Trusted").trim_end_matches(" Checked");
+        table(format!("{:<6} {ms:>9.3} {dispatches:>4} x {short}", ""));
+    }
+    let rate = |section: &str, ms: f64| match section {
+        "grad_bias" => None,
+        _ => Some(flops as f64 / (ms * 1e-3) / 1e12),
+    };
+    let parts: Vec<String> = profile
+        .sections
+        .iter()
+        .map(|&(section, ms)| match rate(section, ms) {
+            Some(t) => format!("{section} {ms:.3} ms ({t:.1} TFLOP/s)"),
+            None => format!("{section} {ms:.3} ms"),
+        })
+        .collect();
+    if !parts.is_empty() {
+        table(format!("{:<6} {}", "", parts.join(", ")));
+    }
+    if json {
+        row["profile"] = json!(profile
+            .pipelines
+            .iter()
+            .map(|(kernel, dispatches, ms)| json!({"kernel": kernel, "dispatches": dispatches, "ms": ms}))
+            .collect::<Vec<_>>());
+        row["busy_ms"] = json!(profile.busy_ms);
+        for &(section, ms) in &profile.sections {
+            row[format!("{section}_ms")] = json!(ms);
+            if let Some(t) = rate(section, ms) {
+                row[format!("{section}_tflops")] = json!(t);
+            }
+        }
+    }
 }
 
 /// `--train`: each case's training step (crate::train), a table line and a JSON row each.
@@ -729,6 +749,10 @@ fn train_rows(
         ctx.reset_peak_memory();
         let (times, (forward, gi, gw), created) = step.time(ctx, a.warmup, MIN_WARMUP, a.runs)?;
         let peak = ctx.peak_memory() as f64 / 1e6;
+        let profile = match a.profile {
+            true => profile_calls(ctx, a.runs, |_| step.run(ctx).map(|_| ()))?,
+            false => Profile::default(),
+        };
         let error = match a.check_samples {
             0 => None,
             n => Some(step.grad_weight_error(ctx, (n / 100).max(16))?),
@@ -746,12 +770,21 @@ fn train_rows(
             if within == Some(false) { "  OVER TOLERANCE" } else { "" },
             if created > 0 { format!("  ({created} buffers allocated in the timed steps)") } else { String::new() }
         ));
-        rows.push(json!({"case": case.name, "batch": case.batch, "ms": ms, "min_ms": min, "times_ms": times,
+        let mut row = json!({"case": case.name, "batch": case.batch, "ms": ms, "min_ms": min, "times_ms": times,
             "tflops": tflops, "gflop": flops as f64 / 1e9, "algorithm": kernels, "forward_kernel": forward.name(),
             "grad_input_kernel": gi.name(), "grad_weight_kernel": gw.name(),
             "grad_weight_rel_l2": error.as_ref().map(|e| e.rel_l2), "rel_l2": error.as_ref().map(|e| e.rel_l2),
             "error_samples": error.as_ref().map(|e| e.compared), "within_tolerance": within, "peak_mb": peak,
-            "buffers_created": created}));
+            "buffers_created": created});
+        if a.profile {
+            report_profile(&profile, true, step.shape.useful_flops(), table, &mut row);
+            let busy = profile.busy_ms;
+            table(format!(
+                "{:<6} dispatches {busy:.3} ms of the step's {ms:.3} (the rest: the GPU waiting between submissions)",
+                ""
+            ));
+        }
+        rows.push(row);
     }
     Ok(rows)
 }
