@@ -8,7 +8,7 @@
 // Why this form. The host copies x as f16 NHWC, each row rounded up to WB blocks of 16 pixels (zeros past the
 // row), and grad_output as f16 NHWC with its padding written out as zeros: P_H rows and P_W columns before it, GH
 // rows of GW pixels per image, enough that every tap of every copied x pixel reads inside the image
-// (src/nhwc_copy.rs; x at the scale of slot 0 of the maxima, grad_output at slot 1's, as the per-tap kernel
+// (src/gpu/nhwc_copy.rs; x at the scale of slot 0 of the maxima, grad_output at slot 1's, as the per-tap kernel
 // scales them). Then a block of 16 consecutive x pixels of one row is, for every tap, 16 grad_output pixels
 // S_W apart in one padded row: the A operand of a 16-deep product (16 input channels x 16 pixels) is a
 // column-major matrix at stride CSX in the x copy, the B operand (16 pixels x 16 output channels) a row-major one
@@ -20,9 +20,15 @@
 // order) over one split of the blocks: its A fragments serve all its taps (the taps differ only in B). A job's
 // accumulators are TAPS_PER x (WM/16) x (WN/16) named f32 matrices (generated: TAP_DECL, ACC_DECL, MATH,
 // EPILOGUE). The variant for adapters without cooperative matrices computes the same products on the FMA units:
-// lane l of the 32 a job has owns elements l, l + 32, ... of each tap's block, f32 sums of the same f16 values. A workgroup runs SUBS consecutive jobs,
-// output-channel tile fastest, then input-channel tile, tap group and split: neighbouring subgroups read the same
-// x and grad_output lines (L1) and the splits' workgroups run in order (L2).
+// lane l of the 32 a job has owns elements l, l + 32, ... of each tap's block, f32 sums of the same f16 values.
+// A workgroup runs SUBS consecutive jobs, output-channel tile fastest, then input-channel tile, tap group and
+// split: neighbouring subgroups read the same x and grad_output lines (L1) and the splits' workgroups run in
+// order (L2).
+//
+// Non-finite values. The zeros the copies add (x's pixels past a row's end, grad_output's padding) enter the
+// products: an inf or NaN multiplied by one gives NaN in the sums of its channel's weight gradients, where the
+// exact kernels, which sum only the pixel pairs inside both tensors, may give a finite value or an inf. Every
+// element non-finite in the exact kernels is non-finite here too (docs/RELIABILITY.md).
 //
 // Uniform control flow (naga's rule for cooperative-matrix operations): every job runs the same number of blocks
 // (u.chunk). Blocks past the tensors' end (the last split's) load both operands from zero pixels at the copies'
@@ -99,6 +105,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         let g0 = select(u.zero_g, (n * GH + i * S_H) * GW + (b % WB) * 16u * S_W, live);
 //#MATH
     }
-    let factors = unscale_factors();
 //#EPILOGUE
 }

@@ -14,7 +14,7 @@
 // atomic for all of them. Measured (docs/PERFORMANCE.md): several blocks per workgroup ran faster than one;
 // blocks with more channels than pixels (longer runs of each pixel written) ran faster and ones with more pixels
 // (longer runs of each input row read) much slower; 16 x 64 blocks copy a 64-channel input faster than 32 x 32
-// ones, and go 4 per workgroup up to 512 MiB of padded input, 2 above (src/gpu/forward/coop_nhwc.rs, `PrepBlock`).
+// ones, and go 4 per workgroup up to 512 MiB of padded input, 2 above (src/gpu/nhwc_copy.rs, `PrepBlock`).
 // C_IN is a multiple of 16 (the kernel's `check`).
 // One dispatch per input chunk (its samples: the uniform's sample range).
 //

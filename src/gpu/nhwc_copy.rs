@@ -11,7 +11,7 @@ use crate::dtype::DType;
 use crate::error::Result;
 use crate::gpu::context::GpuContext;
 use crate::gpu::kernel::{dispatch_buffers, grid};
-use crate::gpu::memory::{buffer_with, Chunk, GpuTensor, InFlight, STORAGE};
+use crate::gpu::memory::{Chunk, GpuTensor, InFlight, STORAGE};
 use crate::gpu::wgsl::operands::{declare, Access, Io};
 use crate::gpu::wgsl::scale::SCALE_FUNCTIONS;
 use crate::gpu::wgsl::{self, with_shape_prelude};
@@ -165,7 +165,8 @@ pub(crate) fn dispatches<'t>(
 }
 
 /// Encodes the copy of `tensor` in `layout` at the scale slot `slot` of `maxima` sets (its largest magnitude, taken
-/// beforehand; unread for an f16 tensor) into a new buffer of `bytes` bytes, kept in `in_flight`.
+/// beforehand; zero for an f16 tensor, whose maximum is not taken: a scale of 1) into a new buffer of `bytes`
+/// bytes, kept in `in_flight`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn encode_at_maximum(
     ctx: &GpuContext,
@@ -181,8 +182,8 @@ pub(crate) fn encode_at_maximum(
         let copy = in_flight.keep(ctx.pool.get(&ctx.device, bytes, STORAGE));
         let block = PrepBlock::of(layout.channels, bytes as u128);
         let pipeline = pipeline(ctx, tensor.dtype(), layout, block, CopyScale::Maximum { slot })?;
-        // The shader declares the guess of the other scale mode; this one never reads it.
-        let guess = buffer_with(&ctx.device, "convt unused scale guess", &[0; 4], wgpu::BufferUsages::STORAGE);
+        // The shader declares the guess of the other scale mode; this one never reads it (one buffer per context).
+        let guess = ctx.kept_i32("nhwc copy: the guess a copy at a known maximum does not read".into(), 0);
         for (c, g, u) in dispatches(ctx, tensor, layout, block) {
             dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &[c, &copy, maxima, &guess], g);
         }

@@ -12,7 +12,7 @@ use crate::dtype::DType;
 use crate::gpu::backward::grad_input::{as_sampled_correlation, as_transposed_convolution, GradInputKernel};
 use crate::gpu::backward::grad_weight::{self, GradWeightKernel};
 use crate::gpu::backward::grad_weight_half::{self, HalfTile};
-use crate::gpu::backward::grad_weight_nhwc::{NhwcGwTile, NHWC_GW_TILES};
+use crate::gpu::backward::grad_weight_nhwc::{NhwcGwTile, NHWC_16X16_T4, NHWC_32X32_T3, NHWC_64X32_T2};
 use crate::gpu::context::GpuContext;
 use crate::gpu::forward::coop::{self, CoopTile};
 use crate::gpu::forward::coop_nhwc::{self, NhwcTile, STAGED_MIN_ROW_TAPS};
@@ -185,10 +185,10 @@ pub fn grad_input(ctx: &GpuContext, shape: &ConvShape, precision: Precision, dty
 
 /// grad_weight's kernel for `shape` at `precision` with the input and grad_output in `chunks` bindings: the tuning
 /// cache's entry where it computes the shape here (for an exact call, an exact kernel only); for `fast` on an
-/// adapter with cooperative matrices the tensor-core per-tap GEMM with the first of `grad_weight_half_tiles` that
-/// runs here, where a group has
-/// 64+ input and output channels, or 32+ at stride 1 (on kb81's strided groups of 32 x 64 the exact 32-wide tile
-/// measured faster); else the rows kernel wherever it takes the shape (strided, small groups: it measured faster
+/// adapter with cooperative matrices the NHWC tensor-core GEMM with the first of `grad_weight_nhwc_tiles` that
+/// computes the shape, where it pays for its copies (`nhwc_pays`), else the tensor-core per-tap GEMM with the first
+/// of `grad_weight_half_tiles` that runs here, where a group has 64+ input and output channels, or 32+ at stride 1
+/// (on kb81's strided groups of 32 x 64 the exact 32-wide tile measured faster); else the rows kernel wherever it takes the shape (strided, small groups: it measured faster
 /// than the per-tap GEMM's 16-wide tile there, `grad_weight::RowsKernel::for_shape`), else the per-tap GEMM with
 /// `grad_weight_tile`. The forward's forced strategy does not apply: grad_weight has no kernel in common with it.
 pub fn grad_weight(
@@ -206,22 +206,12 @@ pub fn grad_weight(
     }
     let channels = shape.in_per_group().min(shape.out_per_group());
     let wide = channels >= 64 || (channels >= 32 && shape.stride == [1, 1]);
-    if precision == Precision::Fast && nhwc_pays(shape) {
-        let nhwc = grad_weight_nhwc_tiles(shape)
-            .into_iter()
-            .map(GradWeightKernel::Nhwc)
-            .find(|k| k.computes(ctx, shape, chunks));
-        if let Some(nhwc) = nhwc {
-            return nhwc;
-        }
-    }
-    if precision == Precision::Fast && wide {
-        let half = grad_weight_half_tiles(shape)
-            .into_iter()
-            .map(GradWeightKernel::Half)
-            .find(|k| k.computes(ctx, shape, chunks));
-        if let Some(half) = half {
-            return half;
+    if precision == Precision::Fast {
+        // The NHWC GEMM where it pays for its copies, else the per-tap tensor-core tiles on wide groups.
+        let nhwc = grad_weight_nhwc_tiles(shape).into_iter().filter(|_| nhwc_pays(shape)).map(GradWeightKernel::Nhwc);
+        let half = grad_weight_half_tiles(shape).into_iter().filter(|_| wide).map(GradWeightKernel::Half);
+        if let Some(k) = nhwc.chain(half).find(|k| k.computes(ctx, shape, chunks)) {
+            return k;
         }
     }
     if GradWeightKernel::Rows.computes(ctx, shape, chunks) {
@@ -247,7 +237,7 @@ const NHWC_MIN_FLOPS_PER_BYTE: f64 = 32.0;
 /// of 64 input and 64 output channels (kb57, kb65); 32 x 32 of 3 taps where both channel counts are multiples of 32
 /// (kb69, kb71, kb78, up2x; within noise of the best on dcgan); 16 x 16 of 4 taps for the rest.
 pub(crate) fn grad_weight_nhwc_tiles(shape: &ConvShape) -> Vec<NhwcGwTile> {
-    let [t32, _, t64, t16, _] = NHWC_GW_TILES;
+    let (t32, t64, t16) = (NHWC_32X32_T3, NHWC_64X32_T2, NHWC_16X16_T4);
     let (cin, cout) = (shape.in_channels, shape.out_channels);
     if cin == 64 && cout == 64 {
         vec![t64, t32, t16]

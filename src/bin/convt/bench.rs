@@ -350,25 +350,9 @@ impl Prepared {
     ) -> Result<Vec<f64>> {
         let timer = GpuTimer::new(ctx, runs)?;
         let candidate = candidate.or_else(|| self.selected(ctx));
-        // Warm-up: `warmup` calls, then more until the GPU has been busy for `min_warmup` (a GPU left idle, as
-        // while the previous case's error was checked on the CPU, clocks down: its first calls measured up to
-        // four times slower on the H100/H200). The clock starts after a first call, which builds the strategy's
-        // pipelines: the GPU idles while the driver compiles them.
-        self.call(ctx, candidate, &self.inputs[0], None)?;
-        ctx.device().poll(wgpu::PollType::Wait { submission_index: None, timeout: None }).ok();
-        let started = std::time::Instant::now();
-        let mut rounds = 0;
-        loop {
-            for i in 0..warmup.max(1) {
-                let set = &self.inputs[i as usize % self.inputs.len()];
-                self.call(ctx, candidate, set, None)?;
-            }
-            ctx.device().poll(wgpu::PollType::Wait { submission_index: None, timeout: None }).ok();
-            rounds += 1;
-            if started.elapsed() >= min_warmup || rounds >= 1000 {
-                break;
-            }
-        }
+        warm_up(ctx, warmup, min_warmup, |i| {
+            self.call(ctx, candidate, &self.inputs[i as usize % self.inputs.len()], None)
+        })?;
         for i in warmup..warmup + runs {
             let slot = Some((&timer, i - warmup));
             let set = &self.inputs[i as usize % self.inputs.len()];
@@ -439,6 +423,35 @@ impl Prepared {
         Ok(())
     }
 }
+
+/// Warm-up against the clocks, before timing `call` (given the call's number): a first call, which builds the
+/// pipelines (the GPU idles while the driver compiles them, so the clock starts after it), then rounds of `warmup`
+/// calls back to back until the GPU has been busy for `min_warmup` (a GPU left idle, as while the previous case's
+/// error was checked on the CPU, clocks down: its first calls measured several times slower, docs/PERFORMANCE.md),
+/// or `MAX_WARMUP_ROUNDS` rounds, a bound for calls too short to keep a GPU busy.
+pub fn warm_up(
+    ctx: &GpuContext,
+    warmup: u32,
+    min_warmup: std::time::Duration,
+    mut call: impl FnMut(u32) -> Result<()>,
+) -> Result<()> {
+    call(0)?;
+    ctx.wait_idle()?;
+    let started = std::time::Instant::now();
+    for _ in 0..MAX_WARMUP_ROUNDS {
+        for i in 0..warmup.max(1) {
+            call(i)?;
+        }
+        ctx.wait_idle()?;
+        if started.elapsed() >= min_warmup {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// The most rounds of warm-up calls.
+const MAX_WARMUP_ROUNDS: u32 = 1000;
 
 /// Each pipeline's and each section's median time in a call, over `runs` calls of `call` (given the call's number)
 /// whose every dispatch is timed on its own ([`Profiler`]). Run warm: the pipelines built, the GPU busy.

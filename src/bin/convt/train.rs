@@ -8,7 +8,7 @@
 //! `GpuConvTranspose2d` instead (`forward_into`, `backward_into`, `sgd_step`): the layer's weight is updated in
 //! place, so each step prepares it again for the forward and flips it again for the backward.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Result;
 use convt::gpu::elementwise::axpby;
@@ -140,24 +140,9 @@ impl Step {
         min_warmup: Duration,
         runs: u32,
     ) -> Result<(Vec<f64>, Kernels, u64)> {
-        // Warm-up as `convt bench` does it: a first step, which builds the pipelines (the GPU idles while the driver
-        // compiles them), then rounds of `warmup` steps back to back until the GPU has been busy for `min_warmup`. A
-        // clock started before the first step let its compiles use up the warm-up, and the timed steps then ran on
-        // a GPU still clocked down (plateaus of steps up to 5x slower, docs/PERFORMANCE.md).
-        self.run(ctx)?;
-        ctx.wait_idle()?;
-        let start = Instant::now();
-        let mut rounds = 0;
-        loop {
-            for _ in 0..warmup.max(1) {
-                self.run(ctx)?;
-            }
-            ctx.wait_idle()?;
-            rounds += 1;
-            if start.elapsed() >= min_warmup || rounds >= 1000 {
-                break;
-            }
-        }
+        // Warmed up as `convt bench` warms up (its clock had started before the first step, whose compiles then
+        // used up the warm-up, and the timed steps began on a GPU still clocked down: docs/PERFORMANCE.md).
+        crate::bench::warm_up(ctx, warmup, min_warmup, |_| self.run(ctx).map(|_| ()))?;
         let timer = GpuTimer::new(ctx, runs)?;
         let created = ctx.buffer_stats().0;
         let mut kernels = None;

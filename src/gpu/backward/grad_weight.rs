@@ -11,9 +11,10 @@ use crate::error::{ConvtError, Result};
 use crate::gpu::absmax;
 use crate::gpu::backward::grad_weight_half::{self, HalfTile, HALF_TILES};
 use crate::gpu::backward::grad_weight_nhwc::{self, NhwcGwTile, NHWC_GW_TILES};
+use crate::gpu::backward::split_k::{self, encode_reduce, partial_cap, partial_sums};
 use crate::gpu::context::GpuContext;
 use crate::gpu::kernel::{check_index_range, dispatch_buffers, grid};
-use crate::gpu::memory::{GpuTensor, InFlight, STORAGE};
+use crate::gpu::memory::{GpuTensor, InFlight};
 use crate::gpu::slices::plan;
 use crate::gpu::wgsl::operands::{declare, Access, Io};
 use crate::gpu::wgsl::register::register_tile;
@@ -34,28 +35,18 @@ pub(crate) const COMMON: &str = include_str!("../../../shaders/backward/grad_wei
 pub const ROWS_SHADER_NAME: &str = "backward/grad_weight_rows.wgsl";
 /// `shaders/backward/grad_weight_rows.wgsl` behind the shape's constants.
 pub const ROWS_SHADER: &str = with_shape_prelude!("backward/grad_weight_rows.wgsl");
-pub const REDUCE_SHADER_NAME: &str = "backward/grad_weight_reduce.wgsl";
-const REDUCE_SHADER: &str = include_str!("../../../shaders/backward/grad_weight_reduce.wgsl");
 
 /// The tensors every grad_weight kernel reads, x (binding 1) and grad_output (2), in `io`'s input dtype.
 pub(crate) fn operands(io: Io) -> String {
     declare(io.storage, &[io.operand("x", 1, Access::Read), io.operand("grad_out", 2, Access::Read)])
 }
 
-/// The reduction's source: f32 partial sums into a grad_weight of `io`'s output dtype.
-fn reduce_source(io: Io) -> String {
-    let operands = declare(io.storage, &[io.operand("out", 2, Access::ReadWrite)]);
-    wgsl::module(&[&operands, REDUCE_SHADER])
-}
 /// The tile sizes (channels per workgroup tile on each side, `TILE` in the shader), and pixels per K step (`BK`).
 pub const TILES: [usize; 3] = [16, 32, 64];
 const BK: usize = 16;
 /// Invocations a dispatch should have to fill a large GPU (the split count is chosen to reach it): 4096
 /// workgroups of the 64-wide tile, of 128 invocations each (written as an earlier tile's 2048 workgroups of 256).
 const TARGET_INVOCATIONS: usize = 2048 * 256;
-/// Most bytes of partial sums kept at once.
-const MAX_PARTIAL_BYTES: u64 = 256 << 20;
-const REDUCE_WORKGROUP_SIZE: usize = 256;
 
 /// The uniform block `Slice` of the shader, field for field.
 #[repr(C)]
@@ -82,15 +73,6 @@ struct RowsUniform {
     n_count: u32,
     dispatch_width: u32,
     _pad: [u32; 2],
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct ReduceUniform {
-    elems: u32,
-    splits: u32,
-    accumulate: u32,
-    dispatch_width: u32,
 }
 
 /// A kernel that computes grad_weight: what [`crate::gpu::select::grad_weight`] picks and `convt tune --backward`
@@ -352,57 +334,11 @@ impl RowsKernel {
     }
 }
 
-/// A scratch buffer for `values` partial sums, kept until the call's submission; filled with NaN where the context
-/// poisons outputs, so that a slot element no workgroup writes shows in the reduced gradient.
-pub(crate) fn partial_sums(ctx: &GpuContext, in_flight: &mut InFlight, values: usize) -> wgpu::Buffer {
-    let partial = in_flight.keep(ctx.pool.get(&ctx.device, (values * 4) as u64, STORAGE));
-    if ctx.options().poison_outputs {
-        ctx.queue.write_buffer(&partial, 0, &vec![0xff; values * 4]); // 0xffffffff is an f32 NaN
-    }
-    partial
-}
-
-/// Bytes of partial sums a call may keep: `MAX_PARTIAL_BYTES`, at least one weight's, within one binding.
-pub(crate) fn partial_cap(ctx: &GpuContext, elems: usize) -> u64 {
-    MAX_PARTIAL_BYTES.max(elems as u64 * 4).min(ctx.binding_limit())
-}
-
 /// The rows kernel's layout where it computes grad_weight for `shape` on `ctx` with x and grad_output in `chunks`
 /// bindings ([`RowsKernel::for_shape`]); `None` where the per-tap GEMM does.
 pub fn rows_kernel(ctx: &GpuContext, shape: &ConvShape, chunks: [usize; 2]) -> Option<RowsKernel> {
     let elems = shape.weight_dims().iter().product();
-    RowsKernel::for_shape(shape, chunks, &ctx.device.limits(), partial_cap(ctx, elems))
-}
-
-/// Encodes the reduction of `splits` slots of `elems` partial sums into `grad_weight`, in split order (plus its
-/// values where `accumulate`); `tap_major`: the kernel's taps where each slot is laid out [tap][ic][oc] (the NHWC
-/// GEMM's), 1 where it is laid out as grad_weight.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn encode_reduce(
-    ctx: &GpuContext,
-    pass: &mut wgpu::ComputePass<'_>,
-    partial: &wgpu::Buffer,
-    grad_weight: &GpuTensor,
-    elems: usize,
-    splits: usize,
-    accumulate: bool,
-    tap_major: usize,
-) -> Result<()> {
-    let reduce_io = Io::new(ctx, crate::dtype::DType::F32, grad_weight.dtype());
-    let module = ctx.module_with(&format!("{REDUCE_SHADER_NAME} {}", reduce_io.key()), || reduce_source(reduce_io))?;
-    let consts = [("TAP_MAJOR", tap_major as f64)];
-    let checks = ctx.options().shader_checks;
-    let reduce = ctx.pipeline(format!("reduce_splits {} {checks:?} {consts:?}", reduce_io.key()), &module, &consts)?;
-    let g = grid(ctx, elems.div_ceil(REDUCE_WORKGROUP_SIZE));
-    let r = ReduceUniform {
-        elems: elems as u32,
-        splits: splits as u32,
-        accumulate: accumulate as u32,
-        dispatch_width: g.0,
-    };
-    let gw = grad_weight.single_buffer("grad_weight", ctx)?;
-    dispatch_buffers(ctx, pass, &reduce, bytemuck::bytes_of(&r), &[partial, gw], g);
-    Ok(())
+    RowsKernel::for_shape(shape, chunks, &ctx.device.limits(), partial_cap(ctx.binding_limit(), elems))
 }
 
 /// (splits, pixels per split) for `pixels` pixels of reduction per tap over `tiles` workgroup tiles, with at
@@ -431,7 +367,7 @@ pub(crate) fn encode(
     let consts = shape_constants(shape, false);
     let checks = ctx.options().shader_checks;
     let elems = grad_weight.numel();
-    let partial_cap = partial_cap(ctx, elems);
+    let partial_cap = partial_cap(ctx.binding_limit(), elems);
     // x and grad_output of one dtype; grad_weight of it or f32 (a master copy's, or a sum over several slices).
     let io = Io::new(ctx, input.dtype(), input.dtype());
     let chunks = [input.chunks().len(), grad_output.chunks().len()];
@@ -558,11 +494,7 @@ pub(crate) fn shader_variants() -> Vec<crate::gpu::ShaderVariant> {
     }
     v.push((COMMON_SHADER_NAME, format!("{COMMON_SHADER_NAME} in {SHADER_NAME}"), source(TILES[0], Io::F32)));
     v.push((TAP_RANGE_SHADER_NAME, format!("{TAP_RANGE_SHADER_NAME} in {SHADER_NAME}"), source(TILES[0], Io::F32)));
-    for io in Io::variants() {
-        // The reduction reads f32 partial sums and writes grad_weight's dtype.
-        let reduce_io = Io { input: crate::dtype::DType::F32, ..io };
-        v.push((REDUCE_SHADER_NAME, format!("{REDUCE_SHADER_NAME} {}", reduce_io.key()), reduce_source(reduce_io)));
-    }
+    v.extend(split_k::shader_variants());
     v
 }
 
@@ -578,7 +510,7 @@ mod tests {
             params.resolve(&[2, cin, in_hw[0], in_hw[1]], &weight, None).unwrap()
         };
         let limits = wgpu::Limits::default(); // 256 invocations, 16 KiB of workgroup memory
-        let cap = MAX_PARTIAL_BYTES;
+        let cap = split_k::MAX_PARTIAL_BYTES;
         // The suite's groups of 8 x 16 channels: two vec4s of input channels, every output channel in one workgroup.
         let kb75 = shape(2, 32, 64, 4, [128, 256], [3, 5]);
         let k = RowsKernel::for_shape(&kb75, [1, 1], &limits, cap).unwrap();

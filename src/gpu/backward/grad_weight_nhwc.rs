@@ -1,12 +1,13 @@
 //! grad_weight at precision `fast` as a tensor-core GEMM on f16 NHWC copies of x and grad_output
 //! (`shaders/backward/grad_weight_nhwc.wgsl`, whose opening comment says how the work is tiled and why): the
 //! copies first (src/gpu/nhwc_copy.rs, at the power-of-two scales of the tensors' largest magnitudes; an f16
-//! tensor as it is), then one dispatch of the GEMM for every tap, and the per-tap kernels' deterministic split-K
-//! reduction ([`super::grad_weight`]). Groups of one, channels a multiple of the tile's.
+//! tensor as it is), then one dispatch of the GEMM for all taps, and the deterministic split-K reduction every
+//! grad_weight kernel shares ([`super::split_k`]). Groups of one, channels a multiple of the tile's.
 
 use crate::error::{ConvtError, Result};
 use crate::gpu::absmax;
 use crate::gpu::backward::grad_weight_half::Units;
+use crate::gpu::backward::split_k;
 use crate::gpu::context::GpuContext;
 use crate::gpu::kernel::{check_index_range, dispatch_buffers, grid};
 use crate::gpu::memory::{GpuTensor, InFlight};
@@ -23,7 +24,11 @@ const MAXIMA_BINDING: u32 = 4;
 /// Halves after each pixel's channels in the copies: rows of a fragment load 16 bytes apart from the bank they
 /// would share (shaders/forward/coop_nhwc.wgsl).
 const PIXEL_PAD: usize = 8;
-/// Subgroups a dispatch should have to keep a large GPU busy: the splits of the blocks are chosen to reach it.
+/// Subgroups a dispatch should have to keep a large GPU busy: the splits of the blocks are chosen to reach it. Sized
+/// as the per-tap kernels' target (`grad_weight::TARGET_INVOCATIONS`, 2^19 invocations) over 64: a subgroup's job
+/// holds 4-16 accumulator matrices, so few subgroups fit a multiprocessor at once, and every further split costs
+/// the reduction a slot (docs/PERFORMANCE.md: where the weight is small the reduction's time is already a quarter
+/// of the GEMM's).
 const TARGET_SUBGROUPS: usize = 8192;
 
 /// A subgroup's job: `wm` input channels x `wn` output channels of `taps` taps; `subs` jobs per workgroup; the
@@ -46,12 +51,16 @@ const fn tile(wm: u32, wn: u32, taps: u32, subs: u32) -> NhwcGwTile {
 /// candidate of the tuner and of a forced run where there are f16 shaders and no cooperative matrices (the same
 /// copies, jobs and reduction on the software driver in CI), never the selector's.
 pub const NHWC_GW_TILES: [NhwcGwTile; 5] = [
-    tile(32, 32, 3, 4),
+    NHWC_32X32_T3,
     tile(32, 32, 4, 4),
-    tile(64, 32, 2, 4),
-    tile(16, 16, 4, 4),
-    NhwcGwTile { wm: 16, wn: 16, taps: 4, subs: 4, units: Units::Fma },
+    NHWC_64X32_T2,
+    NHWC_16X16_T4,
+    NhwcGwTile { units: Units::Fma, ..NHWC_16X16_T4 },
 ];
+/// The selector's tiles (`select::grad_weight_nhwc_tiles`).
+pub const NHWC_32X32_T3: NhwcGwTile = tile(32, 32, 3, 4);
+pub const NHWC_64X32_T2: NhwcGwTile = tile(64, 32, 2, 4);
+pub const NHWC_16X16_T4: NhwcGwTile = tile(16, 16, 4, 4);
 
 impl NhwcGwTile {
     /// Its name, as the tuning cache and `convt bench` show it.
@@ -60,9 +69,8 @@ impl NhwcGwTile {
         format!("grad_weight_nhwc_{fma}{}x{}_t{}", self.wm, self.wn, self.taps)
     }
 
-    /// Whether `ctx` runs it (f16 cooperative matrices) and it computes `shape`: one group, channels multiples of
-    /// the tile's, sizes within 32-bit indices, each copy within one binding and each tensor's samples whole in its
-    /// bindings, the partial sums within their cap.
+    /// Whether `ctx` runs it (f16 cooperative matrices for the tensor-core tiles, f16 shaders for the FMA one) and it
+    /// computes `shape` ([`NhwcGwTile::plan`]).
     pub fn check(&self, ctx: &GpuContext, shape: &ConvShape) -> Result<()> {
         let (runs, lacks) = match self.units {
             Units::TensorCores => (ctx.has_coop_f16(), "f16 cooperative matrices"),
@@ -74,11 +82,13 @@ impl NhwcGwTile {
                 self.name()
             )));
         }
-        self.fits(shape, ctx.binding_limit())
+        self.plan(shape, ctx.binding_limit()).map(|_| ())
     }
 
-    /// The shape's part of [`NhwcGwTile::check`], for bindings of at most `binding_limit` bytes.
-    fn fits(&self, shape: &ConvShape, binding_limit: u64) -> Result<()> {
+    /// The work for `shape` with bindings of at most `binding_limit` bytes: one group, channels multiples of the
+    /// tile's, sizes within 32-bit indices, each copy within one binding and each tensor's samples whole in its
+    /// bindings (the copy reads whole samples per binding), the partial sums of every split within one binding.
+    fn plan(&self, shape: &ConvShape, binding_limit: u64) -> Result<Plan> {
         let unfit =
             |why: String| Err(ConvtError::InvalidArgument(format!("{} does not take this shape: {why}", self.name())));
         if shape.groups != 1 {
@@ -94,18 +104,31 @@ impl NhwcGwTile {
         let limit = binding_limit as u128;
         let sample_bytes = |channels: usize, hw: [usize; 2]| channels as u128 * hw[0] as u128 * hw[1] as u128 * 4;
         let l = Layouts::of(shape);
-        let copies = [l.x_bytes(shape.batch), l.g_bytes(shape.batch)];
-        if sample_bytes(shape.out_channels, shape.out_hw) > limit
-            || sample_bytes(shape.in_channels, shape.in_hw) > limit
-            || copies.iter().any(|&b| b > limit || b / 2 >= 1 << 31)
-        {
-            return unfit("a sample, or an f16 copy, exceeds one storage binding".into());
+        for (what, bytes) in [
+            ("one sample of the input", sample_bytes(shape.in_channels, shape.in_hw)),
+            ("one sample of grad_output", sample_bytes(shape.out_channels, shape.out_hw)),
+            ("the input's f16 copy", l.x_bytes(shape.batch)),
+            ("grad_output's f16 copy", l.g_bytes(shape.batch)),
+        ] {
+            // (A copy's halves are indexed in 32 bits.)
+            if bytes > limit || bytes / 2 >= 1 << 31 {
+                return unfit(format!("{what} takes {bytes} bytes, more than one binding's {binding_limit}"));
+            }
         }
-        let elems = shape.weight_dims().iter().product::<usize>() as u128;
-        if (elems + (shape.in_channels * shape.out_channels) as u128) * 4 > limit {
-            return unfit("one slot of partial sums exceeds one storage binding".into());
+        let (cin, cout) = (shape.in_channels, shape.out_channels);
+        let elems = cin * cout * shape.kernel[0] * shape.kernel[1];
+        let blocks = shape.batch * shape.in_hw[0] * (l.wq / 16);
+        let per_split = self.jobs_per_split(shape);
+        // Slots of partial sums, and the scratch where taps past the kernel's store (C_IN x C_OUT floats).
+        let max_splits = ((split_k::partial_cap(binding_limit, elems) / 4) as usize).saturating_sub(cin * cout) / elems;
+        let (splits, chunk) = splits(blocks, per_split, self.subs as usize, max_splits);
+        let partial_bytes = (splits as u128 * elems as u128 + (cin * cout) as u128) * 4;
+        if partial_bytes > limit {
+            return unfit(format!(
+                "its partial sums take {partial_bytes} bytes, more than one binding's {binding_limit}"
+            ));
         }
-        Ok(())
+        Ok(Plan { layouts: l, elems, blocks, per_split, splits, chunk })
     }
 
     /// The shader (only the copies read the tensors themselves, so one for every dtype): the template with this
@@ -115,7 +138,7 @@ impl NhwcGwTile {
         let mut taps = String::new();
         for k in 0..t {
             taps += &format!(
-                "    let tap{k} = tg * TAPS_PER + {k}u;\n    let at{k} = select(0u, tap{k}, tap{k} < taps);\n    let off{k} = (at{k} / K_W) * D_H * GW + (at{k} % K_W) * D_W;\n"
+                "    let tap{k} = tg * TAPS_PER + {k}u;\n    let at{k} = select(0u, tap{k}, tap{k} < taps);\n    let off{k} = (at{k} / K_W) * D_H * GW + (at{k} % K_W) * D_W;\n    let base{k} = select(u.trash, (split * taps + tap{k}) * C_IN * C_OUT, tap{k} < taps);\n"
             );
         }
         let (decl, math, epilogue, enable) = match self.units {
@@ -156,7 +179,7 @@ impl NhwcGwTile {
                 );
             }
         }
-        let mut epilogue = String::new();
+        let mut epilogue = String::from("    let factors = unscale_factors();\n");
         for k in 0..t {
             for i in 0..mi {
                 for j in 0..nj {
@@ -165,9 +188,8 @@ impl NhwcGwTile {
                     // naga 30 needs every coopStore argument bound to a `let` (its SPIR-V writer panics otherwise).
                     epilogue += &format!(
                         "    {{
-        let base = select(u.trash, (split * taps + tap{k}) * C_IN * C_OUT, tap{k} < taps);
         let v = acc{k}_{i}_{j} * factors.x * factors.y;
-        let at = base + (ic0 + {}u) * C_OUT + oc0 + {}u;
+        let at = base{k} + (ic0 + {}u) * C_OUT + oc0 + {}u;
         let st = C_OUT;
         coopStoreT(v, &partial[at], st);
     }}
@@ -207,7 +229,7 @@ impl NhwcGwTile {
 "
             );
             epilogue += &format!(
-                "        partial[select(u.trash, (split * taps + tap{k}) * C_IN * C_OUT, tap{k} < taps) + at] = unscale(acc[{k}u * {per_lane}u + q]);
+                "        partial[base{k} + at] = unscale(acc[{k}u * {per_lane}u + q]);
 "
             );
         }
@@ -292,6 +314,17 @@ fn splits(blocks: usize, per_split: usize, subs: usize, max_splits: usize) -> (u
     (splits.next_multiple_of(step), chunk)
 }
 
+/// What [`NhwcGwTile::plan`] finds for a shape: the copies' layouts, the weight's values, the 16-pixel blocks of
+/// x, the jobs per split, the splits and the blocks per split.
+struct Plan {
+    layouts: Layouts,
+    elems: usize,
+    blocks: usize,
+    per_split: usize,
+    splits: usize,
+    chunk: usize,
+}
+
 /// Encodes grad_weight of `shape` from `input` and `grad_output` into `grad_weight` with `tile` (checked here).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn encode(
@@ -305,33 +338,16 @@ pub(crate) fn encode(
     in_flight: &mut InFlight,
 ) -> Result<()> {
     tile.check(ctx, shape)?;
-    let l = Layouts::of(shape);
+    if shape.batch == 0 {
+        return Ok(()); // nothing to sum: the caller has cleared grad_weight
+    }
+    let Plan { layouts: l, elems, blocks, per_split, splits, chunk } = tile.plan(shape, ctx.binding_limit())?;
     let (cin, cout) = (shape.in_channels, shape.out_channels);
-    let elems = cin * cout * shape.kernel[0] * shape.kernel[1];
-    let blocks = shape.batch * shape.in_hw[0] * (l.wq / 16);
     let maxima = absmax::encode_slots(ctx, &[(0, input), (1, grad_output)], &[], pass)?;
     let xq =
         nhwc_copy::encode_at_maximum(ctx, input, &l.x, l.x_bytes(shape.batch) as u64, &maxima, 0, pass, in_flight)?;
-    let gq = nhwc_copy::encode_at_maximum(
-        ctx,
-        grad_output,
-        &l.g,
-        l.g_bytes(shape.batch) as u64,
-        &maxima,
-        1,
-        pass,
-        in_flight,
-    )?;
-    let per_split = tile.jobs_per_split(shape);
-    let max_splits = ((super::grad_weight::partial_cap(ctx, elems) / 4) as usize).saturating_sub(cin * cout) / elems;
-    let (splits, chunk) = splits(blocks, per_split, tile.subs as usize, max_splits);
-    // Where whole workgroups need more splits than the cap allows, a smaller tile or another kernel serves.
-    if (splits * elems + cin * cout) as u64 * 4 > ctx.binding_limit() {
-        return Err(ConvtError::InvalidArgument(format!(
-            "{} does not take this shape: too many partial sums",
-            tile.name()
-        )));
-    }
+    let g_bytes = l.g_bytes(shape.batch) as u64;
+    let gq = nhwc_copy::encode_at_maximum(ctx, grad_output, &l.g, g_bytes, &maxima, 1, pass, in_flight)?;
     ctx.scoped(|| {
         let module = ctx.module_with(&tile.name(), || tile.source())?;
         let values = [
@@ -353,7 +369,7 @@ pub(crate) fn encode(
         let consts: Vec<(&str, f64)> = values.iter().map(|&(k, v)| (k, v as f64)).collect();
         let checks = ctx.options().shader_checks;
         let gemm = ctx.pipeline(format!("{} {checks:?} {consts:?}", tile.name()), &module, &consts)?;
-        let partial = super::grad_weight::partial_sums(ctx, in_flight, splits * elems + cin * cout);
+        let partial = split_k::partial_sums(ctx, in_flight, splits * elems + cin * cout);
         let workgroups = splits * per_split / tile.subs as usize;
         let g = grid(ctx, workgroups);
         let u = JobUniform {
@@ -368,7 +384,7 @@ pub(crate) fn encode(
         };
         dispatch_buffers(ctx, pass, &gemm, bytemuck::bytes_of(&u), &[&xq, &gq, &partial, &maxima], g);
         let taps = shape.kernel[0] * shape.kernel[1];
-        super::grad_weight::encode_reduce(ctx, pass, &partial, grad_weight, elems, splits, false, taps)
+        split_k::encode_reduce(ctx, pass, &partial, grad_weight, elems, splits, false, taps)
     })
 }
 
@@ -564,7 +580,7 @@ mod tests {
             let gy: Vec<f64> =
                 (0..batch * cout * shape.out_hw[0] * shape.out_hw[1]).map(|_| rng.random_range(-1.0..1.0)).collect();
             let want = reference(&shape, &x, &gy);
-            for tile in NHWC_GW_TILES.iter().filter(|t| t.fits(&shape, 1 << 30).is_ok()) {
+            for tile in NHWC_GW_TILES.iter().filter(|t| t.plan(&shape, 1 << 30).is_ok()) {
                 // Few splits (long chunks, blocks past the end) and many (one block each, whole workgroups of zeros).
                 for max_splits in [3, 1 << 20] {
                     let got = emulate(tile, &shape, &x, &gy, max_splits);

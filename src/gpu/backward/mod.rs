@@ -9,6 +9,7 @@ pub(crate) mod grad_input;
 pub(crate) mod grad_weight;
 pub(crate) mod grad_weight_half;
 pub(crate) mod grad_weight_nhwc;
+pub(crate) mod split_k;
 
 use crate::dtype::DType;
 use crate::error::{ConvtError, Result};

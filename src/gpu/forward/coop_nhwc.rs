@@ -348,11 +348,12 @@ const EPILOGUE_RUN: u32 = coop::FULL_RUN;
 const INPUT_BINDING: &str = "@group(0) @binding(1) var<storage, read> xp: array<f16>;";
 const STAGED_INPUT_BINDING: &str = "@group(0) @binding(1) var<storage, read> xp4: array<vec4<f16>>;";
 
-/// The scale check's shader and the weight's preparation shader for tensors of `io`, with the scale functions they
-/// call (the input's copy: src/gpu/nhwc_copy.rs).
+/// The scale check's shader, with the scale functions it calls.
 pub fn scale_check_shader() -> String {
     format!("{SCALE_CHECK_SHADER}\n{SCALE_FUNCTIONS}")
 }
+/// The weight's preparation shader for a weight of `io`'s dtype, with the scale functions it calls (the input's
+/// copy: src/gpu/nhwc_copy.rs).
 pub(crate) fn weight_shader(io: Io) -> String {
     let operands = declare(io.storage, &[io.operand("w", 1, Access::Read)]);
     wgsl::module(&[&operands, WEIGHT_SHADER, SCALE_FUNCTIONS])
