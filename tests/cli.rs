@@ -625,7 +625,7 @@ fn bench_train_times_a_training_step_and_checks_its_gradient() {
     // kernels of its three convolutions and grad_weight's error against the float64 reference, within `convt
     // verify`'s tolerance; the rows carry what scripts/side_by_side.py reads, and the buffers the timed steps
     // allocated (none: the pool holds a step's buffers). The f32 step with --profile: each kernel's time per step,
-    // in the table and the JSON, and their sum.
+    // in the table and the JSON, and the dispatches' sum.
     let dir = common::TempDir::new("cli-bench-train");
     for (precision, dtype, layer) in [("fast", "f16", false), ("f32", "f32", false), ("fast", "f32", true)] {
         let json_path = dir.path(&format!("train-{dtype}-{layer}.json"));
@@ -674,9 +674,12 @@ fn bench_train_times_a_training_step_and_checks_its_gradient() {
         if profiled {
             let case = &doc["cases"][0];
             let profile = case["profile"].as_array().unwrap_or_else(|| panic!("profile in {case}"));
-            let kernels: f64 = profile.iter().map(|p| p["ms"].as_f64().unwrap()).sum();
+            // Each step's dispatches sum to at least any one pipeline's share of it, so their median does too.
             let busy = case["busy_ms"].as_f64().unwrap_or_else(|| panic!("busy_ms in {case}"));
-            assert!(kernels > 0.0 && (kernels - busy).abs() <= 0.5 * busy, "{kernels} {busy} {case}");
+            for p in profile {
+                let ms = p["ms"].as_f64().unwrap();
+                assert!(ms > 0.0 && ms <= busy * (1.0 + 1e-9), "{p} against busy_ms {busy}: {case}");
+            }
             assert!(profile.iter().any(|p| p["kernel"].as_str().unwrap().starts_with("axpby")), "{case}");
             assert!(said.contains("dispatches") && said.contains("x axpby"), "{}", describe(&args, &out));
         }
