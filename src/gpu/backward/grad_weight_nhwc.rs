@@ -27,8 +27,8 @@ const PIXEL_PAD: usize = 8;
 /// Subgroups a dispatch should have to keep a large GPU busy: the splits of the blocks are chosen to reach it. Sized
 /// as the per-tap kernels' target (`grad_weight::TARGET_INVOCATIONS`, 2^19 invocations) over 64: a subgroup's job
 /// holds 4-16 accumulator matrices, so few subgroups fit a multiprocessor at once, and every further split costs
-/// the reduction a slot (docs/PERFORMANCE.md: where the weight is small the reduction's time is already a quarter
-/// of the GEMM's).
+/// the reduction a slot (docs/PERFORMANCE.md: where the weight is small the reduction already takes a quarter of
+/// grad_weight's time).
 const TARGET_SUBGROUPS: usize = 8192;
 
 /// A subgroup's job: `wm` input channels x `wn` output channels of `taps` taps; `subs` jobs per workgroup; the
@@ -48,8 +48,8 @@ const fn tile(wm: u32, wn: u32, taps: u32, subs: u32) -> NhwcGwTile {
 
 /// Every tile of this build: on tensor cores 32 x 32 channels (4 accumulators a tap) of 3 or 4 taps, 64 x 32 (8 a
 /// tap) of 2, 16 x 16 of 4 for narrow layers; 4 subgroups a workgroup. On the FMA units 16 x 16 of 4 taps: a
-/// candidate of the tuner and of a forced run where there are f16 shaders and no cooperative matrices (the same
-/// copies, jobs and reduction on the software driver in CI), never the selector's.
+/// candidate of the tuner and of a forced run wherever there are f16 shaders (so the software driver runs the same
+/// copies, jobs and reduction in CI), never the selector's.
 pub const NHWC_GW_TILES: [NhwcGwTile; 5] = [
     NHWC_32X32_T3,
     tile(32, 32, 4, 4),
