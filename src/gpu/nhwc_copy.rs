@@ -143,14 +143,14 @@ pub(crate) fn dispatches<'t>(
     block: PrepBlock,
 ) -> Vec<(&'t Chunk, (u32, u32), InputParams)> {
     let c_n = layout.channels;
-    let samples_total = tensor.chunks().iter().map(|c| c.planes).sum::<usize>() / c_n.max(1);
     let blocks = layout.padded[1].div_ceil(block.pixels) * c_n.div_ceil(block.channels);
-    tensor
-        .chunks()
+    let chunks = tensor.chunks();
+    chunks
         .iter()
-        .map(|c| {
+        .enumerate()
+        .map(|(i, c)| {
             let samples = c.planes / c_n;
-            let last = c.first_plane + c.planes == samples_total * c_n;
+            let last = i + 1 == chunks.len();
             let rows = samples * layout.padded[0] + if last { layout.tail_rows } else { 0 };
             let igrid = grid(ctx, (rows * blocks).div_ceil(block.per_workgroup));
             let u = InputParams {

@@ -72,17 +72,22 @@ impl NhwcGwTile {
     /// Whether `ctx` runs it (f16 cooperative matrices for the tensor-core tiles, f16 shaders for the FMA one) and it
     /// computes `shape` ([`NhwcGwTile::plan`]).
     pub fn check(&self, ctx: &GpuContext, shape: &ConvShape) -> Result<()> {
+        self.runs_on(ctx)?;
+        self.plan(shape, ctx.binding_limit()).map(|_| ())
+    }
+
+    /// Whether `ctx` has what the tile's units need.
+    fn runs_on(&self, ctx: &GpuContext) -> Result<()> {
         let (runs, lacks) = match self.units {
             Units::TensorCores => (ctx.has_coop_f16(), "f16 cooperative matrices"),
             Units::Fma => (ctx.has_f16(), "f16 shaders"),
         };
-        if !runs {
-            return Err(ConvtError::InvalidArgument(format!(
-                "{} does not run on this adapter (no {lacks})",
-                self.name()
-            )));
+        match runs {
+            true => Ok(()),
+            false => {
+                Err(ConvtError::InvalidArgument(format!("{} does not run on this adapter (no {lacks})", self.name())))
+            }
         }
-        self.plan(shape, ctx.binding_limit()).map(|_| ())
     }
 
     /// The work for `shape` with bindings of at most `binding_limit` bytes: one group, channels multiples of the
@@ -337,11 +342,11 @@ pub(crate) fn encode(
     pass: &mut wgpu::ComputePass<'_>,
     in_flight: &mut InFlight,
 ) -> Result<()> {
-    tile.check(ctx, shape)?;
+    tile.runs_on(ctx)?;
+    let Plan { layouts: l, elems, blocks, per_split, splits, chunk } = tile.plan(shape, ctx.binding_limit())?;
     if shape.batch == 0 {
         return Ok(()); // nothing to sum: the caller has cleared grad_weight
     }
-    let Plan { layouts: l, elems, blocks, per_split, splits, chunk } = tile.plan(shape, ctx.binding_limit())?;
     let (cin, cout) = (shape.in_channels, shape.out_channels);
     let maxima = absmax::encode_slots(ctx, &[(0, input), (1, grad_output)], &[], pass)?;
     let xq =
