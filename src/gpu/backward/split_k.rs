@@ -14,7 +14,8 @@ pub const REDUCE_SHADER_NAME: &str = "backward/grad_weight_reduce.wgsl";
 const REDUCE_SHADER: &str = include_str!("../../../shaders/backward/grad_weight_reduce.wgsl");
 /// Most bytes of partial sums kept at once.
 pub(crate) const MAX_PARTIAL_BYTES: u64 = 256 << 20;
-const REDUCE_WORKGROUP_SIZE: usize = 256;
+/// Slot elements a workgroup of the reduction sums (its `COLS`).
+const REDUCE_COLUMNS: usize = 32;
 
 /// The reduction's source: f32 partial sums into a grad_weight of `io`'s output dtype.
 fn reduce_source(io: Io) -> String {
@@ -67,7 +68,7 @@ pub(crate) fn encode_reduce(
     let consts = [("TAP_MAJOR", tap_major as f64)];
     let checks = ctx.options().shader_checks;
     let reduce = ctx.pipeline(format!("reduce_splits {} {checks:?} {consts:?}", reduce_io.key()), &module, &consts)?;
-    let g = grid(ctx, elems.div_ceil(REDUCE_WORKGROUP_SIZE));
+    let g = grid(ctx, elems.div_ceil(REDUCE_COLUMNS));
     let r = ReduceUniform {
         elems: elems as u32,
         splits: splits as u32,
@@ -86,4 +87,58 @@ pub(crate) fn shader_variants() -> Vec<crate::gpu::ShaderVariant> {
         .map(|io| Io { input: DType::F32, ..io })
         .map(|io| (REDUCE_SHADER_NAME, format!("{REDUCE_SHADER_NAME} {}", io.key()), reduce_source(io)))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Tensor;
+
+    #[test]
+    fn the_reduction_adds_every_slot_into_its_element_in_either_layout() {
+        // Slot counts around the shader's rows x four running sums (8 x 4), tap-major and plain layouts, elements
+        // that end inside a workgroup's 32 columns, accumulation into the values already there. Partial sums of
+        // small integers: every order of the sum is exact, so the result must equal the float64 sum bit for bit.
+        let ctx = GpuContext::new().expect("the GPU tests need an adapter");
+        for (elems, splits, taps, accumulate) in [
+            (9 * 5, 1, 9, false),
+            (7 * 9, 31, 9, true),
+            (100, 32, 1, false),
+            (3 * 40, 37, 3, true),
+            (64, 100, 4, false),
+        ] {
+            let seed: u64 = rand::random();
+            let ints = |n: usize, seed: u64| {
+                let t = Tensor::uniform([n, 1, 1, 1], -64.0, 64.0, seed).unwrap();
+                t.into_data().into_iter().map(f32::round).collect::<Vec<f32>>()
+            };
+            let slots = ints(splits * elems, seed);
+            let before = ints(elems, seed ^ 1);
+            let partial = wgpu::util::DeviceExt::create_buffer_init(
+                &ctx.device,
+                &wgpu::util::BufferInitDescriptor {
+                    label: None,
+                    contents: bytemuck::cast_slice(&slots),
+                    usage: STORAGE,
+                },
+            );
+            let out = GpuTensor::upload(&ctx, &Tensor::new(vec![elems, 1, 1, 1], before.clone()).unwrap()).unwrap();
+            let mut encoder = ctx.device.create_command_encoder(&Default::default());
+            {
+                let mut pass = encoder.begin_compute_pass(&Default::default());
+                encode_reduce(&ctx, &mut pass, &partial, &out, elems, splits, accumulate, taps).unwrap();
+            }
+            ctx.queue.submit([encoder.finish()]);
+            let got = out.download(&ctx).unwrap().into_data();
+            let per_tap = elems / taps;
+            for (i, g) in got.iter().enumerate() {
+                let at = (i % taps) * per_tap + i / taps;
+                let mut want: f64 = (0..splits).map(|s| slots[s * elems + at] as f64).sum();
+                if accumulate {
+                    want += before[i] as f64;
+                }
+                assert_eq!(*g as f64, want, "{elems} elems, {splits} splits, {taps} taps, seed {seed}: element {i}");
+            }
+        }
+    }
 }
