@@ -44,10 +44,21 @@ pub struct TuneArgs {
     /// keys.
     #[arg(long)]
     backward: bool,
+    /// With --backward, tune one gradient's kernel only (`input` or `weight`); the other is the selector's (the
+    /// cache's, where it holds one).
+    #[arg(long, requires = "backward")]
+    gradient: Option<Gradient>,
     /// Print one JSON object per tuned kernel choice (case, winner, its time, every candidate's first-round time)
     /// instead of text.
     #[arg(long)]
     json: bool,
+}
+
+/// The gradient `--gradient` tunes alone.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Gradient {
+    Input,
+    Weight,
 }
 
 /// Candidates timed a second time before the winner is chosen.
@@ -67,7 +78,12 @@ pub fn run(a: TuneArgs) -> Result<Outcome> {
     TuneCache::check_writable(&path)?;
     let ctx = GpuContext::with_options(opts)?;
     let what = if a.backward {
-        "backward (grad_input's and grad_weight's kernels)".to_string()
+        match a.gradient {
+            None => "backward (grad_input's and grad_weight's kernels)",
+            Some(Gradient::Input) => "backward (grad_input's kernels)",
+            Some(Gradient::Weight) => "backward (grad_weight's kernels)",
+        }
+        .to_string()
     } else {
         format!("precision {}", a.precision)
     };
@@ -89,15 +105,24 @@ pub fn run(a: TuneArgs) -> Result<Outcome> {
         if a.backward {
             // grad_input's kernels first (grad_weight's chosen as usual), then grad_weight's with grad_input's
             // winner: each timed in the whole backward pass.
-            let grad_input: Vec<Candidate> = GradInputKernel::candidates(&ctx, shape, a.precision)
-                .into_iter()
-                .map(|k| Candidate::Backward(BackwardKernels { grad_input: Some(k), grad_weight: None }))
-                .collect();
-            let Some(gi) = fastest(&ctx, &prepared, &a, &format!("{:<6} grad_input", case.name), grad_input)? else {
-                continue;
+            let winner = if a.gradient == Some(Gradient::Weight) {
+                None
+            } else {
+                let grad_input: Vec<Candidate> = GradInputKernel::candidates(&ctx, shape, a.precision)
+                    .into_iter()
+                    .map(|k| Candidate::Backward(BackwardKernels { grad_input: Some(k), grad_weight: None }))
+                    .collect();
+                let label = format!("{:<6} grad_input", case.name);
+                let Some(gi) = fastest(&ctx, &prepared, &a, &label, grad_input)? else {
+                    continue;
+                };
+                record(key(TunePass::GradInput), gi)?;
+                let Candidate::Backward(BackwardKernels { grad_input: winner, .. }) = gi.0 else { continue };
+                winner
             };
-            record(key(TunePass::GradInput), gi)?;
-            let Candidate::Backward(BackwardKernels { grad_input: winner, .. }) = gi.0 else { continue };
+            if a.gradient == Some(Gradient::Input) {
+                continue;
+            }
             let set = &prepared.inputs[0];
             let chunks = [set.input.chunks().len(), set.grad_output().map_or(1, |g| g.chunks().len())];
             let grad_weight: Vec<Candidate> = GradWeightKernel::candidates(&ctx, shape, chunks, a.precision)
