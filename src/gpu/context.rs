@@ -719,8 +719,8 @@ impl GpuContext {
     pub const MAX_IDLE_BYTES: u64 = crate::gpu::memory::MAX_IDLE_BYTES;
 
     /// The most bytes of idle buffers the context keeps for reuse now (the bound on
-    /// [`GpuContext::buffer_stats`]'s last value): [`GpuContext::MAX_IDLE_BYTES`], or more where one call's
-    /// scratch held more at once (so that call finds its scratch idle when it runs again).
+    /// [`GpuContext::buffer_stats`]'s last value): [`GpuContext::MAX_IDLE_BYTES`], or more where two consecutive
+    /// calls held more scratch together (so that each finds its scratch idle when it runs again).
     pub fn idle_limit(&self) -> u64 {
         self.pool.idle_limit()
     }

@@ -18,10 +18,11 @@ use crate::params::checked_numel;
 use crate::tensor::Tensor;
 
 /// Idle buffers kept for reuse, by (size, usage). Bounded: at most the idle limit waits in the pool (the
-/// larger of `MAX_IDLE_BYTES` and the most scratch the calls so far held at once, so the largest call's scratch
-/// is found idle when it runs again instead of allocated anew), and a buffer coming back displaces the least
-/// recently returned idle ones to fit (the call that just ran is the likeliest to run again). The order is the calls' own, the same in every process: which buffers a call finds
-/// idle never depends on a hash seed.
+/// larger of `MAX_IDLE_BYTES` and the most scratch two consecutive calls so far held, so that the scratch of the
+/// largest call, and of a forward and backward that alternate, is found idle when they run again instead of
+/// allocated anew), and a buffer coming back displaces the least recently returned idle ones to fit (the call
+/// that just ran is the likeliest to run again). The order is the calls' own, the same in every process: which
+/// buffers a call finds idle never depends on a hash seed.
 #[derive(Default)]
 pub(crate) struct BufferPool {
     inner: Arc<Mutex<PoolInner>>,
@@ -39,13 +40,16 @@ struct PoolInner {
     /// staging), and the most there were since the last [`BufferPool::reset_peak`].
     live_bytes: u64,
     peak_bytes: u64,
-    /// The most scratch one call has held ([`InFlight`]: its working tensors and buffers, the f32 results and
-    /// padded layouts among them): the idle limit follows it.
+    /// The most scratch two consecutive calls have held together ([`InFlight`]: each call's working tensors and
+    /// buffers, the f32 results and padded layouts among them): the idle limit follows it.
     peak_scratch_bytes: u64,
+    /// The scratch the last call held.
+    last_call_bytes: u64,
 }
 
 impl PoolInner {
-    /// The most idle bytes kept: room for the largest call's scratch, at least [`MAX_IDLE_BYTES`].
+    /// The most idle bytes kept: room for the scratch of the two consecutive calls that held the most, at least
+    /// [`MAX_IDLE_BYTES`].
     fn idle_limit(&self) -> u64 {
         self.peak_scratch_bytes.max(MAX_IDLE_BYTES)
     }
@@ -56,9 +60,13 @@ impl PoolInner {
         self.peak_bytes = self.peak_bytes.max(self.live_bytes);
     }
 
-    /// Records that a call held `bytes` of scratch until it submitted.
+    /// Records that a call held `bytes` of scratch until it submitted. The limit keeps room for this call's and the
+    /// previous call's together: a training step alternates a forward and a backward whose scratch buffers differ
+    /// in size, and with room for the larger alone each call's buffers displaced the other's, so both were
+    /// allocated anew in every step (docs/PERFORMANCE.md).
     fn call_held(&mut self, bytes: u64) {
-        self.peak_scratch_bytes = self.peak_scratch_bytes.max(bytes);
+        self.peak_scratch_bytes = self.peak_scratch_bytes.max(bytes.saturating_add(self.last_call_bytes));
+        self.last_call_bytes = bytes;
     }
 
     /// Counts a buffer of `size` bytes given back, and makes room for it among the idle buffers by dropping the
@@ -217,6 +225,7 @@ impl BufferPool {
         p.idle.clear();
         p.idle_bytes = 0;
         p.peak_scratch_bytes = 0;
+        p.last_call_bytes = 0;
     }
 }
 
@@ -828,14 +837,19 @@ mod tests {
     #[test]
     fn the_idle_limit_grows_to_the_largest_calls_scratch() {
         // A call that held 6 GiB of scratch in two buffers: both wait for its next run, where a fixed 4 GiB limit
-        // would free one every call. A staging buffer being mapped is never kept.
+        // would free one every call; a call of 1 GiB after it (a backward after a forward, alternating) keeps room
+        // for both. A staging buffer being mapped is never kept.
         let mut p = PoolInner::default();
         p.took(4 * GIB);
         p.took(2 * GIB);
         assert_eq!(p.idle_limit(), MAX_IDLE_BYTES);
         p.call_held(6 * GIB);
-        p.call_held(GIB);
         assert_eq!(p.idle_limit(), 6 * GIB, "the largest call's");
+        p.call_held(GIB);
+        assert_eq!(p.idle_limit(), 7 * GIB, "two consecutive calls'");
+        p.call_held(0);
+        p.call_held(GIB);
+        assert_eq!(p.idle_limit(), 7 * GIB, "the most two consecutive calls held");
         assert!(p.returned(4 * GIB, true));
         p.idle_bytes += 4 * GIB;
         assert!(p.returned(2 * GIB, true));
@@ -843,6 +857,6 @@ mod tests {
         assert!(!p.returned(GIB, false));
         assert_eq!(p.live_bytes, 0);
         // A buffer beyond the limit is never kept.
-        assert!(!p.returned(7 * GIB, true));
+        assert!(!p.returned(8 * GIB, true));
     }
 }
