@@ -7,12 +7,13 @@
 // r + ROWS, r + 2 ROWS, ... of element c in four running sums (slot k into sum k / ROWS % 4: four loads in flight),
 // then the four sums in order; the first row then adds the ROWS results in row order. Where a weight is small and
 // the splits many (thousands of slots of a few thousand values), one invocation per element left most of the GPU
-// idle, each waiting on one load at a time. Every sum's order is fixed by (s, r, c) alone, never by scheduling: the
-// same bits on every run.
+// idle, each waiting on one load at a time; where the splits are few, one row is enough (the host sets ROWS from
+// the splits). Every sum's order is fixed by (s, r, c) and ROWS alone, never by scheduling: the same bits on every
+// run.
 
 override TAP_MAJOR: u32 = 1u;
-const COLS: u32 = 32u;
-const ROWS: u32 = 8u;
+override ROWS: u32 = 8u; // 1, 2, 4 or 8
+override COLS: u32 = 256u / ROWS;
 
 struct Params {
     elems: u32,

@@ -14,8 +14,14 @@ pub const REDUCE_SHADER_NAME: &str = "backward/grad_weight_reduce.wgsl";
 const REDUCE_SHADER: &str = include_str!("../../../shaders/backward/grad_weight_reduce.wgsl");
 /// Most bytes of partial sums kept at once.
 pub(crate) const MAX_PARTIAL_BYTES: u64 = 256 << 20;
-/// Slot elements a workgroup of the reduction sums (its `COLS`).
-const REDUCE_COLUMNS: usize = 32;
+/// Invocations in a workgroup of the reduction: `rows` (`reduce_rows`) x the elements it sums.
+const REDUCE_INVOCATIONS: usize = 256;
+
+/// The reduction's invocations per element for `splits` slots: one per 16 slots, a power of two up to 8 (more
+/// sums in flight where the slots are many, none idle where they are few).
+fn reduce_rows(splits: usize) -> usize {
+    (splits / 16).max(1).next_power_of_two().min(8)
+}
 
 /// The reduction's source: f32 partial sums into a grad_weight of `io`'s output dtype.
 fn reduce_source(io: Io) -> String {
@@ -65,10 +71,11 @@ pub(crate) fn encode_reduce(
 ) -> Result<()> {
     let reduce_io = Io::new(ctx, DType::F32, grad_weight.dtype());
     let module = ctx.module_with(&format!("{REDUCE_SHADER_NAME} {}", reduce_io.key()), || reduce_source(reduce_io))?;
-    let consts = [("TAP_MAJOR", tap_major as f64)];
+    let rows = reduce_rows(splits);
+    let consts = [("TAP_MAJOR", tap_major as f64), ("ROWS", rows as f64)];
     let checks = ctx.options().shader_checks;
     let reduce = ctx.pipeline(format!("reduce_splits {} {checks:?} {consts:?}", reduce_io.key()), &module, &consts)?;
-    let g = grid(ctx, elems.div_ceil(REDUCE_COLUMNS));
+    let g = grid(ctx, elems.div_ceil(REDUCE_INVOCATIONS / rows));
     let r = ReduceUniform {
         elems: elems as u32,
         splits: splits as u32,
@@ -96,16 +103,19 @@ mod tests {
 
     #[test]
     fn the_reduction_adds_every_slot_into_its_element_in_either_layout() {
-        // Slot counts around the shader's rows x four running sums (8 x 4), tap-major and plain layouts, elements
-        // that end inside a workgroup's 32 columns, accumulation into the values already there. Partial sums of
-        // small integers: every order of the sum is exact, so the result must equal the float64 sum bit for bit.
+        // Slot counts for every row count (1, 2, 4, 8) and around rows x four running sums, tap-major and plain
+        // layouts, elements that end inside a workgroup's columns, accumulation into the values already there.
+        // Partial sums of small integers: every order of the sum is exact, so the result must equal the float64
+        // sum bit for bit.
         let ctx = GpuContext::new().expect("the GPU tests need an adapter");
         for (elems, splits, taps, accumulate) in [
             (9 * 5, 1, 9, false),
             (7 * 9, 31, 9, true),
             (100, 32, 1, false),
             (3 * 40, 37, 3, true),
+            (9 * 7, 300, 9, true),
             (64, 100, 4, false),
+            (50, 70, 5, false),
         ] {
             let seed: u64 = rand::random();
             let ints = |n: usize, seed: u64| {
