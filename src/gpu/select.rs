@@ -234,8 +234,9 @@ const NHWC_MIN_FLOPS_PER_BYTE: f64 = 32.0;
 
 /// grad_weight's NHWC tensor-core tiles at `fast`, the preferred first (the selector takes the first that computes
 /// the shape here), the fastest measured on the suite (docs/PERFORMANCE.md): 64 x 32 channels of 2 taps for layers
-/// of 64 input and 64 output channels (kb57, kb65); 32 x 32 of 3 taps where both channel counts are multiples of 32
-/// (kb69, kb71, kb78, up2x; within noise of the best on dcgan); 16 x 16 of 4 taps for the rest.
+/// of 64 input and 64 output channels (kb57, kb65); 32 x 32 of 3 taps, 8 subgroups a workgroup, where both channel
+/// counts are multiples of 32 (kb69, kb71, kb78, up2x; within noise of the best on dcgan); 16 x 16 of 4 taps for
+/// the rest.
 pub(crate) fn grad_weight_nhwc_tiles(shape: &ConvShape) -> Vec<NhwcGwTile> {
     let (t32, t64, t16) = (NHWC_32X32_T3, NHWC_64X32_T2, NHWC_16X16_T4);
     let (cin, cout) = (shape.in_channels, shape.out_channels);

@@ -46,19 +46,22 @@ const fn tile(wm: u32, wn: u32, taps: u32, subs: u32) -> NhwcGwTile {
     NhwcGwTile { wm, wn, taps, subs, units: Units::TensorCores }
 }
 
-/// Every tile of this build: on tensor cores 32 x 32 channels (4 accumulators a tap) of 3 or 4 taps, 64 x 32 (8 a
-/// tap) of 2, 16 x 16 of 4 for narrow layers; 4 subgroups a workgroup. On the FMA units 16 x 16 of 4 taps: a
-/// candidate of the tuner and of a forced run wherever there are f16 shaders (so the software driver runs the same
-/// copies, jobs and reduction in CI), never the selector's.
-pub const NHWC_GW_TILES: [NhwcGwTile; 5] = [
+/// Every tile of this build: on tensor cores 32 x 32 channels (4 accumulators a tap) of 3 taps (8 subgroups a
+/// workgroup, or 4) or 4 taps, 64 x 32 (8 a tap) of 2 (4 subgroups, or 2), 16 x 16 of 4 for narrow layers. On the
+/// FMA units 16 x 16 of 4 taps: a candidate of the tuner and of a forced run wherever there are f16 shaders (so the
+/// software driver runs the same copies, jobs and reduction in CI), never the selector's.
+pub const NHWC_GW_TILES: [NhwcGwTile; 7] = [
     NHWC_32X32_T3,
+    tile(32, 32, 3, 4),
     tile(32, 32, 4, 4),
     NHWC_64X32_T2,
+    tile(64, 32, 2, 2),
     NHWC_16X16_T4,
     NhwcGwTile { units: Units::Fma, ..NHWC_16X16_T4 },
 ];
-/// The selector's tiles (`select::grad_weight_nhwc_tiles`).
-pub const NHWC_32X32_T3: NhwcGwTile = tile(32, 32, 3, 4);
+/// The selector's tiles (`select::grad_weight_nhwc_tiles`). 32 x 32 of 3 taps runs 8 subgroups a workgroup, which
+/// measured faster than 4 on every suite case tried (docs/PERFORMANCE.md).
+pub const NHWC_32X32_T3: NhwcGwTile = tile(32, 32, 3, 8);
 pub const NHWC_64X32_T2: NhwcGwTile = tile(64, 32, 2, 4);
 pub const NHWC_16X16_T4: NhwcGwTile = tile(16, 16, 4, 4);
 
@@ -66,7 +69,8 @@ impl NhwcGwTile {
     /// Its name, as the tuning cache and `convt bench` show it.
     pub fn name(&self) -> String {
         let fma = if self.units == Units::Fma { "fma_" } else { "" };
-        format!("grad_weight_nhwc_{fma}{}x{}_t{}", self.wm, self.wn, self.taps)
+        let subs = if self.subs == 4 { String::new() } else { format!("_s{}", self.subs) };
+        format!("grad_weight_nhwc_{fma}{}x{}_t{}{subs}", self.wm, self.wn, self.taps)
     }
 
     /// Whether `ctx` runs it (f16 cooperative matrices for the tensor-core tiles, f16 shaders for the FMA one) and it
