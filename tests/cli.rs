@@ -709,8 +709,9 @@ fn bench_train_times_a_training_step_and_checks_its_gradient() {
 #[test]
 fn tune_backward_keeps_both_gradients_kernels_and_bench_runs_them() {
     // `convt tune --backward` on a strided case times grad_input's kernels, then grad_weight's, and keeps each
-    // winner under the case's grad_input and grad_weight keys (with `--gradient weight`, grad_weight's alone); `convt bench --backward` runs the kernels those keys
-    // name (rewritten here to ones the untuned choice is not, so that a bench ignoring the cache fails) and says so.
+    // winner under the case's grad_input and grad_weight keys (with `--gradient`, that gradient's alone);
+    // `convt bench --backward` runs the kernels those keys name (rewritten here to ones the untuned choice is not,
+    // so that a bench ignoring the cache fails) and says so.
     let dir = common::TempDir::new("cli-tune-backward");
     let cache = dir.path("tune.json");
     let small = ["--case", "dcgan", "--batch", "1", "--runs", "1"];
@@ -736,16 +737,18 @@ fn tune_backward_keeps_both_gradients_kernels_and_bench_runs_them() {
         }
     }
 
-    // `--gradient weight` times grad_weight's kernels only and keeps that one key.
-    let only = dir.path("weight-only.json");
-    let mut args =
-        vec!["tune", "--backward", "--gradient", "weight", "--warmup", "1", "--cache", only.to_str().unwrap()];
-    args.extend(small);
-    let out = convt_with_env(&args, &[], &no_forcing);
-    assert_eq!(out.status.code(), Some(0), "{}", describe(&args, &out));
-    let kept: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&only).unwrap()).unwrap();
-    let keys: Vec<&String> = kept["entries"].as_object().unwrap().keys().collect();
-    assert!(keys.len() == 1 && keys[0].contains(" | grad_weight f32 f32 | "), "{keys:?}");
+    // `--gradient weight` (or `input`) times that gradient's kernels only and keeps that one key.
+    for (gradient, kept) in [("weight", " | grad_weight f32 f32 | "), ("input", " | grad_input f32 f32 | ")] {
+        let only = dir.path(&format!("{gradient}-only.json"));
+        let mut args =
+            vec!["tune", "--backward", "--gradient", gradient, "--warmup", "1", "--cache", only.to_str().unwrap()];
+        args.extend(small);
+        let out = convt_with_env(&args, &[], &no_forcing);
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&args, &out));
+        let one: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&only).unwrap()).unwrap();
+        let keys: Vec<&String> = one["entries"].as_object().unwrap().keys().collect();
+        assert!(keys.len() == 1 && keys[0].contains(kept), "{gradient}: {keys:?}");
+    }
 
     let mut args = vec!["bench", "--backward"];
     args.extend(small);

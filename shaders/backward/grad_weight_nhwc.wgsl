@@ -37,7 +37,7 @@
 // splits past the end: all zeros.
 //
 // The epilogue stores each accumulator, unscaled, to partial sums laid out [split][tap][ic][oc] (row-major
-// 16 x 16 stores of stride C_OUT), which shaders/backward/grad_weight_reduce.wgsl adds in split order into
+// 16 x 16 stores of stride C_OUT), which shaders/backward/grad_weight_reduce.wgsl adds in a fixed order into
 // grad_weight's [ic][oc][kh][kw]: the same bits on every run.
 //
 // The host puts in front: the tile's constants (WM, WN, TAPS_PER, SUBS), and behind: the maxima's binding and

@@ -40,11 +40,12 @@ struct PoolInner {
     /// staging), and the most there were since the last [`BufferPool::reset_peak`].
     live_bytes: u64,
     peak_bytes: u64,
-    /// The most scratch two consecutive calls have held together ([`InFlight`]: each call's working tensors and
-    /// buffers, the f32 results and padded layouts among them): the idle limit follows it.
+    /// The most scratch two consecutive calls have held together, counting once the buffers of a size and usage
+    /// both held ([`InFlight`]: each call's working tensors and buffers, the f32 results and padded layouts among
+    /// them): the idle limit follows it.
     peak_scratch_bytes: u64,
-    /// The scratch the last call held.
-    last_call_bytes: u64,
+    /// The (size, usage) of each scratch buffer the last call held, sorted.
+    last_call: Vec<(u64, wgpu::BufferUsages)>,
 }
 
 impl PoolInner {
@@ -60,13 +61,32 @@ impl PoolInner {
         self.peak_bytes = self.peak_bytes.max(self.live_bytes);
     }
 
-    /// Records that a call held `bytes` of scratch until it submitted. The limit keeps room for this call's and the
-    /// previous call's together: a training step alternates a forward and a backward whose scratch buffers differ
-    /// in size, and with room for the larger alone each call's buffers displaced the other's, so both were
-    /// allocated anew in every step (docs/PERFORMANCE.md).
-    fn call_held(&mut self, bytes: u64) {
-        self.peak_scratch_bytes = self.peak_scratch_bytes.max(bytes.saturating_add(self.last_call_bytes));
-        self.last_call_bytes = bytes;
+    /// Records that a call held scratch buffers of these (size, usage) until it submitted. The limit keeps room
+    /// for this call's and the previous call's together, a buffer of a size and usage both held counted once (a
+    /// call repeating itself needs its own scratch alone): a training step alternates a forward and a backward
+    /// whose scratch buffers differ in size, and with room for the larger alone each call's buffers displaced the
+    /// other's, so both were allocated anew in every step (docs/PERFORMANCE.md).
+    fn call_held(&mut self, mut held: Vec<(u64, wgpu::BufferUsages)>) {
+        held.sort_unstable_by_key(|&(size, usage)| (size, usage.bits()));
+        let bytes = |b: &[(u64, wgpu::BufferUsages)]| b.iter().fold(0u64, |sum, k| sum.saturating_add(k.0));
+        // The bytes of the buffers both calls held (a multiset intersection of the sorted lists).
+        let (mut shared, mut i, mut j) = (0u64, 0, 0);
+        let prev = &self.last_call;
+        let key = |k: &(u64, wgpu::BufferUsages)| (k.0, k.1.bits());
+        while i < held.len() && j < prev.len() {
+            match key(&held[i]).cmp(&key(&prev[j])) {
+                std::cmp::Ordering::Less => i += 1,
+                std::cmp::Ordering::Greater => j += 1,
+                std::cmp::Ordering::Equal => {
+                    shared = shared.saturating_add(held[i].0);
+                    i += 1;
+                    j += 1;
+                }
+            }
+        }
+        let both = bytes(&held).saturating_add(bytes(prev)) - shared;
+        self.peak_scratch_bytes = self.peak_scratch_bytes.max(both);
+        self.last_call = held;
     }
 
     /// Counts a buffer of `size` bytes given back, and makes room for it among the idle buffers by dropping the
@@ -85,8 +105,8 @@ impl PoolInner {
     }
 }
 
-/// The pool's least idle limit: idle buffers up to this many bytes, or the most scratch one call has held, wait for
-/// reuse. A scratch buffer that cannot wait in the pool is freed after each call and allocated again by the next,
+/// The pool's least idle limit: idle buffers up to this many bytes, or the most scratch two consecutive calls have
+/// held, wait for reuse. A scratch buffer that cannot wait in the pool is freed after each call and allocated again by the next,
 /// and that mapping churn made the kernels running meanwhile much slower and their times differ between processes
 /// (docs/PERFORMANCE.md). The memory budget still drops idle buffers whenever a tensor needs their room, and
 /// [`crate::GpuContext::release_idle_memory`] frees them.
@@ -214,7 +234,7 @@ impl BufferPool {
         (p.created, p.idle.len(), p.idle_bytes)
     }
 
-    /// The most idle bytes the pool keeps now ([`MAX_IDLE_BYTES`], or the largest call's scratch).
+    /// The most idle bytes the pool keeps now ([`MAX_IDLE_BYTES`], or the most scratch two consecutive calls held).
     pub fn idle_limit(&self) -> u64 {
         lock(&self.inner).idle_limit()
     }
@@ -225,7 +245,7 @@ impl BufferPool {
         p.idle.clear();
         p.idle_bytes = 0;
         p.peak_scratch_bytes = 0;
-        p.last_call_bytes = 0;
+        p.last_call.clear();
     }
 }
 
@@ -255,7 +275,7 @@ impl InFlight {
     /// its idle limit keeps room for all of it (a call whose scratch is freed and allocated anew every time runs
     /// far slower: docs/PERFORMANCE.md).
     pub fn submit(self, ctx: &GpuContext, encoder: wgpu::CommandEncoder) -> Result<()> {
-        let held = self.0.iter().map(|b| b.size()).sum();
+        let held = self.0.iter().map(|b| (b.size(), b.usage())).collect();
         lock(&ctx.pool.inner).call_held(held);
         ctx.scoped(|| {
             ctx.queue.submit([encoder.finish()]);
@@ -843,12 +863,15 @@ mod tests {
         p.took(4 * GIB);
         p.took(2 * GIB);
         assert_eq!(p.idle_limit(), MAX_IDLE_BYTES);
-        p.call_held(6 * GIB);
+        let st = STORAGE;
+        p.call_held(vec![(4 * GIB, st), (2 * GIB, st)]);
         assert_eq!(p.idle_limit(), 6 * GIB, "the largest call's");
-        p.call_held(GIB);
-        assert_eq!(p.idle_limit(), 7 * GIB, "two consecutive calls'");
-        p.call_held(0);
-        p.call_held(GIB);
+        p.call_held(vec![(2 * GIB, st), (4 * GIB, st)]);
+        assert_eq!(p.idle_limit(), 6 * GIB, "the same call again: its buffers counted once");
+        p.call_held(vec![(GIB, st), (2 * GIB, st)]);
+        assert_eq!(p.idle_limit(), 7 * GIB, "two consecutive calls', the 2 GiB buffer both held counted once");
+        p.call_held(vec![]);
+        p.call_held(vec![(GIB, st)]);
         assert_eq!(p.idle_limit(), 7 * GIB, "the most two consecutive calls held");
         assert!(p.returned(4 * GIB, true));
         p.idle_bytes += 4 * GIB;

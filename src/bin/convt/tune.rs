@@ -44,8 +44,8 @@ pub struct TuneArgs {
     /// keys.
     #[arg(long)]
     backward: bool,
-    /// With --backward, tune one gradient's kernel only (`input` or `weight`); the other is the selector's (the
-    /// cache's, where it holds one).
+    /// With --backward, tune one gradient's kernel only (`input` or `weight`); the other is the selector's (from
+    /// the context's tuning cache, CONVT_TUNE_CACHE or the default path, where that holds one).
     #[arg(long, requires = "backward")]
     gradient: Option<Gradient>,
     /// Print one JSON object per tuned kernel choice (case, winner, its time, every candidate's first-round time)
@@ -104,7 +104,8 @@ pub fn run(a: TuneArgs) -> Result<Outcome> {
         let key = |pass| TuneKey::new(ctx.adapter_info(), pass, shape, case.bias, a.precision, a.dtype);
         if a.backward {
             // grad_input's kernels first (grad_weight's chosen as usual), then grad_weight's with grad_input's
-            // winner: each timed in the whole backward pass.
+            // winner: each timed in the whole backward pass; `--gradient` skips the other (its kernel then the
+            // selector's).
             let winner = if a.gradient == Some(Gradient::Weight) {
                 None
             } else {

@@ -408,14 +408,18 @@ mod tests {
 
     #[test]
     fn splits_cover_every_block_in_whole_workgroups() {
-        for blocks in [1, 7, 64, 1000, 1 << 19] {
-            for per_split in [1, 3, 4, 9, 12, 30] {
-                for max_splits in [1, 5, 64, 100_000] {
-                    let (s, chunk) = splits(blocks, per_split, 4, max_splits);
-                    assert!(s * chunk >= blocks, "{blocks} {per_split}: {s} x {chunk}");
-                    assert_eq!((s * per_split) % 4, 0, "{blocks} {per_split} {max_splits}");
-                    // At most one workgroup's rounding past the cap.
-                    assert!(s <= max_splits.max(1).next_multiple_of(4), "{blocks} {per_split} {max_splits}: {s}");
+        // Every workgroup size of the tiles (2, 4 and 8 subgroups).
+        for subs in [2, 4, 8] {
+            for blocks in [1, 7, 64, 1000, 1 << 19] {
+                for per_split in [1, 3, 4, 9, 12, 30] {
+                    for max_splits in [1, 5, 64, 100_000] {
+                        let at = format!("{subs} subgroups, {blocks} blocks, {per_split} jobs, {max_splits} splits");
+                        let (s, chunk) = splits(blocks, per_split, subs, max_splits);
+                        assert!(s * chunk >= blocks, "{at}: {s} x {chunk}");
+                        assert_eq!((s * per_split) % subs, 0, "{at}");
+                        // At most one workgroup's rounding past the cap.
+                        assert!(s <= max_splits.max(1).next_multiple_of(subs), "{at}: {s}");
+                    }
                 }
             }
         }

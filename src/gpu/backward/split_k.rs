@@ -17,8 +17,8 @@ pub(crate) const MAX_PARTIAL_BYTES: u64 = 256 << 20;
 /// Invocations in a workgroup of the reduction: `rows` (`reduce_rows`) x the elements it sums.
 const REDUCE_INVOCATIONS: usize = 256;
 
-/// The reduction's invocations per element for `splits` slots: one per 16 slots, a power of two up to 8 (more
-/// sums in flight where the slots are many, none idle where they are few).
+/// The reduction's invocations per element for `splits` slots: about one per 16 slots, rounded up to a power of
+/// two, at most 8 (more sums in flight where the slots are many, none idle where they are few).
 fn reduce_rows(splits: usize) -> usize {
     (splits / 16).max(1).next_power_of_two().min(8)
 }
@@ -55,7 +55,7 @@ pub(crate) fn partial_cap(binding_limit: u64, elems: usize) -> u64 {
     MAX_PARTIAL_BYTES.max(elems as u64 * 4).min(binding_limit)
 }
 
-/// Encodes the reduction of `splits` slots of `elems` partial sums into `grad_weight`, in split order (plus its
+/// Encodes the reduction of `splits` slots of `elems` partial sums into `grad_weight`, in a fixed order (plus its
 /// values where `accumulate`); `tap_major`: the kernel's taps where each slot is laid out [tap][ic][oc] (the NHWC
 /// GEMM's), 1 where it is laid out as grad_weight.
 #[allow(clippy::too_many_arguments)]
@@ -103,7 +103,8 @@ mod tests {
 
     #[test]
     fn the_reduction_adds_every_slot_into_its_element_in_either_layout() {
-        // Slot counts for every row count (1, 2, 4, 8) and around rows x four running sums, tap-major and plain
+        // Slot counts for every row count (1, 2, 4, 8) and every remainder of a row's slots by four (60 slots in 4
+        // rows and 88 in 8: rows of 15 and 11), around rows x four running sums, tap-major and plain
         // layouts, elements that end inside a workgroup's columns, accumulation into the values already there.
         // Partial sums of small integers: every order of the sum is exact, so the result must equal the float64
         // sum bit for bit.
@@ -116,6 +117,8 @@ mod tests {
             (9 * 7, 300, 9, true),
             (64, 100, 4, false),
             (50, 70, 5, false),
+            (3 * 11, 60, 3, true),
+            (8 * 9, 88, 9, false),
         ] {
             let seed: u64 = rand::random();
             let ints = |n: usize, seed: u64| {
