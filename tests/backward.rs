@@ -165,6 +165,29 @@ fn grad_bias_is_exact_to_f32_when_its_terms_nearly_cancel() {
 }
 
 #[test]
+fn grad_bias_of_few_channels_of_many_pixels_is_split_exactly() {
+    // Two channels of 13 x 128 x 128 values: the sums split over several workgroups per channel (src/gpu/backward/
+    // grad_bias.rs: here 3, of 5, 5 and 3 planes), then a second dispatch adds the splits. Small integers: every
+    // order of the sum is exact in f32, so grad_bias must equal the float64 sum bit for bit (a plane counted twice
+    // or missed shows). With bindings of one plane, every chunk's splits add into what earlier chunks stored.
+    let params = convt::ConvTranspose2dOptions::default().stride(2);
+    let shape = params.resolve(&[13, 2, 64, 64], &[2, 2, 2, 2], Some(&[2])).unwrap();
+    let seed = common::fresh_seed();
+    let x = Tensor::uniform(shape.input_dims(), -1.0, 1.0, seed).unwrap();
+    let w = Tensor::uniform(shape.weight_dims(), -1.0, 1.0, seed + 1).unwrap();
+    let b = Tensor::uniform(vec![2], -1.0, 1.0, seed + 2).unwrap();
+    let go = Tensor::uniform(shape.output_dims(), -8.0, 8.0, seed + 3).unwrap();
+    let go = Tensor::new(shape.output_dims(), go.data().iter().map(|v| v.round()).collect()).unwrap();
+    let reference = cpu::grad_bias_f64(&shape, go.data()).unwrap();
+    let plane = 128 * 128;
+    for ctx in [common::ctx(), &common::ctx_with_binding_limit(4 * plane as u64, None)] {
+        let g = common::backward_host(ctx, &x, &w, Some(&b), &go, &params).unwrap();
+        let got: Vec<f64> = g.grad_bias.as_ref().unwrap().data().iter().map(|&v| v as f64).collect();
+        assert_eq!(got, reference, "grad_bias (seed {seed})");
+    }
+}
+
+#[test]
 fn grad_output_of_the_wrong_size_is_rejected_by_both_backends() {
     let params = convt::ConvTranspose2dOptions::default().stride(2);
     let x = Tensor::uniform(vec![1, 3, 4, 4], -1.0, 1.0, 1).unwrap();

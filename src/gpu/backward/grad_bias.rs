@@ -1,10 +1,11 @@
-//! The grad_bias kernel, `shaders/backward/grad_bias.wgsl`: a deterministic sum of grad_output per output channel, one
-//! workgroup per channel and chunk of grad_output.
+//! The grad_bias kernel, `shaders/backward/grad_bias.wgsl`: a deterministic sum of grad_output per output channel,
+//! [`splits`] workgroups per channel and chunk of grad_output (with more than one, a second dispatch adds each
+//! channel's splits in order).
 
 use crate::error::Result;
 use crate::gpu::context::GpuContext;
 use crate::gpu::kernel::{dispatch_buffers, grid};
-use crate::gpu::memory::GpuTensor;
+use crate::gpu::memory::{GpuTensor, InFlight, STORAGE};
 use crate::gpu::wgsl::operands::{declare, Access, Io};
 use crate::gpu::wgsl::{self, with_shape_prelude};
 use crate::params::ConvShape;
@@ -38,6 +39,22 @@ pub(crate) fn accumulates(grad_output: &GpuTensor) -> bool {
     grad_output.chunks().len() > 1
 }
 
+/// Workgroups a dispatch should have to keep a large GPU busy: 8 of 256 invocations per multiprocessor (the most
+/// one holds at once) of a GPU of 128.
+const TARGET_WORKGROUPS: usize = 1024;
+/// The fewest values a split should sum: below that, splitting a channel saves less than the second dispatch
+/// costs.
+const MIN_SPLIT_VALUES: usize = 1 << 16;
+
+/// Workgroups per channel for `shape`: one where the channels alone fill the GPU or the sums are short; else
+/// enough to reach `TARGET_WORKGROUPS`, at most one per sample and one per `MIN_SPLIT_VALUES` values (a split
+/// sums whole planes of a channel).
+pub(crate) fn splits(shape: &ConvShape) -> usize {
+    let channels = shape.out_channels.max(1);
+    let values = shape.batch.saturating_mul(shape.out_hw[0] * shape.out_hw[1]);
+    TARGET_WORKGROUPS.div_ceil(channels).min(shape.batch).min(values / MIN_SPLIT_VALUES).max(1)
+}
+
 /// Encodes the gradient of the bias given `grad_output` into `grad_bias` (`[Cout]`).
 pub(crate) fn encode(
     ctx: &GpuContext,
@@ -45,29 +62,47 @@ pub(crate) fn encode(
     grad_output: &GpuTensor,
     grad_bias: &GpuTensor,
     pass: &mut wgpu::ComputePass<'_>,
+    in_flight: &mut InFlight,
 ) -> Result<()> {
     let accumulate = accumulates(grad_output);
     let gb = grad_bias.single_buffer("grad_bias", ctx)?;
     let io = Io::new(ctx, grad_output.dtype(), grad_bias.dtype());
     let module = ctx.module_with(&format!("{SHADER_NAME} {}", io.key()), || source(io))?;
-    let consts: Vec<(&str, f64)> =
-        [("C_OUT", shape.out_channels), ("OUT_H", shape.out_hw[0]), ("OUT_W", shape.out_hw[1])]
-            .map(|(k, v)| (k, v as f64))
-            .to_vec();
-    let key = format!("grad_bias {} {:?} {:?}", io.key(), ctx.options().shader_checks, consts);
-    let pipeline = ctx.pipeline(key, &module, &consts)?;
-    let grid = grid(ctx, shape.out_channels);
+    let splits = splits(shape);
+    let pipeline = |combine: bool| {
+        let consts: Vec<(&str, f64)> = [
+            ("C_OUT", shape.out_channels as f64),
+            ("OUT_H", shape.out_hw[0] as f64),
+            ("OUT_W", shape.out_hw[1] as f64),
+            ("SPLITS", splits as f64),
+            ("COMBINE", combine as u8 as f64),
+        ]
+        .to_vec();
+        let key = format!("grad_bias {} {:?} {:?}", io.key(), ctx.options().shader_checks, consts);
+        ctx.pipeline(key, &module, &consts)
+    };
+    let sums = pipeline(false)?;
+    let combine = if splits > 1 { Some(pipeline(true)?) } else { None };
+    // Each split's (sum, error): two f32s per split of a channel (bound with one split too, which never writes it).
+    let partial = in_flight.keep(ctx.pool.get(&ctx.device, (shape.out_channels.max(1) * splits * 8) as u64, STORAGE));
+    let sums_grid = grid(ctx, shape.out_channels * splits);
+    let combine_grid = grid(ctx, shape.out_channels.div_ceil(256));
     ctx.scoped(|| {
         for c in grad_output.chunks() {
-            let u = ChunkUniform {
+            let uniform = |g: (u32, u32)| ChunkUniform {
                 first_plane: c.first_plane as u32,
                 planes: c.planes as u32,
                 accumulate: accumulate as u32,
-                dispatch_width: grid.0,
+                dispatch_width: g.0,
                 one: 1.0,
                 _pad: [0; 3],
             };
-            dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &[&c, gb], grid);
+            let u = uniform(sums_grid);
+            dispatch_buffers(ctx, pass, &sums, bytemuck::bytes_of(&u), &[&c, gb, &partial], sums_grid);
+            if let Some(combine) = &combine {
+                let u = uniform(combine_grid);
+                dispatch_buffers(ctx, pass, combine, bytemuck::bytes_of(&u), &[&c, gb, &partial], combine_grid);
+            }
         }
         Ok(())
     })

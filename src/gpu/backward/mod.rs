@@ -257,7 +257,7 @@ pub(crate) fn backward_into(
         convert::finish(ctx, gw, &grads.grad_weight, &mut pass, &mut in_flight)?;
         if let (Some(sums), Some(out)) = (gb_out, grad_bias) {
             ctx.profile_section(Some("grad_bias"));
-            grad_bias::encode(ctx, &shape, grad_output, sums, &mut pass)?;
+            grad_bias::encode(ctx, &shape, grad_output, sums, &mut pass, &mut in_flight)?;
             convert::finish(ctx, gb, out, &mut pass, &mut in_flight)?;
         }
     }
