@@ -166,12 +166,14 @@ fn grad_bias_is_exact_to_f32_when_its_terms_nearly_cancel() {
 
 #[test]
 fn grad_bias_of_few_channels_of_many_pixels_is_split_exactly() {
-    // Two channels of 13 x 128 x 128 values: the sums split over several workgroups per channel (src/gpu/backward/
-    // grad_bias.rs: here 3, of 5, 5 and 3 planes), then a second dispatch adds the splits. Small integers: every
-    // order of the sum is exact in f32, so grad_bias must equal the float64 sum bit for bit (a plane counted twice
-    // or missed shows). With bindings of one plane, every chunk's splits add into what earlier chunks stored.
+    // Two channels of 27 x 128 x 128 values: the sums split over several workgroups per channel (src/gpu/backward/
+    // grad_bias.rs), then a second dispatch adds the splits: in one binding 6 splits of 5, 5, 5, 5, 5 and 2 planes
+    // of a channel; in bindings of 9 samples (three chunks, each adding into what the earlier ones stored) 2 of 5
+    // and 4; in bindings of one plane (chunks starting at either channel) one split. Small integers: every order
+    // of the sum is exact in f32, so grad_bias must equal the float64 sum bit for bit (a plane counted twice or
+    // missed shows).
     let params = convt::ConvTranspose2dOptions::default().stride(2);
-    let shape = params.resolve(&[13, 2, 64, 64], &[2, 2, 2, 2], Some(&[2])).unwrap();
+    let shape = params.resolve(&[27, 2, 64, 64], &[2, 2, 2, 2], Some(&[2])).unwrap();
     let seed = common::fresh_seed();
     let x = Tensor::uniform(shape.input_dims(), -1.0, 1.0, seed).unwrap();
     let w = Tensor::uniform(shape.weight_dims(), -1.0, 1.0, seed + 1).unwrap();
@@ -179,11 +181,13 @@ fn grad_bias_of_few_channels_of_many_pixels_is_split_exactly() {
     let go = Tensor::uniform(shape.output_dims(), -8.0, 8.0, seed + 3).unwrap();
     let go = Tensor::new(shape.output_dims(), go.data().iter().map(|v| v.round()).collect()).unwrap();
     let reference = cpu::grad_bias_f64(&shape, go.data()).unwrap();
-    let plane = 128 * 128;
-    for ctx in [common::ctx(), &common::ctx_with_binding_limit(4 * plane as u64, None)] {
+    let plane = 4 * 128 * 128;
+    for limit in [None, Some(18 * plane), Some(plane)] {
+        let limited = limit.map(|l| common::ctx_with_binding_limit(l, None));
+        let ctx = limited.as_ref().unwrap_or(common::ctx());
         let g = common::backward_host(ctx, &x, &w, Some(&b), &go, &params).unwrap();
         let got: Vec<f64> = g.grad_bias.as_ref().unwrap().data().iter().map(|&v| v as f64).collect();
-        assert_eq!(got, reference, "grad_bias (seed {seed})");
+        assert_eq!(got, reference, "grad_bias (seed {seed}, bindings of {limit:?} bytes)");
     }
 }
 

@@ -11,8 +11,11 @@ use crate::gpu::wgsl::{self, with_shape_prelude};
 use crate::params::ConvShape;
 
 pub const SHADER_NAME: &str = "backward/grad_bias.wgsl";
-/// `shaders/backward/grad_bias.wgsl` behind the shape's constants (it reads C_OUT, OUT_H and OUT_W).
+/// `shaders/backward/grad_bias.wgsl` behind the shape's constants (it reads C_OUT, OUT_H and OUT_W; SPLITS and
+/// COMBINE are its own).
 const SHADER: &str = with_shape_prelude!("backward/grad_bias.wgsl");
+/// Invocations in a workgroup (the shader's `WG`): the second dispatch runs one per channel.
+const WORKGROUP_SIZE: usize = 256;
 
 /// The shader for grad_output of `io`'s input dtype and grad_bias of its output dtype.
 fn source(io: Io) -> String {
@@ -46,13 +49,14 @@ const TARGET_WORKGROUPS: usize = 1024;
 /// costs.
 const MIN_SPLIT_VALUES: usize = 1 << 16;
 
-/// Workgroups per channel for `shape`: one where the channels alone fill the GPU or the sums are short; else
-/// enough to reach `TARGET_WORKGROUPS`, at most one per sample and one per `MIN_SPLIT_VALUES` values (a split
-/// sums whole planes of a channel).
-pub(crate) fn splits(shape: &ConvShape) -> usize {
+/// Workgroups per channel for `shape` with grad_output in `chunks` (each split sums whole planes of one chunk):
+/// one where the channels alone fill the GPU or the sums are short; else enough to reach `TARGET_WORKGROUPS`, at
+/// most one per plane of a channel in the smallest chunk and one per `MIN_SPLIT_VALUES` values there.
+fn splits(shape: &ConvShape, chunks: &[crate::gpu::memory::Chunk]) -> usize {
     let channels = shape.out_channels.max(1);
-    let values = shape.batch.saturating_mul(shape.out_hw[0] * shape.out_hw[1]);
-    TARGET_WORKGROUPS.div_ceil(channels).min(shape.batch).min(values / MIN_SPLIT_VALUES).max(1)
+    let planes = chunks.iter().map(|c| c.planes / channels).min().unwrap_or(0);
+    let values = planes.saturating_mul(shape.out_hw[0] * shape.out_hw[1]);
+    TARGET_WORKGROUPS.div_ceil(channels).min(planes).min(values / MIN_SPLIT_VALUES).max(1)
 }
 
 /// Encodes the gradient of the bias given `grad_output` into `grad_bias` (`[Cout]`).
@@ -68,7 +72,7 @@ pub(crate) fn encode(
     let gb = grad_bias.single_buffer("grad_bias", ctx)?;
     let io = Io::new(ctx, grad_output.dtype(), grad_bias.dtype());
     let module = ctx.module_with(&format!("{SHADER_NAME} {}", io.key()), || source(io))?;
-    let splits = splits(shape);
+    let splits = splits(shape, grad_output.chunks());
     let pipeline = |combine: bool| {
         let consts: Vec<(&str, f64)> = [
             ("C_OUT", shape.out_channels as f64),
@@ -83,10 +87,11 @@ pub(crate) fn encode(
     };
     let sums = pipeline(false)?;
     let combine = if splits > 1 { Some(pipeline(true)?) } else { None };
-    // Each split's (sum, error): two f32s per split of a channel (bound with one split too, which never writes it).
+    // Each split's (sum, error): two f32s per split of a channel (bound with one split too, as the shader declares
+    // it, though then never written).
     let partial = in_flight.keep(ctx.pool.get(&ctx.device, (shape.out_channels.max(1) * splits * 8) as u64, STORAGE));
     let sums_grid = grid(ctx, shape.out_channels * splits);
-    let combine_grid = grid(ctx, shape.out_channels.div_ceil(256));
+    let combine_grid = grid(ctx, shape.out_channels.div_ceil(WORKGROUP_SIZE));
     ctx.scoped(|| {
         for c in grad_output.chunks() {
             let uniform = |g: (u32, u32)| ChunkUniform {
