@@ -67,12 +67,12 @@ impl PoolInner {
     /// whose scratch buffers differ in size, and with room for the larger alone each call's buffers displaced the
     /// other's, so both were allocated anew in every step (docs/PERFORMANCE.md).
     fn call_held(&mut self, mut held: Vec<(u64, wgpu::BufferUsages)>) {
-        held.sort_unstable_by_key(|&(size, usage)| (size, usage.bits()));
+        let key = |k: &(u64, wgpu::BufferUsages)| (k.0, k.1.bits());
+        held.sort_unstable_by_key(key);
         let bytes = |b: &[(u64, wgpu::BufferUsages)]| b.iter().fold(0u64, |sum, k| sum.saturating_add(k.0));
         // The bytes of the buffers both calls held (a multiset intersection of the sorted lists).
         let (mut shared, mut i, mut j) = (0u64, 0, 0);
         let prev = &self.last_call;
-        let key = |k: &(u64, wgpu::BufferUsages)| (k.0, k.1.bits());
         while i < held.len() && j < prev.len() {
             match key(&held[i]).cmp(&key(&prev[j])) {
                 std::cmp::Ordering::Less => i += 1,
@@ -106,9 +106,9 @@ impl PoolInner {
 }
 
 /// The pool's least idle limit: idle buffers up to this many bytes, or the most scratch two consecutive calls have
-/// held, wait for reuse. A scratch buffer that cannot wait in the pool is freed after each call and allocated again by the next,
-/// and that mapping churn made the kernels running meanwhile much slower and their times differ between processes
-/// (docs/PERFORMANCE.md). The memory budget still drops idle buffers whenever a tensor needs their room, and
+/// held, wait for reuse. A scratch buffer that cannot wait in the pool is freed after each call and allocated again
+/// by the next, and that mapping churn made the kernels running meanwhile much slower and their times differ
+/// between processes (docs/PERFORMANCE.md). The memory budget still drops idle buffers whenever a tensor needs their room, and
 /// [`crate::GpuContext::release_idle_memory`] frees them.
 pub const MAX_IDLE_BYTES: u64 = 4 << 30;
 
