@@ -811,6 +811,56 @@ fn fast_gradients_are_the_same_bits_on_every_run() {
     }
 }
 
+#[test]
+fn grad_weight_reads_grad_inputs_copy_of_grad_output_to_the_same_bits() {
+    // At stride 1, with grad_input on the padded-NHWC tensor-core kernel and grad_weight on the NHWC GEMM, the
+    // GEMM reads the copy of grad_output that grad_input's kernel made (laid out for both) instead of its own: the
+    // same values at the same scale, so grad_weight has the same bits as beside the gather kernel (which makes no
+    // copy), in every dtype; in f32 and bf16 with grad_output's largest value beyond f16's range, so that the shared
+    // scale matters.
+    // Every padded-NHWC tile and NHWC grad_weight tile this adapter runs, paired; none without cooperative
+    // matrices.
+    let ctx = common::ctx();
+    let wide = nhwc_wide_problem(common::fresh_seed());
+    let padded = Problem {
+        input: vec![2, 32, 6, 21],
+        weight: vec![32, 32, 3, 5],
+        bias: true,
+        params: ConvTranspose2dOptions::default().padding([1, 2]),
+        seed: common::fresh_seed(),
+    };
+    let mut pairs = 0;
+    for p in [wide, padded] {
+        let shape = p.shape();
+        let o = operands(&p);
+        let mut data = o.go.data().to_vec();
+        *data.last_mut().unwrap() = -7.0e4;
+        let large = Operands { go: Tensor::new(o.go.shape().to_vec(), data).unwrap(), ..o.clone() };
+        let nhwc_gi = fast_grad_input_kernels(ctx, &shape)
+            .into_iter()
+            .filter(|k| matches!(k, GradInputKernel::Transposed(Strategy::CoopNhwc(_))));
+        let nhwc_gw: Vec<_> = fast_grad_weight_kernels(ctx, &shape)
+            .into_iter()
+            .filter(|k| matches!(k, GradWeightKernel::Nhwc(_)))
+            .collect();
+        for gi in nhwc_gi {
+            for &gw in &nhwc_gw {
+                for dtype in [DType::F32, DType::F16, DType::BF16] {
+                    let o = if dtype == DType::F16 { o.to_dtype(dtype) } else { large.to_dtype(dtype) };
+                    let context = format!("{} and {} on {dtype} (seed {})", gi.name(), gw.name(), p.seed);
+                    let shared = run_pair(ctx, &p, &o, (Some(gi), Some(gw)));
+                    let own = run_pair(ctx, &p, &o, (Some(GradInputKernel::Gather), Some(gw)));
+                    let gw_bits = |r: &Ran| r.grads.grad_weight.data().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                    assert!(gw_bits(&shared) == gw_bits(&own), "{context}: grad_weight differs");
+                    check_gradients(&shape, &o, &shared).unwrap_or_else(|e| panic!("{context}: {e}"));
+                    pairs += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(pairs == 0, !ctx.has_coop_f16(), "{pairs} pairs");
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // Half-precision tensors, f32 master gradients
 // ---------------------------------------------------------------------------------------------------------

@@ -8,8 +8,9 @@
 // Why this form. The host copies x as f16 NHWC, each row rounded up to WB blocks of 16 pixels (zeros past the
 // row), and grad_output as f16 NHWC with its padding written out as zeros: P_H rows and P_W columns before it, GH
 // rows of GW pixels per image, enough that every tap of every copied x pixel reads inside the image
-// (src/gpu/nhwc_copy.rs; x at the scale of slot 0 of the maxima, grad_output at slot 1's, as the per-tap kernel
-// scales them). Then a block of 16 consecutive x pixels of one row is, for every tap, 16 grad_output pixels
+// (src/gpu/nhwc_copy.rs; x at the scale of slot X_SLOT of the maxima, grad_output at slot G_SLOT's). At stride 1
+// grad_output's copy may be the one grad_input's padded-NHWC kernel made (src/gpu/forward/coop_nhwc.rs): laid out
+// for both, with images at least GH x GW, so every read lands where it lands in a copy of this kernel's own. Then a block of 16 consecutive x pixels of one row is, for every tap, 16 grad_output pixels
 // S_W apart in one padded row: the A operand of a 16-deep product (16 input channels x 16 pixels) is a
 // column-major matrix at stride CSX in the x copy, the B operand (16 pixels x 16 output channels) a row-major one
 // at stride S_W * CSG in the grad_output copy, the tap moving only its first row. Both load with one instruction
@@ -57,6 +58,8 @@ override GH: u32;    // the grad_output copy's rows and columns per image
 override GW: u32;
 override CSX: u32;   // halves between the copies' pixels
 override CSG: u32;
+override X_SLOT: u32; // the maxima's slots of x's and grad_output's largest magnitudes
+override G_SLOT: u32;
 
 struct Job {
     blocks: u32,         // 16-pixel blocks of x (samples x rows x WB)

@@ -4,7 +4,7 @@
 //! needs no scale: its slot stays zero, which scales by 1 (`scale_exponent(0)` is 0), and no pass reads it.
 
 use crate::dtype::DType;
-use crate::error::Result;
+use crate::error::{ConvtError, Result};
 use crate::gpu::context::GpuContext;
 use crate::gpu::kernel::dispatch_buffers;
 use crate::gpu::memory::{self, GpuTensor};
@@ -44,6 +44,34 @@ pub(crate) fn encode_slots(
     known: &[(usize, u32)],
     pass: &mut wgpu::ComputePass<'_>,
 ) -> Result<wgpu::Buffer> {
+    let slots = tensors.iter().map(|&(slot, _)| slot).chain(known.iter().map(|&(slot, _)| slot)).max();
+    let mut initial = vec![0u32; slots.map_or(0, |s| s + 1).max(4)];
+    for &(slot, bits) in known {
+        initial[slot] = bits;
+    }
+    let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC;
+    let maxima = ctx.scoped(|| {
+        Ok(memory::buffer_with(&ctx.device, "convt operand maxima", bytemuck::cast_slice(&initial), usage))
+    })?;
+    encode_into(ctx, tensors, &maxima, pass)?;
+    Ok(maxima)
+}
+
+/// Encodes the maximum of each (slot, tensor) into that slot of `maxima` (a buffer of [`encode_slots`], whose
+/// other slots another kernel set; the slots given here must be zero before). The slot of an f16 tensor stays
+/// as it is.
+pub(crate) fn encode_into(
+    ctx: &GpuContext,
+    tensors: &[(usize, &GpuTensor)],
+    maxima: &wgpu::Buffer,
+    pass: &mut wgpu::ComputePass<'_>,
+) -> Result<()> {
+    if let Some(&(slot, _)) = tensors.iter().find(|&&(slot, _)| (slot as u64 + 1) * 4 > maxima.size()) {
+        return Err(ConvtError::InvalidArgument(format!(
+            "operand maxima: slot {slot} past a buffer of {} bytes",
+            maxima.size()
+        )));
+    }
     let consts = [("WORKGROUP_SIZE", WORKGROUP_SIZE as f64), ("LOADS", LOADS as f64)];
     let pipeline = |dtype: DType| {
         let io = Io::of(ctx, dtype);
@@ -51,13 +79,6 @@ pub(crate) fn encode_slots(
         ctx.pipeline(format!("absmax {} {:?}", io.key(), ctx.options().shader_checks), &module, &consts)
     };
     ctx.scoped(|| {
-        let slots = tensors.iter().map(|&(slot, _)| slot).chain(known.iter().map(|&(slot, _)| slot)).max();
-        let mut initial = vec![0u32; slots.map_or(0, |s| s + 1).max(4)];
-        for &(slot, bits) in known {
-            initial[slot] = bits;
-        }
-        let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC;
-        let maxima = memory::buffer_with(&ctx.device, "convt operand maxima", bytemuck::cast_slice(&initial), usage);
         for &(slot, t) in tensors.iter().filter(|(_, t)| t.dtype() != DType::F16) {
             let pipeline = pipeline(t.dtype())?;
             for c in t.chunks() {
@@ -72,10 +93,10 @@ pub(crate) fn encode_slots(
                     stride: workgroups as u32 * WORKGROUP_SIZE,
                     _pad: 0,
                 };
-                dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&p), &[&c, &maxima], (workgroups as u32, 1));
+                dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&p), &[&c, maxima], (workgroups as u32, 1));
             }
         }
-        Ok(maxima)
+        Ok(())
     })
 }
 

@@ -47,6 +47,29 @@ impl CopyLayout {
     }
 }
 
+/// What a second reader of a copy needs of its layout beyond what the kernel that makes it needs: grad_weight's
+/// NHWC GEMM reads the copy of grad_output that grad_input's padded-NHWC kernel makes at stride 1
+/// ([`SharedCopy`]), so that grad_output is read and copied once for both gradients.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub(crate) struct CopyNeeds {
+    /// The smallest padded image, rows x columns.
+    pub padded: [usize; 2],
+    /// Zero pixels after the last image (the tail rows hold at least this many).
+    pub tail_pixels: usize,
+    /// Halves between pixels, where the reader needs a particular stride.
+    pub pixel_stride: Option<usize>,
+}
+
+/// A copy one kernel made and another reads (grad_output's: [`CopyNeeds`]): the buffer, its layout, and the maxima
+/// buffer whose slot `slot` holds the largest magnitude that set the copy's scale (zero for an f16 tensor, copied as
+/// it is).
+pub(crate) struct SharedCopy {
+    pub buffer: wgpu::Buffer,
+    pub layout: CopyLayout,
+    pub maxima: wgpu::Buffer,
+    pub slot: usize,
+}
+
 /// The blocks the copy moves through workgroup memory: `pixels` padded pixels x `channels` channels,
 /// `per_workgroup` of them one after the other.
 #[derive(Debug, Clone, Copy, PartialEq)]

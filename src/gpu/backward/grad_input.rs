@@ -13,10 +13,12 @@
 
 use crate::error::{ConvtError, Result};
 use crate::gpu::context::GpuContext;
+use crate::gpu::forward::coop_nhwc;
 use crate::gpu::forward::gather::SliceUniform;
 use crate::gpu::forward::gemm::{self, Geometry};
 use crate::gpu::kernel::{channel_blocks, check_index_range, dispatch_buffers, grid, Weight};
 use crate::gpu::memory::{GpuTensor, InFlight};
+use crate::gpu::nhwc_copy::{CopyNeeds, SharedCopy};
 use crate::gpu::plan::PreparedWeight;
 use crate::gpu::slices::{plan_between, Side};
 use crate::gpu::wgsl::operands::{declare, Access, Io};
@@ -262,6 +264,8 @@ pub(crate) fn flipped_weight(ctx: &GpuContext, shape: &ConvShape, weight: &GpuTe
 /// Encodes grad_input = the gradient of the input given `grad_output`, into `grad_input` (the input's size),
 /// with `kernel`; where `kept` has them, with the flipped weight and its prepared form made earlier
 /// ([`crate::gpu::plan::PreparedBackward`]), else flipping (and the kernel preparing) the weight in this pass.
+/// Where the kernel is the padded-NHWC one and `needs` asks for it, its copy of grad_output is laid out for that
+/// second reader too and handed back (see [`coop_nhwc::encode_sharing`]).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn encode(
     ctx: &GpuContext,
@@ -271,9 +275,10 @@ pub(crate) fn encode(
     kept: Option<(&GpuTensor, Option<&PreparedWeight>)>,
     grad_output: &GpuTensor,
     grad_input: &GpuTensor,
+    needs: Option<&CopyNeeds>,
     pass: &mut wgpu::ComputePass<'_>,
     in_flight: &mut InFlight,
-) -> Result<()> {
+) -> Result<Option<SharedCopy>> {
     // The flipped weight, kept or made here (and then kept until the submission); the gather kernel reads the
     // weight as it is.
     let problem = flipped_problem(shape, kernel)?;
@@ -286,6 +291,7 @@ pub(crate) fn encode(
         (None, Some(tensor)) => Weight { tensor, prepared: None },
         (None, None) => Weight { tensor: weight, prepared: None },
     };
+    let mut shared = None;
     match kernel {
         GradInputKernel::Transposed(strategy) => {
             // Both kernels read any [N, C, H, W] tensor through the slice plan; the chunks of grad_output and
@@ -293,7 +299,23 @@ pub(crate) fn encode(
             let (t, _) = problem.ok_or_else(|| {
                 ConvtError::InvalidArgument(format!("grad_input kernel {}: no transposed convolution", kernel.name()))
             })?;
-            strategy.encode(ctx, &t, grad_output, w, None, grad_input, pass, in_flight)?;
+            match (strategy, needs) {
+                (Strategy::CoopNhwc(tile), Some(needs)) => {
+                    shared = coop_nhwc::encode_sharing(
+                        ctx,
+                        &t,
+                        &tile,
+                        grad_output,
+                        w,
+                        None,
+                        grad_input,
+                        Some(needs),
+                        pass,
+                        in_flight,
+                    )?
+                }
+                _ => strategy.encode(ctx, &t, grad_output, w, None, grad_input, pass, in_flight)?,
+            }
         }
         GradInputKernel::Sampled(strategy) => {
             let (t, geometry) = as_sampled_correlation(shape);
@@ -317,7 +339,7 @@ pub(crate) fn encode(
     if let Some(t) = made {
         in_flight.keep_tensor(t);
     }
-    Ok(())
+    Ok(shared)
 }
 
 /// Whether grad_input's kernels add to it over several slices (grad_output's channels of a sample over several

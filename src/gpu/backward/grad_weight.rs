@@ -15,6 +15,7 @@ use crate::gpu::backward::split_k::{self, encode_reduce, partial_cap, partial_su
 use crate::gpu::context::GpuContext;
 use crate::gpu::kernel::{check_index_range, dispatch_buffers, grid};
 use crate::gpu::memory::{GpuTensor, InFlight};
+use crate::gpu::nhwc_copy::SharedCopy;
 use crate::gpu::slices::plan;
 use crate::gpu::wgsl::operands::{declare, Access, Io};
 use crate::gpu::wgsl::register::register_tile;
@@ -351,7 +352,8 @@ fn split_k(pixels: usize, tiles: usize, max_splits: usize, target_workgroups: us
 }
 
 /// Encodes the gradient of the weight given `input` and `grad_output` into `grad_weight` (the weight's size) with
-/// `kernel`, which must compute the shape ([`GradWeightKernel::computes`]).
+/// `kernel`, which must compute the shape ([`GradWeightKernel::computes`]); the NHWC GEMM reads grad_output from
+/// `shared` where that copy serves it ([`grad_weight_nhwc::encode`]), the other kernels read the tensor.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn encode(
     ctx: &GpuContext,
@@ -360,6 +362,7 @@ pub(crate) fn encode(
     input: &GpuTensor,
     grad_output: &GpuTensor,
     grad_weight: &GpuTensor,
+    shared: Option<&SharedCopy>,
     pass: &mut wgpu::ComputePass<'_>,
     in_flight: &mut InFlight,
 ) -> Result<()> {
@@ -375,7 +378,7 @@ pub(crate) fn encode(
         GradWeightKernel::Taps(tile) => Tile::Exact(tile),
         GradWeightKernel::Half(t) => Tile::Half(t),
         GradWeightKernel::Nhwc(t) => {
-            return grad_weight_nhwc::encode(ctx, shape, &t, input, grad_output, grad_weight, pass, in_flight);
+            return grad_weight_nhwc::encode(ctx, shape, &t, input, grad_output, grad_weight, shared, pass, in_flight);
         }
         GradWeightKernel::Rows => {
             let rows = rows_kernel(ctx, shape, chunks).ok_or_else(|| {

@@ -6,7 +6,7 @@
 
 use crate::gpu::context::GpuContext;
 use crate::gpu::wgsl::coop::{self, FULL_RUN, SUBGROUP};
-use crate::gpu::wgsl::scale::{scaled_module, SCALED_PROLOGUE};
+use crate::gpu::wgsl::scale::{scaled_module, scaled_prologue, SLOTS_01};
 use crate::gpu::wgsl::{self, fill_markers, with_shape_prelude};
 
 pub const SHADER_NAME: &str = "backward/grad_weight_half.wgsl";
@@ -143,7 +143,7 @@ impl HalfTile {
         let body = fill_markers(
             SHADER,
             &[
-                ("PROLOGUE", SCALED_PROLOGUE),
+                ("PROLOGUE", &scaled_prologue(SLOTS_01)),
                 ("JOB", super::grad_weight::JOB),
                 ("ACC_DECL", &acc_decl),
                 ("MATH", &math),

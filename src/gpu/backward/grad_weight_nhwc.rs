@@ -11,9 +11,9 @@ use crate::gpu::backward::split_k;
 use crate::gpu::context::GpuContext;
 use crate::gpu::kernel::{check_index_range, dispatch_buffers, grid};
 use crate::gpu::memory::{GpuTensor, InFlight};
-use crate::gpu::nhwc_copy::{self, CopyLayout};
+use crate::gpu::nhwc_copy::{self, CopyLayout, CopyNeeds, SharedCopy};
 use crate::gpu::wgsl::coop::SUBGROUP;
-use crate::gpu::wgsl::scale::{scaled_module, SCALED_PROLOGUE};
+use crate::gpu::wgsl::scale::{scaled_module, scaled_prologue};
 use crate::gpu::wgsl::{self, fill_markers};
 use crate::params::ConvShape;
 
@@ -21,6 +21,9 @@ pub const SHADER_NAME: &str = "backward/grad_weight_nhwc.wgsl";
 const SHADER: &str = include_str!("../../../shaders/backward/grad_weight_nhwc.wgsl");
 /// The binding of the operand maxima (after x's copy, grad_output's copy and the partial sums).
 const MAXIMA_BINDING: u32 = 4;
+/// The slot of x's largest magnitude in the maxima of a shared grad_output copy (whose kernel holds grad_output's
+/// in slot 0 and its weight's in slot 1).
+const SHARED_X_SLOT: usize = 2;
 /// Halves after each pixel's channels in the copies: rows of a fragment load 16 bytes apart from the bank they
 /// would share (shaders/forward/coop_nhwc.wgsl).
 const PIXEL_PAD: usize = 8;
@@ -161,7 +164,7 @@ impl NhwcGwTile {
         let body = fill_markers(
             SHADER,
             &[
-                ("PROLOGUE", SCALED_PROLOGUE),
+                ("PROLOGUE", &scaled_prologue(["X_SLOT", "G_SLOT"])),
                 ("TAP_DECL", &taps),
                 ("ACC_DECL", &decl),
                 ("MATH", &math),
@@ -290,6 +293,31 @@ impl Layouts {
         };
         Layouts { x, g, wq }
     }
+    /// What this kernel needs of a grad_output copy another kernel makes: padded images at least its own, zero
+    /// pixels after the last one for the blocks past the end (16 pixels S_W apart, from `zero_g`), its pixel
+    /// stride (the bank spread).
+    fn g_needs(&self, shape: &ConvShape) -> CopyNeeds {
+        CopyNeeds { padded: self.g.padded, tail_pixels: 16 * shape.stride[1], pixel_stride: Some(self.g.pixel_stride) }
+    }
+
+    /// Whether this kernel reads grad_output from `copy` as from its own: the same tensor in the same place (its
+    /// channels, its padding before it, every value copied), padded images at least as large (every read of a tap
+    /// lands on the pixel it lands on in its own copy, or on a zero past it), the tail's zero pixels, a pixel stride
+    /// of whole 8-half groups (16-byte aligned fragment rows) and halves indexed in 32 bits. Then the products, and
+    /// the bits of grad_weight, are the same.
+    fn takes(&self, copy: &CopyLayout, batch: usize, tail_pixels: usize) -> bool {
+        let own = &self.g;
+        copy.channels == own.channels
+            && copy.hw == own.hw
+            && copy.before == own.before
+            && copy.copied == own.copied
+            && (0..2).all(|a| copy.padded[a] >= own.padded[a])
+            && copy.tail_rows * copy.padded[1] >= tail_pixels
+            && copy.pixel_stride >= own.channels
+            && copy.pixel_stride.is_multiple_of(8)
+            && copy.pixels(batch) * (copy.pixel_stride as u128) < 1 << 31
+    }
+
     fn x_bytes(&self, batch: usize) -> u128 {
         self.x.pixels(batch) * self.x.pixel_stride as u128 * 2
     }
@@ -334,7 +362,15 @@ struct Plan {
     chunk: usize,
 }
 
-/// Encodes grad_weight of `shape` from `input` and `grad_output` into `grad_weight` with `tile` (checked here).
+/// What this kernel needs of a copy of grad_output that another kernel makes for `shape`, so that it reads that
+/// copy instead of making its own ([`encode`]'s `shared`).
+pub(crate) fn grad_output_needs(shape: &ConvShape) -> CopyNeeds {
+    Layouts::of(shape).g_needs(shape)
+}
+
+/// Encodes grad_weight of `shape` from `input` and `grad_output` into `grad_weight` with `tile` (checked here),
+/// reading grad_output from `shared` where it is a copy this kernel reads as its own (one made for the
+/// [`grad_output_needs`]), else from a copy of its own.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn encode(
     ctx: &GpuContext,
@@ -343,20 +379,39 @@ pub(crate) fn encode(
     input: &GpuTensor,
     grad_output: &GpuTensor,
     grad_weight: &GpuTensor,
+    shared: Option<&SharedCopy>,
     pass: &mut wgpu::ComputePass<'_>,
     in_flight: &mut InFlight,
 ) -> Result<()> {
     tile.runs_on(ctx)?;
-    let Plan { layouts: l, elems, blocks, per_split, splits, chunk } = tile.plan(shape, ctx.binding_limit())?;
+    let Plan { layouts: mut l, elems, blocks, per_split, splits, chunk } = tile.plan(shape, ctx.binding_limit())?;
     if shape.batch == 0 {
         return Ok(()); // nothing to sum: the caller has cleared grad_weight
     }
     let (cin, cout) = (shape.in_channels, shape.out_channels);
-    let maxima = absmax::encode_slots(ctx, &[(0, input), (1, grad_output)], &[], pass)?;
-    let xq =
-        nhwc_copy::encode_at_maximum(ctx, input, &l.x, l.x_bytes(shape.batch) as u64, &maxima, 0, pass, in_flight)?;
-    let g_bytes = l.g_bytes(shape.batch) as u64;
-    let gq = nhwc_copy::encode_at_maximum(ctx, grad_output, &l.g, g_bytes, &maxima, 1, pass, in_flight)?;
+    let tail_pixels = l.g_needs(shape).tail_pixels;
+    let shared = shared.filter(|s| l.takes(&s.layout, shape.batch, tail_pixels) && s.slot != SHARED_X_SLOT);
+    // x's copy at the scale of its largest magnitude; grad_output's copy, shared or made here, at the scale of
+    // grad_output's (which slot `g_slot` of the maxima holds).
+    let (maxima, x_slot, g_slot) = match shared {
+        Some(s) => {
+            absmax::encode_into(ctx, &[(SHARED_X_SLOT, input)], &s.maxima, pass)?;
+            (s.maxima.clone(), SHARED_X_SLOT, s.slot)
+        }
+        None => (absmax::encode_slots(ctx, &[(0, input), (1, grad_output)], &[], pass)?, 0, 1),
+    };
+    let x_bytes = l.x_bytes(shape.batch) as u64;
+    let xq = nhwc_copy::encode_at_maximum(ctx, input, &l.x, x_bytes, &maxima, x_slot, pass, in_flight)?;
+    let gq = match shared {
+        Some(s) => {
+            l.g = s.layout.clone();
+            s.buffer.clone()
+        }
+        None => {
+            let g_bytes = l.g_bytes(shape.batch) as u64;
+            nhwc_copy::encode_at_maximum(ctx, grad_output, &l.g, g_bytes, &maxima, g_slot, pass, in_flight)?
+        }
+    };
     ctx.scoped(|| {
         let module = ctx.module_with(&tile.name(), || tile.source())?;
         let values = [
@@ -374,6 +429,8 @@ pub(crate) fn encode(
             ("GW", l.g.padded[1]),
             ("CSX", l.x.pixel_stride),
             ("CSG", l.g.pixel_stride),
+            ("X_SLOT", x_slot),
+            ("G_SLOT", g_slot),
         ];
         let consts: Vec<(&str, f64)> = values.iter().map(|&(k, v)| (k, v as f64)).collect();
         let checks = ctx.options().shader_checks;
@@ -447,9 +504,16 @@ mod tests {
     }
 
     /// What the shader and the reduction compute, in f64, index for index (every load checked against its
-    /// copy's length, every partial sum of a real tap written exactly once): grad_weight as [ic][oc][kh][kw].
-    fn emulate(tile: &NhwcGwTile, shape: &ConvShape, x: &[f64], gy: &[f64], max_splits: usize) -> Vec<f64> {
-        let l = Layouts::of(shape);
+    /// copy's length, every partial sum of a real tap written exactly once), with the copies laid out as `l` says:
+    /// grad_weight as [ic][oc][kh][kw].
+    fn emulate(
+        tile: &NhwcGwTile,
+        l: &Layouts,
+        shape: &ConvShape,
+        x: &[f64],
+        gy: &[f64],
+        max_splits: usize,
+    ) -> Vec<f64> {
         let (xq, gq) = (copy(&l.x, shape.batch, x), copy(&l.g, shape.batch, gy));
         let (cin, cout, [k_h, k_w], [s_h, s_w], [d_h, d_w]) =
             (shape.in_channels, shape.out_channels, shape.kernel, shape.stride, shape.dilation);
@@ -596,12 +660,86 @@ mod tests {
             for tile in NHWC_GW_TILES.iter().filter(|t| t.plan(&shape, 1 << 30).is_ok()) {
                 // Few splits (long chunks, blocks past the end) and many (one block each, whole workgroups of zeros).
                 for max_splits in [3, 1 << 20] {
-                    let got = emulate(tile, &shape, &x, &gy, max_splits);
+                    let got = emulate(tile, &Layouts::of(&shape), &shape, &x, &gy, max_splits);
                     let diff: f64 = got.iter().zip(&want).map(|(g, w)| (g - w) * (g - w)).sum();
                     let err = (diff / want.iter().map(|w| w * w).sum::<f64>()).sqrt();
                     assert!(err < 1e-12, "{tile:?} {shape:?} max_splits {max_splits}: {err:e}");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn grad_inputs_copy_of_grad_output_serves_as_this_kernels_own() {
+        use crate::gpu::backward::grad_input::GradInputKernel;
+        use crate::gpu::forward::coop_nhwc::{self, TILES};
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(47);
+        // Stride-1 shapes with an equivalent transposed convolution (grad_input's padded-NHWC kernel runs it):
+        // rows of whole blocks and not, padding, dilation, kernels wide and narrow, 32 and 64 channels.
+        // (batch, cin, cout, in_hw, kernel, padding, dilation)
+        type Case = (usize, usize, usize, [usize; 2], [usize; 2], [usize; 2], [usize; 2]);
+        let cases: [Case; 6] = [
+            (2, 32, 32, [5, 32], [3, 3], [0, 0], [1, 1]),
+            (1, 32, 32, [4, 20], [3, 7], [1, 3], [1, 1]),
+            (2, 64, 32, [3, 17], [3, 5], [1, 2], [1, 1]),
+            (1, 32, 64, [6, 16], [2, 3], [1, 0], [2, 3]),
+            (1, 16, 16, [7, 9], [1, 1], [0, 0], [1, 1]),
+            (1, 32, 32, [3, 48], [3, 3], [2, 2], [1, 1]),
+        ];
+        let mut wider = 0;
+        for (batch, cin, cout, hw, kernel, padding, dilation) in cases {
+            let hw2 = |v: [usize; 2]| [v[0] as i64, v[1] as i64];
+            let params = crate::ConvTranspose2dOptions::default().padding(hw2(padding)).dilation(hw2(dilation));
+            let shape = params.resolve(&[batch, cin, hw[0], hw[1]], &[cin, cout, kernel[0], kernel[1]], None).unwrap();
+            let t = GradInputKernel::transposed_problem(&shape).expect("stride 1: a transposed convolution");
+            let x: Vec<f64> = (0..batch * cin * hw[0] * hw[1]).map(|_| rng.random_range(-1.0..1.0)).collect();
+            let gy: Vec<f64> =
+                (0..batch * cout * shape.out_hw[0] * shape.out_hw[1]).map(|_| rng.random_range(-1.0..1.0)).collect();
+            let want = reference(&shape, &x, &gy);
+            let own = Layouts::of(&shape);
+            let needs = grad_output_needs(&shape);
+            // Every padded-NHWC tile (direct and staged, whose own copies differ in pixel stride).
+            for nhwc in TILES {
+                let shared = Layouts { g: coop_nhwc::shared_copy_layout(&t, nhwc, &needs), ..Layouts::of(&shape) };
+                assert!(own.takes(&shared.g, batch, needs.tail_pixels), "{nhwc:?} {shape:?}: {:?}", shared.g);
+                wider += (shared.g.padded != own.g.padded) as usize;
+                for tile in NHWC_GW_TILES.iter().filter(|t| t.plan(&shape, 1 << 30).is_ok()) {
+                    // The same sums in the same order as from the kernel's own copy: the same values.
+                    let got = emulate(tile, &shared, &shape, &x, &gy, 1 << 20);
+                    assert_eq!(got, emulate(tile, &own, &shape, &x, &gy, 1 << 20), "{tile:?} {nhwc:?} {shape:?}");
+                    let diff: f64 = got.iter().zip(&want).map(|(g, w)| (g - w) * (g - w)).sum();
+                    let err = (diff / want.iter().map(|w| w * w).sum::<f64>()).sqrt();
+                    assert!(err < 1e-12, "{tile:?} {nhwc:?} {shape:?}: {err:e}");
+                }
+            }
+        }
+        // The forward's alignment widens most shared images past this kernel's own.
+        assert!(wider >= cases.len(), "{wider} wider shared copies");
+    }
+
+    #[test]
+    fn a_copy_it_cannot_read_as_its_own_is_not_taken() {
+        let shape = crate::ConvTranspose2dOptions::default().padding(1).resolve(&[2, 32, 4, 20], &[32, 32, 3, 3], None);
+        let shape = shape.unwrap();
+        let l = Layouts::of(&shape);
+        let tail = grad_output_needs(&shape).tail_pixels;
+        assert!(l.takes(&l.g, 2, tail));
+        let mut narrower = l.g.clone();
+        narrower.padded[1] -= 1;
+        let mut shifted = l.g.clone();
+        shifted.before = [0, 0];
+        let mut cropped = l.g.clone();
+        cropped.copied[1] = 1..shape.out_hw[1];
+        let mut no_tail = l.g.clone();
+        no_tail.tail_rows = 0;
+        let mut unaligned = l.g.clone();
+        unaligned.pixel_stride = 36;
+        for (what, copy) in [("narrower", narrower), ("shifted", shifted), ("cropped", cropped), ("no tail", no_tail)]
+            .into_iter()
+            .chain([("unaligned", unaligned)])
+        {
+            assert!(!l.takes(&copy, 2, tail), "{what}");
         }
     }
 

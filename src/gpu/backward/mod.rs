@@ -21,6 +21,7 @@ use crate::gpu::memory::{GpuTensor, InFlight};
 use crate::gpu::plan::PreparedBackward;
 use crate::gpu::select;
 use crate::gpu::BackwardRun;
+use crate::gpu::Strategy;
 use crate::gradients::Gradients;
 use crate::params::ConvTranspose2dOptions;
 
@@ -250,10 +251,22 @@ pub(crate) fn backward_into(
         // part again when it goes, whether the call encoded or failed.
         let _sections = ctx.profile_sections();
         ctx.profile_section(Some("grad_input"));
-        grad_input::encode(ctx, &shape, kernel, weight, flipped_ref, grad_output, gi_out, &mut pass, &mut in_flight)?;
+        // At stride 1 with both gradients on the NHWC tensor-core kernels, grad_input's copy of grad_output is laid
+        // out for grad_weight's kernel too, which reads it instead of making a second one.
+        let needs = match (kernel, gw_kernel) {
+            (GradInputKernel::Transposed(Strategy::CoopNhwc(_)), GradWeightKernel::Nhwc(_)) => {
+                Some(grad_weight_nhwc::grad_output_needs(&shape))
+            }
+            _ => None,
+        };
+        let needs = needs.as_ref();
+        let (gy, flipped) = (grad_output, flipped_ref);
+        let shared =
+            grad_input::encode(ctx, &shape, kernel, weight, flipped, gy, gi_out, needs, &mut pass, &mut in_flight)?;
         convert::finish(ctx, gi, &grads.grad_input, &mut pass, &mut in_flight)?;
         ctx.profile_section(Some("grad_weight"));
-        grad_weight::encode(ctx, &shape, gw_kernel, input, grad_output, gw_out, &mut pass, &mut in_flight)?;
+        let shared = shared.as_ref();
+        grad_weight::encode(ctx, &shape, gw_kernel, input, grad_output, gw_out, shared, &mut pass, &mut in_flight)?;
         convert::finish(ctx, gw, &grads.grad_weight, &mut pass, &mut in_flight)?;
         if let (Some(sums), Some(out)) = (gb_out, grad_bias) {
             ctx.profile_section(Some("grad_bias"));

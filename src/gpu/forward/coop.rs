@@ -6,7 +6,7 @@
 use crate::gpu::forward::gemm::{GemmKernel, Parts};
 use crate::gpu::wgsl::coop::{epilogue, products, scratch, scratch_bytes, FULL_RUN, SHORT_RUN, SUBGROUP};
 use crate::gpu::wgsl::operands::Io;
-use crate::gpu::wgsl::scale::{scaled_module, MAXIMA_BINDING, SCALED_PROLOGUE};
+use crate::gpu::wgsl::scale::{scaled_module, scaled_prologue, MAXIMA_BINDING, SLOTS_01};
 
 /// A workgroup tile of BM pixels x BN output channels, K steps of BK input channels; each subgroup computes a
 /// WM x WN part of it as (WM/16) x (WN/16) accumulator matrices.
@@ -148,7 +148,7 @@ fn stage_b(k: u32, n: u32, v: f32) {{
                 self.bm, self.bn, self.bk, self.wm, self.wn, a_rows, lda, ldb
             ),
             module,
-            prologue: SCALED_PROLOGUE.to_string(),
+            prologue: scaled_prologue(SLOTS_01),
             acc_decl: decl,
             math,
             epilogue: epi,

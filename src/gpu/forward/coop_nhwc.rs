@@ -13,10 +13,10 @@ use crate::gpu::kernel::{
     axis_phase, bind_buffers, check_index_range, dispatch_buffers, grid, AxisPhase, GridParams, Operands, Weight,
 };
 use crate::gpu::memory::{buffer_with, GpuTensor, InFlight, PooledBuffer, STORAGE};
-use crate::gpu::nhwc_copy::{self, CopyLayout, CopyScale, PrepBlock};
+use crate::gpu::nhwc_copy::{self, CopyLayout, CopyNeeds, CopyScale, PrepBlock, SharedCopy};
 use crate::gpu::wgsl::coop::{self, SUBGROUP};
 use crate::gpu::wgsl::operands::{declare, Access, Io};
-use crate::gpu::wgsl::scale::{scaled_module, MAXIMA_BINDING, SCALED_PROLOGUE, SCALE_FUNCTIONS};
+use crate::gpu::wgsl::scale::{scaled_module, scaled_prologue, MAXIMA_BINDING, SCALE_FUNCTIONS, SLOTS_01};
 use crate::gpu::wgsl::{self, fill_markers, with_shape_prelude, without_section};
 use crate::params::ConvShape;
 
@@ -245,7 +245,7 @@ impl NhwcTile {
             &body,
             &[
                 ("MODULE", &scaled_module(MAXIMA_BINDING)),
-                ("PROLOGUE", SCALED_PROLOGUE),
+                ("PROLOGUE", &scaled_prologue(SLOTS_01)),
                 ("ACC_DECL", &decl),
                 ("MATH", &math),
                 ("EPILOGUE", &epi),
@@ -399,7 +399,7 @@ impl Phase {
 /// for every phase's outputs, and for what they read but for what runs into the next row's or sample's margin),
 /// the input rows and columns copied into it (from the first some output reads to the last: padding may crop the
 /// others, which then set no scale), the stride phases with outputs, and the rows of zeros after the last sample
-/// that its last outputs read.
+/// that its last outputs read; and the pixels' stride where another reader of the copy sets it.
 #[derive(Debug, Clone)]
 struct Geometry {
     before: [usize; 2],
@@ -407,12 +407,21 @@ struct Geometry {
     copied: [std::ops::Range<usize>; 2],
     phases: Vec<Phase>,
     tail_rows: usize,
+    stride: Option<usize>,
 }
 
 impl Geometry {
-    /// Exact for the shapes `check_index_range` passes (every size below 2^31); `check` refuses the others before
-    /// anything uses the geometry.
+    /// The geometry this kernel needs alone.
     fn of(shape: &ConvShape) -> Geometry {
+        Geometry::with(shape, &CopyNeeds::default())
+    }
+
+    /// The geometry this kernel needs, with room for what a second reader of the input's copy `needs` (padded images
+    /// at least its size, at least its zero pixels after the last sample, its pixel stride): wider padded images
+    /// and more tail rows only add zeros the kernel reads past, and any stride of whole 8-half groups serves both
+    /// tile kinds. Exact for the shapes `check_index_range` passes (every size below 2^31); `check` refuses the
+    /// others before anything uses the geometry.
+    fn with(shape: &ConvShape, needs: &CopyNeeds) -> Geometry {
         // Phases past the output's size have no pixel (a stride may be far larger than the output).
         let axis = |a: usize| {
             (0..shape.stride[a].min(shape.out_hw[a]))
@@ -450,7 +459,7 @@ impl Geometry {
             // of 132 x 264.
             let end = shape.in_hw[a].min(needed.saturating_sub(before[a]));
             copied[a] = (first_read.max(0) as usize).min(end)..end;
-            padded[a] = padded[a].max(before[a] + end).max(needed.saturating_sub(before[a]));
+            padded[a] = padded[a].max(before[a] + end).max(needed.saturating_sub(before[a])).max(needs.padded[a]);
         }
         // Where one phase covers the output (stride 1) and its planes allow aligned stores: a few more padded
         // columns keep each padded row's pixels congruent mod 8 with their output indices, so that every 16-pixel
@@ -487,7 +496,7 @@ impl Geometry {
                 weight_offset += taps_h * taps_w * shape.in_channels * weight_row(shape);
             }
         }
-        let mut g = Geometry { before, padded, copied, phases, tail_rows: 0 };
+        let mut g = Geometry { before, padded, copied, phases, tail_rows: 0, stride: needs.pixel_stride };
         // The padded rows after the last sample that its last outputs read (all zeros: the top margin of a
         // sample that is not there, and where the reads of that margin's last row run past its end, the next
         // row's left margin).
@@ -501,8 +510,14 @@ impl Geometry {
                 (last_read + 1).saturating_sub(sample).div_ceil(g.padded[1])
             })
             .max()
-            .unwrap_or(0);
+            .unwrap_or(0)
+            .max(needs.tail_pixels.div_ceil(g.padded[1]));
         g
+    }
+
+    /// Halves between the padded input's pixels: the second reader's where it sets them, else the tile's.
+    fn pixel_stride(&self, shape: &ConvShape, tile: &NhwcTile) -> usize {
+        self.stride.unwrap_or_else(|| pixel_stride(shape, tile))
     }
 
     /// Padded pixels of one sample.
@@ -518,7 +533,7 @@ impl Geometry {
             before: self.before,
             padded: self.padded,
             copied: self.copied.clone(),
-            pixel_stride: pixel_stride(shape, tile),
+            pixel_stride: self.pixel_stride(shape, tile),
             tail_rows: self.tail_rows,
         }
     }
@@ -530,7 +545,7 @@ impl Geometry {
         let after = (tile.bm() as usize + reach).max(self.tail_rows * self.padded[1]);
         let pixels = shape.batch as u128 * self.sample_pixels() as u128 + after as u128;
         // Whole vec4<f16>s: shaders/forward/coop_nhwc_input.wgsl writes the pixels 4 halves (8 bytes) at a time.
-        (pixels * pixel_stride(shape, tile) as u128 * 2).next_multiple_of(8)
+        (pixels * self.pixel_stride(shape, tile) as u128 * 2).next_multiple_of(8)
     }
 
     /// Bytes of the packed f16 weight ([`packed_weight_bytes`]).
@@ -545,6 +560,13 @@ fn packed_weight_halves(shape: &ConvShape) -> u64 {
     [shape.kernel[0], shape.kernel[1], shape.in_channels, weight_row(shape)]
         .into_iter()
         .fold(1u64, |acc, v| acc.saturating_mul(v as u64))
+}
+
+/// The input's copy for `tile` on `shape` laid out also for a second reader that `needs` it, as
+/// [`encode_sharing`] makes it (for that reader's tests).
+#[cfg(test)]
+pub(crate) fn shared_copy_layout(shape: &ConvShape, tile: &NhwcTile, needs: &CopyNeeds) -> CopyLayout {
+    Geometry::with(shape, needs).copy_layout(shape, tile)
 }
 
 /// Bytes of the packed f16 weight, whole words.
@@ -593,7 +615,7 @@ fn phase_constants(
         ("PH_W", p.count[1]),
         ("BASE", p.base(g)),
         ("W_OFF", p.weight_offset),
-        ("PIXEL_STRIDE", pixel_stride(shape, tile)),
+        ("PIXEL_STRIDE", g.pixel_stride(shape, tile)),
         ("W_ROW", weight_row(shape)),
     ];
     if tile.staged {
@@ -786,18 +808,47 @@ pub(crate) fn encode(
     pass: &mut wgpu::ComputePass<'_>,
     in_flight: &mut InFlight,
 ) -> Result<()> {
+    encode_sharing(ctx, shape, tile, input, weight, bias, output, None, pass, in_flight).map(|_| ())
+}
+
+/// [`encode`], with the input's copy laid out also for a second reader that `needs` it, and handed back for it
+/// (the input's largest magnitude in slot 0 of its maxima) where it fits one binding so laid out; `None` where
+/// nothing asked for it, it did not fit, or there is nothing to copy.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn encode_sharing(
+    ctx: &GpuContext,
+    shape: &ConvShape,
+    tile: &NhwcTile,
+    input: &GpuTensor,
+    weight: Weight<'_>,
+    bias: Option<&GpuTensor>,
+    output: &GpuTensor,
+    needs: Option<&CopyNeeds>,
+    pass: &mut wgpu::ComputePass<'_>,
+    in_flight: &mut InFlight,
+) -> Result<Option<SharedCopy>> {
     if !tile.fits(&ctx.device.limits()) || !ctx.has_coop_f16() {
         return Err(ConvtError::InvalidArgument(format!("kernel {} does not run on this adapter", tile.name())));
     }
     tile.check(ctx, shape)?;
     if shape.batch == 0 || shape.out_hw[0] * shape.out_hw[1] == 0 {
-        return Ok(());
+        return Ok(None);
     }
-    let g = Geometry::of(shape);
+    // The copy laid out for both readers where it still fits one binding (`check` passed the kernel's own).
+    let shared =
+        needs.map(|n| Geometry::with(shape, n)).filter(|g| g.padded_bytes(shape, tile) <= ctx.binding_limit() as u128);
+    let sharing = shared.is_some();
+    let g = shared.unwrap_or_else(|| Geometry::of(shape));
     let cout = shape.out_channels;
     let block = PrepBlock::of(shape.in_channels, g.padded_bytes(shape, tile));
     let Prepared { maxima, input: xp, weight: wpk, .. } =
         encode_preparation(ctx, shape, tile, &g, block, input, weight, pass, in_flight)?;
+    let copy = sharing.then(|| SharedCopy {
+        buffer: xp.clone(),
+        layout: g.copy_layout(shape, tile),
+        maxima: maxima.clone(),
+        slot: 0,
+    });
 
     ctx.scoped(|| {
         // The products, one dispatch per phase and output chunk (whole samples).
@@ -828,7 +879,7 @@ pub(crate) fn encode(
                 dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &buffers, mgrid);
             }
         }
-        Ok(())
+        Ok(copy)
     })
 }
 
@@ -861,13 +912,18 @@ mod tests {
     /// The operands as the preparation shaders lay them out for `tile` (coop_nhwc_input.wgsl, coop_nhwc_weights.wgsl),
     /// unscaled, in f64: the padded NHWC input (zero margins, zero tail rows) and the packed weight. Halves no shader
     /// writes (past each pixel's channels and each weight row's, past the tail rows) are NaN, so that a read of one
-    /// shows.
-    fn expected_operands(tile: &NhwcTile, shape: &ConvShape, x: &[f32], w: &[f32]) -> (Vec<f64>, Vec<f64>) {
-        let g = Geometry::of(shape);
+    /// shows. The input laid out as `g` says.
+    fn expected_operands(
+        tile: &NhwcTile,
+        g: &Geometry,
+        shape: &ConvShape,
+        x: &[f32],
+        w: &[f32],
+    ) -> (Vec<f64>, Vec<f64>) {
         let (cin, cout, [kh_n, kw_n]) = (shape.in_channels, shape.out_channels, shape.kernel);
         let [h, wd] = shape.in_hw;
         let [hp, wp] = g.padded;
-        let (ps, row) = (pixel_stride(shape, tile), weight_row(shape));
+        let (ps, row) = (g.pixel_stride(shape, tile), weight_row(shape));
         let pixels = (g.padded_bytes(shape, tile) / 2) as usize / ps;
         let mut xp = vec![f64::NAN; pixels * ps];
         for (i, v) in xp.iter_mut().enumerate().take((shape.batch * hp + g.tail_rows) * wp * ps) {
@@ -910,18 +966,25 @@ mod tests {
     /// channels, every fragment row within its stage) and A read through the stage's row and slice; that index
     /// equals the direct one, so what this adds over the direct emulation is the bounds. Also the epilogue's
     /// choice of fragments stored straight to the output (`direct_run`), checked and counted (the second value).
-    fn emulate(tile: &NhwcTile, shape: &ConvShape, x: &[f32], w: &[f32], bias: &[f32]) -> (Vec<f64>, usize) {
-        let g = Geometry::of(shape);
+    /// The input laid out as `g` says.
+    fn emulate(
+        tile: &NhwcTile,
+        g: &Geometry,
+        shape: &ConvShape,
+        x: &[f32],
+        w: &[f32],
+        bias: &[f32],
+    ) -> (Vec<f64>, usize) {
         let (cin, cout) = (shape.in_channels, shape.out_channels);
         let [hp, wp] = g.padded;
-        let (ps, row) = (pixel_stride(shape, tile), weight_row(shape));
-        let (xp, wpk) = expected_operands(tile, shape, x, w);
+        let (ps, row) = (g.pixel_stride(shape, tile), weight_row(shape));
+        let (xp, wpk) = expected_operands(tile, g, shape, x, w);
         let pixels = xp.len() / ps;
         let [ho, wo] = shape.out_hw;
         let mut out = vec![f64::NAN; shape.batch * cout * ho * wo];
         let mut directs = 0;
         for p in &g.phases {
-            let c = phase_constants(tile, shape, &g, p, true);
+            let c = phase_constants(tile, shape, g, p, true);
             let k = |name: &str| c.iter().find(|(n, _)| *n == name).unwrap().1 as usize;
             let (k_h, k_w, d_h, d_w, base, w_off) = (k("K_H"), k("K_W"), k("D_H"), k("D_W"), k("BASE"), k("W_OFF"));
             let bm = tile.bm() as usize;
@@ -1125,7 +1188,7 @@ mod tests {
                 let read = |b: &wgpu::Buffer| read_back(ctx, (b, 0, b.size()), <[u8]>::to_vec).unwrap();
                 let maxima: Vec<u32> = bytemuck::cast_slice(&read(&prepared.maxima)).to_vec();
                 let (got_x, got_w) = (halves(read(&prepared.input)), halves(read(&prepared.weight)));
-                let (want_x, want_w) = expected_operands(&tile, &shape, &x, &w);
+                let (want_x, want_w) = expected_operands(&tile, &Geometry::of(&shape), &shape, &x, &w);
                 let guess = read(&ctx.kept_i32(scale_guess_key(&shape), FIRST_SCALE_GUESS));
                 let counts: Vec<u32> = bytemuck::cast_slice(&read(&prepared.fixup_counts)).to_vec();
                 // The input's largest magnitude is that of the values the copy reads (not those in input rows or
@@ -1294,16 +1357,32 @@ mod tests {
             let (x, w, b) =
                 (draw(batch * cin * in_hw[0] * in_hw[1]), draw(cin * cout * kernel[0] * kernel[1]), draw(cout));
             let want = crate::cpu::conv_transpose2d_f64(&shape, &x, &w, Some(&b)).unwrap();
+            // The kernel's own layout, and one with room for a second reader of the copy (wider and taller images,
+            // more zeros after the last sample, another pixel stride: grad_weight's NHWC kernel reads grad_output's
+            // copy so laid out, src/gpu/backward/grad_weight_nhwc.rs).
+            let own = Geometry::of(&shape);
+            let needs = CopyNeeds {
+                padded: [own.padded[0] + 3, own.padded[1] + 11],
+                tail_pixels: 37,
+                pixel_stride: Some(cin + 8),
+            };
             for tile in [&TILES[0], staged_tile] {
-                let (got, directs) = emulate(tile, &shape, &x, &w, &b);
-                assert!(case < 14 || directs > 0, "{shape:?}: no fragment stored straight to the output");
-                for (i, (g, r)) in got.iter().zip(&want).enumerate() {
-                    assert!(
-                        (g - r).abs() <= 1e-9 * (1.0 + r.abs()),
-                        "{}, {shape:?}: output {i}: {g} against {r}",
-                        tile.name()
-                    );
+                for g in [own.clone(), Geometry::with(&shape, &needs)] {
+                    let (got, directs) = emulate(tile, &g, &shape, &x, &w, &b);
+                    assert!(case < 14 || directs > 0, "{shape:?}: no fragment stored straight to the output");
+                    for (i, (v, r)) in got.iter().zip(&want).enumerate() {
+                        assert!(
+                            (v - r).abs() <= 1e-9 * (1.0 + r.abs()),
+                            "{}, {shape:?}, {:?}: output {i}: {v} against {r}",
+                            tile.name(),
+                            g.padded
+                        );
+                    }
                 }
+                let g = Geometry::with(&shape, &needs);
+                assert!((0..2).all(|a| g.padded[a] >= needs.padded[a]), "{shape:?}");
+                assert!(g.tail_rows * g.padded[1] >= needs.tail_pixels, "{shape:?}");
+                assert_eq!(g.copy_layout(&shape, tile).pixel_stride, cin + 8);
             }
         }
     }

@@ -12,7 +12,7 @@ use crate::gpu::memory::{GpuTensor, InFlight, PooledBuffer, STORAGE};
 use crate::gpu::slices::{plan, SliceFields};
 use crate::gpu::wgsl::operands::{declare, Access, Io};
 use crate::gpu::wgsl::register::register_tile;
-use crate::gpu::wgsl::scale::{scaled_module, MAXIMA_BINDING, SCALED_PROLOGUE, SCALE_SHADER_NAME};
+use crate::gpu::wgsl::scale::{scaled_module, scaled_prologue, MAXIMA_BINDING, SCALE_SHADER_NAME, SLOTS_01};
 use crate::gpu::wgsl::{self, fill_markers, shape_constants, with_shape_prelude};
 use crate::params::ConvShape;
 
@@ -247,7 +247,7 @@ impl GemmKernel for Tile {
                 "f16(v * scale_x)",
                 "f16(v * scale_w)",
                 scaled_module(MAXIMA_BINDING),
-                SCALED_PROLOGUE.to_string(),
+                scaled_prologue(SLOTS_01),
             ),
         };
         let module = format!(

@@ -56,10 +56,20 @@ pub(crate) fn scaled_module(binding: u32) -> String {
     format!("@group(0) @binding({binding}) var<storage, read> op_max: array<u32>;\n{SCALED_MODULE}")
 }
 
-/// The prologue of the f16-operand variants: the scales from the operand maxima.
-pub(crate) const SCALED_PROLOGUE: &str = "    let exp_x = min(scale_exponent(op_max[0]), 127);
-    let exp_w = min(scale_exponent(op_max[1]), 127);
+/// The prologue of the f16-operand variants: the scales from the operand maxima, the input's (x) in slot `slots[0]`
+/// and the weight's (w) in slot `slots[1]` (WGSL expressions: a literal, or an override constant where a kernel
+/// reads maxima another kernel's buffer holds).
+pub(crate) fn scaled_prologue(slots: [&str; 2]) -> String {
+    format!(
+        "    let exp_x = min(scale_exponent(op_max[{}]), 127);
+    let exp_w = min(scale_exponent(op_max[{}]), 127);
     scale_x = ldexp(1.0, exp_x);
     scale_w = ldexp(1.0, exp_w);
     exp_out = -(exp_x + exp_w);
-";
+",
+        slots[0], slots[1]
+    )
+}
+
+/// The slots of [`scaled_prologue`] in most kernels: the input's maximum in slot 0, the weight's in slot 1.
+pub(crate) const SLOTS_01: [&str; 2] = ["0", "1"];
