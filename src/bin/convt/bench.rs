@@ -479,14 +479,20 @@ fn profile_calls(ctx: &GpuContext, runs: u32, mut call: impl FnMut(u32) -> Resul
     let recorded = record();
     ctx.set_profiler(None);
     recorded?;
-    // The median over the calls of what `part` picks of each, with the most dispatches it picked in one call.
+    // The median over the calls of what `part` picks of each, with the most dispatches it picked in one call, and
+    // the least and the most any call took.
     let median_of = |part: &dyn Fn(&Dispatch) -> bool| {
         let per_call: Vec<(usize, f64)> = calls
             .iter()
             .map(|c| c.iter().filter(|d| part(d)).fold((0, 0.0), |(n, ms), d| (n + 1, ms + d.ms)))
             .collect();
         let count = per_call.iter().map(|&(n, _)| n).max().unwrap_or(0);
-        (count, median(per_call.into_iter().map(|(_, ms)| ms).collect()))
+        let ms: Vec<f64> = per_call.into_iter().map(|(_, ms)| ms).collect();
+        let spread = Spread {
+            min: ms.iter().copied().fold(f64::INFINITY, f64::min),
+            max: ms.iter().copied().fold(0.0, f64::max),
+        };
+        (count, median(ms), spread)
     };
     let mut pipelines: Vec<String> = Vec::new();
     let mut sections: Vec<&'static str> = Vec::new();
@@ -502,8 +508,8 @@ fn profile_calls(ctx: &GpuContext, runs: u32, mut call: impl FnMut(u32) -> Resul
         pipelines: pipelines
             .into_iter()
             .map(|name| {
-                let (count, ms) = median_of(&|d| d.pipeline == name);
-                (name, count, ms)
+                let (count, ms, spread) = median_of(&|d| d.pipeline == name);
+                (name, count, ms, spread)
             })
             .collect(),
         sections: sections.into_iter().map(|s| (s, median_of(&|d| d.section == Some(s)).1)).collect(),
@@ -511,13 +517,24 @@ fn profile_calls(ctx: &GpuContext, runs: u32, mut call: impl FnMut(u32) -> Resul
     })
 }
 
-/// Where a call's time goes (`--profile`): each pipeline, in the order they first ran, with its dispatches per call
-/// and its median ms per call; each section the call names (the backward's gradients), with its median ms per call;
+/// The least and the most ms of one pipeline in a call, over the profiled calls.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Spread {
+    pub min: f64,
+    pub max: f64,
+}
+
+/// A pipeline's spread over the calls is shown in the table where its slowest call took this much more than its
+/// fastest: run-to-run variance to look into.
+const SPREAD_SHOWN: f64 = 1.03;
+
+/// Where a call's time goes (`--profile`): each pipeline, in the order they first ran, with its dispatches per call,
+/// its median ms per call and the least and most a call took; each section the call names (the backward's gradients), with its median ms per call;
 /// and the median over the calls of all their dispatches' ms (`busy_ms`: a timestamp is written once the commands
 /// before it have finished, so a gap in which the GPU waited for the next submission counts in no dispatch).
 #[derive(Debug, Default)]
 pub struct Profile {
-    pub pipelines: Vec<(String, usize, f64)>,
+    pub pipelines: Vec<(String, usize, f64, Spread)>,
     pub sections: Vec<(&'static str, f64)>,
     pub busy_ms: f64,
 }
@@ -704,11 +721,15 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
 /// has one: each gradient costs the forward's useful FLOPs, grad_bias none) and, where `json`, its fields in `row`:
 /// `profile` (the pipelines), `busy_ms`, `grad_weight_ms` and `grad_weight_tflops`, and so on.
 fn report_profile(profile: &Profile, json: bool, flops: u64, table: &dyn Fn(String), row: &mut serde_json::Value) {
-    for (kernel, dispatches, ms) in &profile.pipelines {
+    for (kernel, dispatches, ms, spread) in &profile.pipelines {
         // The pipeline's name without its constants.
         let short = kernel.split(" [(").next().unwrap_or(kernel);
         let short = short.trim_end_matches(" Trusted").trim_end_matches(" Checked");
-        table(format!("{:<6} {ms:>9.3} {dispatches:>4} x {short}", ""));
+        let varies = match spread.max > spread.min * SPREAD_SHOWN {
+            true => format!("  (calls {:.3} to {:.3} ms)", spread.min, spread.max),
+            false => String::new(),
+        };
+        table(format!("{:<6} {ms:>9.3} {dispatches:>4} x {short}{varies}", ""));
     }
     let rate = |section: &str, ms: f64| match section {
         "grad_bias" => None,
@@ -729,7 +750,9 @@ fn report_profile(profile: &Profile, json: bool, flops: u64, table: &dyn Fn(Stri
         row["profile"] = json!(profile
             .pipelines
             .iter()
-            .map(|(kernel, dispatches, ms)| json!({"kernel": kernel, "dispatches": dispatches, "ms": ms}))
+            .map(|(kernel, dispatches, ms, spread)| {
+                json!({"kernel": kernel, "dispatches": dispatches, "ms": ms, "min_ms": spread.min, "max_ms": spread.max})
+            })
             .collect::<Vec<_>>());
         row["busy_ms"] = json!(profile.busy_ms);
         for &(section, ms) in &profile.sections {
