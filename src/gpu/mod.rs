@@ -24,7 +24,7 @@ pub(crate) mod wgsl;
 
 use backward::{grad_bias, grad_input, grad_weight, grad_weight_nhwc};
 use forward::gemm::GemmKernel;
-use forward::{coop, coop_nhwc, direct, gemm, rows, winograd};
+use forward::{coop, coop_nhwc, coop_winograd, direct, gemm, rows, winograd};
 use wgsl::shape_constants;
 
 pub use backward::grad_input::GradInputKernel;
@@ -55,6 +55,9 @@ pub enum Strategy {
     /// One group on cooperative matrices, one stride phase per dispatch, operands prepared as padded f16 NHWC and
     /// loaded straight from storage (`shaders/forward/coop_nhwc.wgsl`). Precision `fast`.
     CoopNhwc(coop_nhwc::NhwcTile),
+    /// Winograd along W on cooperative matrices: one GEMM per transform point over the transformed f16 input and
+    /// weight, stride 1 only (`shaders/forward/coop_winograd.wgsl`). Precision `fast`.
+    CoopWinograd(coop_winograd::CoopWinoTile),
     /// Fused Winograd transform with this tile (`shaders/forward/winograd.wgsl`): stride 1 without dilation only, f32,
     /// fewer products than the GEMM (its transforms round a little more: held to the f32 tolerance).
     Winograd(winograd::WinoTile),
@@ -77,6 +80,7 @@ impl Strategy {
             .map(|t| Strategy::Gemm(*t))
             .chain(coop::COOP_TILES.iter().map(|t| Strategy::Coop(*t)))
             .chain(coop_nhwc::TILES.iter().map(|t| Strategy::CoopNhwc(*t)))
+            .chain(coop_winograd::TILES.iter().map(|t| Strategy::CoopWinograd(*t)))
             .collect()
     }
 
@@ -110,6 +114,7 @@ impl Strategy {
             Strategy::Gemm(t) => t.name(),
             Strategy::Coop(t) => t.name(),
             Strategy::CoopNhwc(t) => t.name(),
+            Strategy::CoopWinograd(t) => t.name(),
             Strategy::Winograd(t) => t.name(),
         }
     }
@@ -119,7 +124,8 @@ impl Strategy {
         match self {
             Strategy::Gemm(gemm::Tile { operand: gemm::Operand::F16, .. })
             | Strategy::Coop(_)
-            | Strategy::CoopNhwc(_) => Precision::Fast,
+            | Strategy::CoopNhwc(_)
+            | Strategy::CoopWinograd(_) => Precision::Fast,
             _ => Precision::F32,
         }
     }
@@ -129,6 +135,9 @@ impl Strategy {
         match self {
             Strategy::Coop(_) | Strategy::CoopNhwc(_) => {
                 "f16 operands on tensor cores (cooperative matrices), f32 accumulation"
+            }
+            Strategy::CoopWinograd(_) => {
+                "f16 Winograd-transformed operands on tensor cores (cooperative matrices), f32 accumulation"
             }
             Strategy::Gemm(gemm::Tile { operand: gemm::Operand::F16, .. }) => {
                 "f16 operands on the FMA units (no cooperative matrices here), f32 accumulation"
@@ -147,6 +156,7 @@ impl Strategy {
             Strategy::Gemm(t) => (t.source(wgsl::operands::Io::F32), shape_constants(shape, has_bias)),
             Strategy::Coop(t) => (t.source(wgsl::operands::Io::F32), shape_constants(shape, has_bias)),
             Strategy::CoopNhwc(t) => (t.source(wgsl::operands::Io::F32), coop_nhwc::constants(t, shape, has_bias)),
+            Strategy::CoopWinograd(t) => coop_winograd::shader(t, shape, has_bias)?,
             Strategy::Winograd(t) => winograd::shader(t, shape, has_bias)?,
         })
     }
@@ -161,6 +171,7 @@ impl Strategy {
             Strategy::Gemm(t) => (t.operand == gemm::Operand::F32 || ctx.has_f16()) && t.fits(&limits),
             Strategy::Coop(t) => ctx.has_coop_f16() && t.fits(&limits),
             Strategy::CoopNhwc(t) => ctx.has_coop_f16() && t.fits(&limits),
+            Strategy::CoopWinograd(t) => ctx.has_coop_f16() && t.fits(&limits),
             Strategy::Winograd(t) => t.is_consistent(),
         }
     }
@@ -179,6 +190,7 @@ impl Strategy {
         match self {
             Strategy::Winograd(t) => t.check_on(ctx, shape).is_ok(),
             Strategy::CoopNhwc(t) => t.check(ctx, shape).is_ok(),
+            Strategy::CoopWinograd(t) => t.check(ctx, shape).is_ok(),
             _ => true,
         }
     }
@@ -193,6 +205,7 @@ impl Strategy {
             Strategy::Direct | Strategy::Rows(_) => None,
             Strategy::Gemm(_) | Strategy::Coop(_) => Some(weight),
             Strategy::CoopNhwc(_) => Some(coop_nhwc::packed_weight_bytes(shape)),
+            Strategy::CoopWinograd(t) => coop_winograd::transformed_weight_bytes(t, shape),
             Strategy::Winograd(t) => t.transformed_bytes(shape).ok(),
         }
     }
@@ -218,6 +231,7 @@ impl Strategy {
                 Strategy::Gemm(tile) => gemm::prepare_weight(ctx, shape, tile, weight, &mut pass)?,
                 Strategy::Coop(tile) => gemm::prepare_weight(ctx, shape, tile, weight, &mut pass)?,
                 Strategy::CoopNhwc(tile) => coop_nhwc::prepare_weight(ctx, shape, tile, weight, &mut pass)?,
+                Strategy::CoopWinograd(tile) => coop_winograd::prepare_weight(ctx, shape, tile, weight, &mut pass)?,
                 Strategy::Winograd(tile) => (winograd::prepare_weight(ctx, shape, tile, weight, &mut pass)?, None),
                 Strategy::Direct | Strategy::Rows(_) => return Ok(None),
             }
@@ -256,6 +270,9 @@ impl Strategy {
             Strategy::Gemm(tile) => gemm::encode(ctx, shape, phases, tile, input, w, bias, output, pass, in_flight),
             Strategy::Coop(tile) => gemm::encode(ctx, shape, phases, tile, input, w, bias, output, pass, in_flight),
             Strategy::CoopNhwc(tile) => coop_nhwc::encode(ctx, shape, tile, input, w, bias, output, pass, in_flight),
+            Strategy::CoopWinograd(tile) => {
+                coop_winograd::encode(ctx, shape, tile, input, w, bias, output, pass, in_flight)
+            }
             Strategy::Winograd(tile) => winograd::encode(ctx, shape, tile, input, w, bias, output, pass, in_flight),
         }
     }
@@ -282,6 +299,7 @@ pub fn shader_sources() -> Vec<ShaderVariant> {
         gemm::shader_variants,
         coop::shader_variants,
         coop_nhwc::shader_variants,
+        coop_winograd::shader_variants,
         winograd::shader_variants,
         grad_input::shader_variants,
         grad_weight::shader_variants,

@@ -2,6 +2,7 @@
 
 pub(crate) mod coop;
 pub(crate) mod coop_nhwc;
+pub(crate) mod coop_winograd;
 pub(crate) mod direct;
 pub(crate) mod gather;
 pub(crate) mod gemm;
