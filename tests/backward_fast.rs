@@ -555,9 +555,12 @@ fn every_fast_kernel_runs_on_the_fixed_problems_and_on_wide_groups() {
     let count = |of: &dyn Fn(&GradWeightKernel) -> bool| GradWeightKernel::all().iter().filter(|k| of(k)).count();
     let per_tap = count(&|k| matches!(k, GradWeightKernel::Half(_)));
     let nhwc = count(&|k| matches!(k, GradWeightKernel::Nhwc(_)));
+    // (On the FMA units: the NHWC tile in rows and gathered.)
+    let nhwc_fma = count(&|k| matches!(k, GradWeightKernel::Nhwc(_)) && k.name().contains("_fma_"));
+    assert_eq!(nhwc_fma, 2);
     let (expected, expected_nhwc) = match (ctx.has_coop_f16(), ctx.has_f16()) {
         (true, _) => (per_tap, nhwc),
-        (false, true) => (1, 1),
+        (false, true) => (1, nhwc_fma),
         (false, false) => (0, 0),
     };
     assert_eq!(gw.len(), expected, "{gw:?}");

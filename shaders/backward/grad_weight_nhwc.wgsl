@@ -17,6 +17,13 @@
 // from storage at 16-byte aligned addresses (the pixel strides are the channels plus 8 halves, which also spreads
 // a load's rows over L1's banks, as in shaders/forward/coop_nhwc.wgsl); no workgroup memory, no barrier.
 //
+// Gathered (GATHERED). Where x's rows are short of whole blocks (dcgan's rows of 8 pixels would leave half of every
+// block zeros), a block is 16 consecutive x pixels of any rows instead (x copied in rows of its own width), and
+// grad_output is gathered per tap first (shaders/backward/grad_weight_gather.wgsl: for each tap a region of
+// TAP_PIXELS pixels, pixel p the one x pixel p meets under that tap): a block's B operand for a tap is 16
+// consecutive pixels of the tap's region (G_STEP 1), the tap moving it by TAP_PIXELS. The gathered copy holds
+// K_H * K_W / (S_H * S_W) times grad_output's pixels.
+//
 // Tiling. A subgroup's job is WM input channels x WN output channels of TAPS_PER taps (consecutive in kh, kw
 // order) over one split of the blocks: its A fragments serve all its taps (the taps differ only in B). A job's
 // accumulators are TAPS_PER x (WM/16) x (WN/16) named f32 matrices (generated: TAP_DECL, ACC_DECL, MATH,
@@ -60,6 +67,9 @@ override CSX: u32;   // halves between the copies' pixels
 override CSG: u32;
 override X_SLOT: u32; // the maxima's slots of x's and grad_output's largest magnitudes
 override G_SLOT: u32;
+override GATHERED: bool;   // blocks across x's rows, grad_output gathered per tap (see above)
+override TAP_PIXELS: u32;  // gathered: pixels of a tap's region
+override G_STEP: u32;      // pixels between a block's consecutive grad_output pixels: S_W, or gathered 1
 
 struct Job {
     blocks: u32,         // 16-pixel blocks of x (samples x rows x WB)
@@ -105,7 +115,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         let i = r % IN_H;
         let n = r / IN_H;
         let xa = select(u.zero_x, b * 16u, live) * CSX + ic0;
-        let g0 = select(u.zero_g, (n * GH + i * S_H) * GW + (b % WB) * 16u * S_W, live);
+        let g0 = select(u.zero_g, select((n * GH + i * S_H) * GW + (b % WB) * 16u * S_W, b * 16u, GATHERED), live);
 //#MATH
     }
 //#EPILOGUE

@@ -236,16 +236,24 @@ const NHWC_MIN_FLOPS_PER_BYTE: f64 = 32.0;
 /// the shape here), the fastest measured on the suite (docs/PERFORMANCE.md): 64 x 32 channels of 2 taps for layers
 /// of 64 input and 64 output channels (kb57, kb65); 32 x 32 of 3 taps, 8 subgroups a workgroup, where both channel
 /// counts are multiples of 32 (kb69, kb71, kb78, up2x; within noise of the best on dcgan); 16 x 16 of 4 taps for
-/// the rest.
+/// the rest. Where rows rounded up to whole blocks of 16 pixels would leave a quarter of the blocks or more empty
+/// (dcgan's rows of 8: half), each tile gathered first (blocks across rows), then in rows (for a gathered copy
+/// past one binding).
 pub(crate) fn grad_weight_nhwc_tiles(shape: &ConvShape) -> Vec<NhwcGwTile> {
     let (t32, t64, t16) = (NHWC_32X32_T3, NHWC_64X32_T2, NHWC_16X16_T4);
     let (cin, cout) = (shape.in_channels, shape.out_channels);
-    if cin == 64 && cout == 64 {
+    let in_rows = if cin == 64 && cout == 64 {
         vec![t64, t32, t16]
     } else if cin.is_multiple_of(32) && cout.is_multiple_of(32) {
         vec![t32, t16]
     } else {
         vec![t16]
+    };
+    let w = shape.in_hw[1];
+    let sparse_rows = 4 * w <= 3 * w.div_ceil(16).max(1) * 16;
+    match sparse_rows {
+        true => in_rows.iter().map(|&t| NhwcGwTile { gathered: true, ..t }).chain(in_rows.clone()).collect(),
+        false => in_rows,
     }
 }
 

@@ -10,7 +10,7 @@ use crate::gpu::backward::grad_weight_half::Units;
 use crate::gpu::backward::split_k;
 use crate::gpu::context::GpuContext;
 use crate::gpu::kernel::{check_index_range, dispatch_buffers, grid};
-use crate::gpu::memory::{GpuTensor, InFlight};
+use crate::gpu::memory::{GpuTensor, InFlight, STORAGE};
 use crate::gpu::nhwc_copy::{self, CopyLayout, CopyNeeds, SharedCopy};
 use crate::gpu::wgsl::coop::SUBGROUP;
 use crate::gpu::wgsl::scale::{scaled_module, scaled_prologue};
@@ -19,6 +19,10 @@ use crate::params::ConvShape;
 
 pub const SHADER_NAME: &str = "backward/grad_weight_nhwc.wgsl";
 const SHADER: &str = include_str!("../../../shaders/backward/grad_weight_nhwc.wgsl");
+pub const GATHER_SHADER_NAME: &str = "backward/grad_weight_gather.wgsl";
+/// `shaders/backward/grad_weight_gather.wgsl` (and the f16 it enables).
+const GATHER_SHADER: &str = concat!("enable f16;\n", include_str!("../../../shaders/backward/grad_weight_gather.wgsl"));
+const GATHER_WORKGROUP_SIZE: usize = 256;
 /// The binding of the operand maxima (after x's copy, grad_output's copy and the partial sums).
 const MAXIMA_BINDING: u32 = 4;
 /// The slot of x's largest magnitude in the maxima of a shared grad_output copy (whose kernel holds grad_output's
@@ -35,7 +39,9 @@ const PIXEL_PAD: usize = 8;
 const TARGET_SUBGROUPS: usize = 8192;
 
 /// A subgroup's job: `wm` input channels x `wn` output channels of `taps` taps; `subs` jobs per workgroup; the
-/// products on tensor cores or, in the variant for adapters without cooperative matrices, on the FMA units.
+/// products on tensor cores or, in the variant for adapters without cooperative matrices, on the FMA units;
+/// `gathered`: blocks of 16 consecutive x pixels across rows, with grad_output gathered per tap (the shader's
+/// opening comment), instead of blocks within rows rounded up to 16 pixels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct NhwcGwTile {
     pub wm: u32,
@@ -43,17 +49,23 @@ pub struct NhwcGwTile {
     pub taps: u32,
     pub subs: u32,
     pub units: Units,
+    pub gathered: bool,
 }
 
 const fn tile(wm: u32, wn: u32, taps: u32, subs: u32) -> NhwcGwTile {
-    NhwcGwTile { wm, wn, taps, subs, units: Units::TensorCores }
+    NhwcGwTile { wm, wn, taps, subs, units: Units::TensorCores, gathered: false }
+}
+
+const fn gathered(t: NhwcGwTile) -> NhwcGwTile {
+    NhwcGwTile { gathered: true, ..t }
 }
 
 /// Every tile of this build: on tensor cores 32 x 32 channels (4 accumulators a tap) of 3 taps (8 subgroups a
-/// workgroup, or 4) or 4 taps, 64 x 32 (8 a tap) of 2 (4 subgroups, or 2), 16 x 16 of 4 for narrow layers. On the
-/// FMA units 16 x 16 of 4 taps: a candidate of the tuner and of a forced run wherever there are f16 shaders (so the
-/// software driver runs the same copies, jobs and reduction in CI), never the selector's.
-pub const NHWC_GW_TILES: [NhwcGwTile; 7] = [
+/// workgroup, or 4) or 4 taps, 64 x 32 (8 a tap) of 2 (4 subgroups, or 2), 16 x 16 of 4 for narrow layers; the
+/// 32 x 32, 64 x 32 and 16 x 16 selector tiles gathered too. On the FMA units 16 x 16 of 4 taps, in rows and
+/// gathered: candidates of the tuner and of a forced run wherever there are f16 shaders (so the software driver
+/// runs the same copies, jobs and reduction in CI), never the selector's.
+pub const NHWC_GW_TILES: [NhwcGwTile; 11] = [
     NHWC_32X32_T3,
     tile(32, 32, 3, 4),
     tile(32, 32, 4, 4),
@@ -61,6 +73,10 @@ pub const NHWC_GW_TILES: [NhwcGwTile; 7] = [
     tile(64, 32, 2, 2),
     NHWC_16X16_T4,
     NhwcGwTile { units: Units::Fma, ..NHWC_16X16_T4 },
+    gathered(NHWC_32X32_T3),
+    gathered(NHWC_64X32_T2),
+    gathered(NHWC_16X16_T4),
+    gathered(NhwcGwTile { units: Units::Fma, ..NHWC_16X16_T4 }),
 ];
 /// The selector's tiles (`select::grad_weight_nhwc_tiles`). 32 x 32 of 3 taps runs 8 subgroups a workgroup, which
 /// measured faster than 4 on every suite case tried (docs/PERFORMANCE.md).
@@ -73,7 +89,8 @@ impl NhwcGwTile {
     pub fn name(&self) -> String {
         let fma = if self.units == Units::Fma { "fma_" } else { "" };
         let subs = if self.subs == 4 { String::new() } else { format!("_s{}", self.subs) };
-        format!("grad_weight_nhwc_{fma}{}x{}_t{}{subs}", self.wm, self.wn, self.taps)
+        let gathered = if self.gathered { "_g" } else { "" };
+        format!("grad_weight_nhwc_{fma}{}x{}_t{}{subs}{gathered}", self.wm, self.wn, self.taps)
     }
 
     /// Whether `ctx` runs it (f16 cooperative matrices for the tensor-core tiles, f16 shaders for the FMA one) and it
@@ -115,12 +132,13 @@ impl NhwcGwTile {
         check_index_range(shape)?;
         let limit = binding_limit as u128;
         let sample_bytes = |channels: usize, hw: [usize; 2]| channels as u128 * hw[0] as u128 * hw[1] as u128 * 4;
-        let l = Layouts::of(shape);
+        let l = Layouts::of(shape, self.gathered);
         for (what, bytes) in [
             ("one sample of the input", sample_bytes(shape.in_channels, shape.in_hw)),
             ("one sample of grad_output", sample_bytes(shape.out_channels, shape.out_hw)),
             ("the input's f16 copy", l.x_bytes(shape.batch)),
             ("grad_output's f16 copy", l.g_bytes(shape.batch)),
+            ("grad_output gathered per tap", l.gathered_bytes(shape)),
         ] {
             // (A copy's halves are indexed in 32 bits.)
             if bytes > limit || bytes / 2 >= 1 << 31 {
@@ -129,7 +147,7 @@ impl NhwcGwTile {
         }
         let (cin, cout) = (shape.in_channels, shape.out_channels);
         let elems = cin * cout * shape.kernel[0] * shape.kernel[1];
-        let blocks = shape.batch * shape.in_hw[0] * (l.wq / 16);
+        let blocks = l.blocks(shape);
         let per_split = self.jobs_per_split(shape);
         // Slots of partial sums, and the scratch where taps past the kernel's store (C_IN x C_OUT floats).
         let max_splits = ((split_k::partial_cap(binding_limit, elems) / 4) as usize).saturating_sub(cin * cout) / elems;
@@ -150,7 +168,7 @@ impl NhwcGwTile {
         let mut taps = String::new();
         for k in 0..t {
             taps += &format!(
-                "    let tap{k} = tg * TAPS_PER + {k}u;\n    let at{k} = select(0u, tap{k}, tap{k} < taps);\n    let off{k} = (at{k} / K_W) * D_H * GW + (at{k} % K_W) * D_W;\n    let base{k} = select(u.trash, (split * taps + tap{k}) * C_IN * C_OUT, tap{k} < taps);\n"
+                "    let tap{k} = tg * TAPS_PER + {k}u;\n    let at{k} = select(0u, tap{k}, tap{k} < taps);\n    let off{k} = select((at{k} / K_W) * D_H * GW + (at{k} % K_W) * D_W, at{k} * TAP_PIXELS, GATHERED);\n    let base{k} = select(u.trash, (split * taps + tap{k}) * C_IN * C_OUT, tap{k} < taps);\n"
             );
         }
         let (decl, math, epilogue, enable) = match self.units {
@@ -186,7 +204,7 @@ impl NhwcGwTile {
         for k in 0..t {
             for j in 0..nj {
                 math += &format!(
-                    "        let b{k}_{j} = coopLoadT<coop_mat16x16<f16, B>>(&gq[(g0 + select(0u, off{k}, live)) * CSG + oc0 + {}u], S_W * CSG);\n",
+                    "        let b{k}_{j} = coopLoadT<coop_mat16x16<f16, B>>(&gq[(g0 + select(0u, off{k}, live)) * CSG + oc0 + {}u], G_STEP * CSG);\n",
                     16 * j
                 );
             }
@@ -236,7 +254,7 @@ impl NhwcGwTile {
         );
         for k in 0..t {
             math += &format!(
-                "                let b{k} = f32(gq[(g0 + select(0u, off{k}, live) + p * S_W) * CSG + oc0 + e % WN]);
+                "                let b{k} = f32(gq[(g0 + select(0u, off{k}, live) + p * G_STEP) * CSG + oc0 + e % WN]);
                 acc[{k}u * {per_lane}u + q] = fma(a, b{k}, acc[{k}u * {per_lane}u + q]);
 "
             );
@@ -259,18 +277,21 @@ impl NhwcGwTile {
     }
 }
 
-/// The copies' layouts for a shape (the shader's opening comment): x in rows of `wq` pixels (whole blocks of 16),
-/// grad_output with its padding written out, each with one tail row of zeros (the blocks past the end read it).
+/// The copies' layouts for a shape (the shader's opening comment): x in rows of `wq` pixels (in rows: whole blocks
+/// of 16; gathered: the row's own pixels), grad_output with its padding written out, each with tail rows of zeros
+/// (the blocks past the end read 16 pixels of them); gathered, grad_output's regions of `tap_pixels` pixels per
+/// tap (x's pixels rounded up to 16, and 16 more, all zeros past x's pixels).
 struct Layouts {
     x: CopyLayout,
     g: CopyLayout,
     wq: usize,
+    tap_pixels: usize,
 }
 
 impl Layouts {
-    fn of(shape: &ConvShape) -> Layouts {
+    fn of(shape: &ConvShape, gathered: bool) -> Layouts {
         let [h, w] = shape.in_hw;
-        let wq = w.div_ceil(16).max(1) * 16;
+        let wq = if gathered { w.max(1) } else { w.div_ceil(16).max(1) * 16 };
         let gh = (h.max(1) - 1) * shape.stride[0] + (shape.kernel[0] - 1) * shape.dilation[0] + 1;
         let gw = (wq - 1) * shape.stride[1] + (shape.kernel[1] - 1) * shape.dilation[1] + 1;
         let x = CopyLayout {
@@ -280,7 +301,7 @@ impl Layouts {
             padded: [h, wq],
             copied: [0..h, 0..w],
             pixel_stride: shape.in_channels + PIXEL_PAD,
-            tail_rows: 1,
+            tail_rows: 16usize.div_ceil(wq),
         };
         let g = CopyLayout {
             channels: shape.out_channels,
@@ -291,7 +312,27 @@ impl Layouts {
             pixel_stride: shape.out_channels + PIXEL_PAD,
             tail_rows: 1,
         };
-        Layouts { x, g, wq }
+        let tap_pixels = if gathered { (shape.batch * h * w).next_multiple_of(16) + 16 } else { 0 };
+        Layouts { x, g, wq, tap_pixels }
+    }
+
+    fn gathered(&self) -> bool {
+        self.tap_pixels > 0
+    }
+
+    /// The blocks of 16 x pixels: within rows of `wq`, or gathered across them.
+    fn blocks(&self, shape: &ConvShape) -> usize {
+        let [h, w] = shape.in_hw;
+        match self.gathered() {
+            true => (shape.batch * h * w).div_ceil(16),
+            false => shape.batch * h * (self.wq / 16),
+        }
+    }
+
+    /// Bytes of grad_output gathered per tap (none in rows): its pixels as far apart as in its own copy.
+    fn gathered_bytes(&self, shape: &ConvShape) -> u128 {
+        let taps = shape.kernel[0] * shape.kernel[1];
+        taps as u128 * self.tap_pixels as u128 * (shape.out_channels + PIXEL_PAD) as u128 * 2
     }
     /// What this kernel needs of a grad_output copy another kernel makes: padded images at least its own, zero
     /// pixels after the last one for the blocks past the end (16 pixels S_W apart, from `zero_g`), its pixel
@@ -365,7 +406,7 @@ struct Plan {
 /// What this kernel needs of a copy of grad_output that another kernel makes for `shape`, so that it reads that
 /// copy instead of making its own ([`encode`]'s `shared`).
 pub(crate) fn grad_output_needs(shape: &ConvShape) -> CopyNeeds {
-    Layouts::of(shape).g_needs(shape)
+    Layouts::of(shape, false).g_needs(shape)
 }
 
 /// Encodes grad_weight of `shape` from `input` and `grad_output` into `grad_weight` with `tile` (checked here),
@@ -412,6 +453,15 @@ pub(crate) fn encode(
             nhwc_copy::encode_at_maximum(ctx, grad_output, &l.g, g_bytes, &maxima, g_slot, pass, in_flight)?
         }
     };
+    // Gathered: each tap's grad_output pixels in x's pixel order, from the copy; the kernel reads those.
+    let (gq, csg, zero_g) = match l.gathered() {
+        true => (
+            encode_gather(ctx, shape, &l, &gq, pass, in_flight)?,
+            gathered_stride(shape),
+            shape.batch * l.x.hw[0] * l.x.hw[1],
+        ),
+        false => (gq, l.g.pixel_stride, shape.batch * l.g.padded[0] * l.g.padded[1]),
+    };
     ctx.scoped(|| {
         let module = ctx.module_with(&tile.name(), || tile.source())?;
         let values = [
@@ -424,13 +474,16 @@ pub(crate) fn encode(
             ("D_H", shape.dilation[0]),
             ("D_W", shape.dilation[1]),
             ("IN_H", shape.in_hw[0]),
-            ("WB", l.wq / 16),
+            ("WB", (l.wq / 16).max(1)),
             ("GH", l.g.padded[0]),
             ("GW", l.g.padded[1]),
             ("CSX", l.x.pixel_stride),
-            ("CSG", l.g.pixel_stride),
+            ("CSG", csg),
             ("X_SLOT", x_slot),
             ("G_SLOT", g_slot),
+            ("GATHERED", l.gathered() as usize),
+            ("TAP_PIXELS", l.tap_pixels),
+            ("G_STEP", if l.gathered() { 1 } else { shape.stride[1] }),
         ];
         let consts: Vec<(&str, f64)> = values.iter().map(|&(k, v)| (k, v as f64)).collect();
         let checks = ctx.options().shader_checks;
@@ -442,7 +495,7 @@ pub(crate) fn encode(
             blocks: blocks as u32,
             chunk: chunk as u32,
             zero_x: (shape.batch * l.x.padded[0] * l.x.padded[1]) as u32,
-            zero_g: (shape.batch * l.g.padded[0] * l.g.padded[1]) as u32,
+            zero_g: zero_g as u32,
             trash: (splits * elems) as u32,
             dispatch_width: g.0,
             workgroups: workgroups as u32,
@@ -454,9 +507,65 @@ pub(crate) fn encode(
     })
 }
 
-/// This kernel's shaders for validation (`gpu::shader_sources`): every tile (the copies' shader is the forward's).
+/// Halves between the pixels of grad_output gathered per tap: its channels and 8 (as in its copy of its own).
+fn gathered_stride(shape: &ConvShape) -> usize {
+    shape.out_channels + PIXEL_PAD
+}
+
+/// The gather's uniform block `Params`, field for field.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct GatherParams {
+    dispatch_width: u32,
+    _pad: [u32; 3],
+}
+
+/// Encodes grad_output gathered per tap (`shaders/backward/grad_weight_gather.wgsl`) from its copy `gq` (laid out
+/// as `l.g`) into a new buffer, kept in `in_flight`.
+fn encode_gather(
+    ctx: &GpuContext,
+    shape: &ConvShape,
+    l: &Layouts,
+    gq: &wgpu::Buffer,
+    pass: &mut wgpu::ComputePass<'_>,
+    in_flight: &mut InFlight,
+) -> Result<wgpu::Buffer> {
+    ctx.scoped(|| {
+        let gathered = in_flight.keep(ctx.pool.get(&ctx.device, l.gathered_bytes(shape) as u64, STORAGE));
+        let module = ctx.module_with(GATHER_SHADER_NAME, || GATHER_SHADER.to_string())?;
+        let [h, w] = shape.in_hw;
+        let values = [
+            ("IN_H", h),
+            ("IN_W", w),
+            ("K_H", shape.kernel[0]),
+            ("K_W", shape.kernel[1]),
+            ("S_H", shape.stride[0]),
+            ("S_W", shape.stride[1]),
+            ("D_H", shape.dilation[0]),
+            ("D_W", shape.dilation[1]),
+            ("GH", l.g.padded[0]),
+            ("GW", l.g.padded[1]),
+            ("SRC_Q", l.g.pixel_stride / 4),
+            ("DST_Q", gathered_stride(shape) / 4),
+            ("REAL", shape.batch * h * w),
+            ("TAP_PIXELS", l.tap_pixels),
+        ];
+        let consts: Vec<(&str, f64)> = values.iter().map(|&(k, v)| (k, v as f64)).collect();
+        let key = format!("grad_weight gather {:?} {consts:?}", ctx.options().shader_checks);
+        let pipeline = ctx.pipeline(key, &module, &consts)?;
+        let quads = shape.kernel[0] * shape.kernel[1] * l.tap_pixels * gathered_stride(shape) / 4;
+        let g = grid(ctx, quads.div_ceil(GATHER_WORKGROUP_SIZE));
+        let u = GatherParams { dispatch_width: g.0, _pad: [0; 3] };
+        dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &[gq, &gathered], g);
+        Ok(gathered)
+    })
+}
+
+/// This kernel's shaders for validation (`gpu::shader_sources`): every tile and the gather (the copies' shader is
+/// the forward's).
 pub(crate) fn shader_variants() -> Vec<crate::gpu::ShaderVariant> {
-    NHWC_GW_TILES.iter().map(|t| (SHADER_NAME, t.name(), t.source())).collect()
+    let tiles = NHWC_GW_TILES.iter().map(|t| (SHADER_NAME, t.name(), t.source()));
+    tiles.chain([(GATHER_SHADER_NAME, GATHER_SHADER_NAME.to_string(), GATHER_SHADER.to_string())]).collect()
 }
 
 #[cfg(test)]
@@ -518,16 +627,48 @@ mod tests {
         let (cin, cout, [k_h, k_w], [s_h, s_w], [d_h, d_w]) =
             (shape.in_channels, shape.out_channels, shape.kernel, shape.stride, shape.dilation);
         let (wm, wn, tp, subs) = (tile.wm as usize, tile.wn as usize, tile.taps as usize, tile.subs as usize);
-        let (csx, csg, [gh, gw], wb, in_h) =
-            (l.x.pixel_stride, l.g.pixel_stride, l.g.padded, l.wq / 16, shape.in_hw[0]);
+        let (csx, mut csg, [gh, gw], wb, in_h) =
+            (l.x.pixel_stride, l.g.pixel_stride, l.g.padded, (l.wq / 16).max(1), shape.in_hw[0]);
         let taps = k_h * k_w;
         let elems = cin * cout * taps;
-        let blocks = shape.batch * in_h * wb;
+        let blocks = l.blocks(shape);
+        assert_eq!(l.gathered(), tile.gathered);
+        // Gathered: grad_output per tap as the gather shader writes it (zeros past x's pixels, NaN in the pads, never
+        // read), every read of the copy checked against its length.
+        let real = shape.batch * in_h * shape.in_hw[1];
+        let (gq, g_step) = match l.gathered() {
+            false => (gq, s_w),
+            true => {
+                let dst = gathered_stride(shape);
+                let mut out = vec![f64::NAN; l.gathered_bytes(shape) as usize / 2];
+                for tap in 0..taps {
+                    for p in 0..l.tap_pixels {
+                        for c in 0..cout {
+                            out[(tap * l.tap_pixels + p) * dst + c] = match p < real {
+                                false => 0.0,
+                                true => {
+                                    let (j, row, n) =
+                                        (p % shape.in_hw[1], (p / shape.in_hw[1]) % in_h, p / (in_h * shape.in_hw[1]));
+                                    let src =
+                                        (n * gh + row * s_h + (tap / k_w) * d_h) * gw + j * s_w + (tap % k_w) * d_w;
+                                    gq[src * csg + c]
+                                }
+                            };
+                        }
+                    }
+                }
+                csg = dst;
+                (out, 1)
+            }
+        };
         let per_split = tile.jobs_per_split(shape);
         let (splits, chunk) = splits(blocks, per_split, subs, max_splits);
         let workgroups = splits * per_split / subs;
-        let (zero_x, zero_g, trash) =
-            (shape.batch * l.x.padded[0] * l.x.padded[1], shape.batch * gh * gw, splits * elems);
+        let (zero_x, zero_g, trash) = (
+            shape.batch * l.x.padded[0] * l.x.padded[1],
+            if l.gathered() { real } else { shape.batch * gh * gw },
+            splits * elems,
+        );
         let mut partial = vec![f64::NAN; splits * elems + cin * cout];
         let mut written = vec![0u32; splits * elems];
         let (n_tiles, m_tiles, tap_groups) = (cout / wn, cin / wm, taps.div_ceil(tp));
@@ -541,7 +682,10 @@ mod tests {
                 .iter()
                 .map(|&t| {
                     let at = if t < taps { t } else { 0 };
-                    (at / k_w) * d_h * gw + (at % k_w) * d_w
+                    match l.gathered() {
+                        true => at * l.tap_pixels,
+                        false => (at / k_w) * d_h * gw + (at % k_w) * d_w,
+                    }
                 })
                 .collect();
             let mut acc = vec![0.0; tp * wm * wn];
@@ -551,15 +695,19 @@ mod tests {
                 let (r, jb) = (b / wb, b % wb);
                 let (i, n) = (r % in_h, r / in_h);
                 let xa = if live { b * 16 } else { zero_x } * csx + ic0;
-                let g0 = if live { (n * gh + i * s_h) * gw + jb * 16 * s_w } else { zero_g };
+                let g0 = match (live, l.gathered()) {
+                    (false, _) => zero_g,
+                    (true, true) => b * 16,
+                    (true, false) => (n * gh + i * s_h) * gw + jb * 16 * s_w,
+                };
                 for (k, &o) in off.iter().enumerate() {
                     let gb = (g0 + if live { o } else { 0 }) * csg + oc0;
                     for p in 0..16 {
                         for m in 0..wm {
-                            // A column-major (stride CSX), B row-major (stride S_W * CSG).
+                            // A column-major (stride CSX), B row-major (stride G_STEP * CSG).
                             let a = xq[xa + m + p * csx];
                             for c in 0..wn {
-                                acc[(k * wm + m) * wn + c] += a * gq[gb + p * s_w * csg + c];
+                                acc[(k * wm + m) * wn + c] += a * gq[gb + p * g_step * csg + c];
                             }
                         }
                     }
@@ -660,7 +808,7 @@ mod tests {
             for tile in NHWC_GW_TILES.iter().filter(|t| t.plan(&shape, 1 << 30).is_ok()) {
                 // Few splits (long chunks, blocks past the end) and many (one block each, whole workgroups of zeros).
                 for max_splits in [3, 1 << 20] {
-                    let got = emulate(tile, &Layouts::of(&shape), &shape, &x, &gy, max_splits);
+                    let got = emulate(tile, &Layouts::of(&shape, tile.gathered), &shape, &x, &gy, max_splits);
                     let diff: f64 = got.iter().zip(&want).map(|(g, w)| (g - w) * (g - w)).sum();
                     let err = (diff / want.iter().map(|w| w * w).sum::<f64>()).sqrt();
                     assert!(err < 1e-12, "{tile:?} {shape:?} max_splits {max_splits}: {err:e}");
@@ -697,15 +845,18 @@ mod tests {
             let gy: Vec<f64> =
                 (0..batch * cout * shape.out_hw[0] * shape.out_hw[1]).map(|_| rng.random_range(-1.0..1.0)).collect();
             let want = reference(&shape, &x, &gy);
-            let own = Layouts::of(&shape);
+            let own = Layouts::of(&shape, false);
             let needs = grad_output_needs(&shape);
             // Every padded-NHWC tile (direct and staged, whose own copies differ in pixel stride).
             for nhwc in TILES {
-                let shared = Layouts { g: coop_nhwc::shared_copy_layout(&t, nhwc, &needs), ..Layouts::of(&shape) };
-                assert!(own.takes(&shared.g, batch, needs.tail_pixels), "{nhwc:?} {shape:?}: {:?}", shared.g);
-                wider += (shared.g.padded != own.g.padded) as usize;
+                let layout = coop_nhwc::shared_copy_layout(&t, nhwc, &needs);
+                assert!(own.takes(&layout, batch, needs.tail_pixels), "{nhwc:?} {shape:?}: {layout:?}");
+                wider += (layout.padded != own.g.padded) as usize;
                 for tile in NHWC_GW_TILES.iter().filter(|t| t.plan(&shape, 1 << 30).is_ok()) {
                     // The same sums in the same order as from the kernel's own copy: the same values.
+                    let own = Layouts::of(&shape, tile.gathered);
+                    let shared = Layouts { g: layout.clone(), ..Layouts::of(&shape, tile.gathered) };
+                    assert!(own.takes(&layout, batch, needs.tail_pixels), "{tile:?} {shape:?}");
                     let got = emulate(tile, &shared, &shape, &x, &gy, 1 << 20);
                     assert_eq!(got, emulate(tile, &own, &shape, &x, &gy, 1 << 20), "{tile:?} {nhwc:?} {shape:?}");
                     let diff: f64 = got.iter().zip(&want).map(|(g, w)| (g - w) * (g - w)).sum();
@@ -722,7 +873,7 @@ mod tests {
     fn a_copy_it_cannot_read_as_its_own_is_not_taken() {
         let shape = crate::ConvTranspose2dOptions::default().padding(1).resolve(&[2, 32, 4, 20], &[32, 32, 3, 3], None);
         let shape = shape.unwrap();
-        let l = Layouts::of(&shape);
+        let l = Layouts::of(&shape, false);
         let tail = grad_output_needs(&shape).tail_pixels;
         assert!(l.takes(&l.g, 2, tail));
         let mut narrower = l.g.clone();
@@ -748,7 +899,7 @@ mod tests {
         // kb81-like: stride 5, padding 1, dilation 2; a row of 100 pixels rounds to 112.
         let params = crate::ConvTranspose2dOptions::default().stride(5).padding(1).dilation(2);
         let shape = params.resolve(&[2, 32, 9, 100], &[32, 64, 3, 3], None).unwrap();
-        let l = Layouts::of(&shape);
+        let l = Layouts::of(&shape, false);
         assert_eq!(l.wq, 112);
         let [gh, gw] = l.g.padded;
         // The last x pixel's last tap, in the padded grad_output image.
