@@ -213,3 +213,25 @@ pub(crate) fn encode_at_maximum(
         Ok(copy)
     })
 }
+
+/// A copy as shaders/forward/coop_nhwc_input.wgsl writes it, unscaled, in f64: every half of the padded rows
+/// and the tail rows (zeros but the tensor's copied values).
+#[cfg(test)]
+pub(crate) fn emulate(l: &CopyLayout, batch: usize, t: &[f64]) -> Vec<f64> {
+    let [hp, wp] = l.padded;
+    let mut out = vec![0.0; (batch * hp + l.tail_rows) * wp * l.pixel_stride];
+    for n in 0..batch {
+        for r in 0..hp {
+            for col in 0..wp {
+                let (h, w) = (r.wrapping_sub(l.before[0]), col.wrapping_sub(l.before[1]));
+                if l.copied[0].contains(&h) && l.copied[1].contains(&w) {
+                    for c in 0..l.channels {
+                        out[((n * hp + r) * wp + col) * l.pixel_stride + c] =
+                            t[((n * l.channels + c) * l.hw[0] + h) * l.hw[1] + w];
+                    }
+                }
+            }
+        }
+    }
+    out
+}

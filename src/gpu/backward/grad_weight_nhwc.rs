@@ -591,27 +591,6 @@ mod tests {
         }
     }
 
-    /// A copy as shaders/forward/coop_nhwc_input.wgsl writes it, unscaled, in f64: every half of the padded rows
-    /// and the tail rows (zeros but the tensor's copied values).
-    fn copy(l: &CopyLayout, batch: usize, t: &[f64]) -> Vec<f64> {
-        let [hp, wp] = l.padded;
-        let mut out = vec![0.0; (batch * hp + l.tail_rows) * wp * l.pixel_stride];
-        for n in 0..batch {
-            for r in 0..hp {
-                for col in 0..wp {
-                    let (h, w) = (r.wrapping_sub(l.before[0]), col.wrapping_sub(l.before[1]));
-                    if l.copied[0].contains(&h) && l.copied[1].contains(&w) {
-                        for c in 0..l.channels {
-                            out[((n * hp + r) * wp + col) * l.pixel_stride + c] =
-                                t[((n * l.channels + c) * l.hw[0] + h) * l.hw[1] + w];
-                        }
-                    }
-                }
-            }
-        }
-        out
-    }
-
     /// What the shader and the reduction compute, in f64, index for index (every load checked against its
     /// copy's length, every partial sum of a real tap written exactly once), with the copies laid out as `l` says:
     /// grad_weight as [ic][oc][kh][kw].
@@ -623,7 +602,7 @@ mod tests {
         gy: &[f64],
         max_splits: usize,
     ) -> Vec<f64> {
-        let (xq, gq) = (copy(&l.x, shape.batch, x), copy(&l.g, shape.batch, gy));
+        let (xq, gq) = (nhwc_copy::emulate(&l.x, shape.batch, x), nhwc_copy::emulate(&l.g, shape.batch, gy));
         let (cin, cout, [k_h, k_w], [s_h, s_w], [d_h, d_w]) =
             (shape.in_channels, shape.out_channels, shape.kernel, shape.stride, shape.dilation);
         let (wm, wn, tp, subs) = (tile.wm as usize, tile.wn as usize, tile.taps as usize, tile.subs as usize);

@@ -618,23 +618,9 @@ mod tests {
     fn transformed(g: &Geometry, shape: &ConvShape, x: &[f64], w: &[f64]) -> ([Vec<f64>; 2], [Vec<f64>; 2]) {
         let t = &g.t;
         let (cin, cout, [kh_n, kw_n]) = (shape.in_channels, shape.out_channels, shape.kernel);
-        let [h, wd] = shape.in_hw;
-        let l = g.copy_layout(shape);
-        let (rows, width, tiles, a) = (g.rows, g.width, g.tiles, t.alpha);
+        let (width, tiles, a) = (g.width, g.tiles, t.alpha);
         // The copy: [n][row][col][c], zeros around the input.
-        let mut xp = vec![0.0; shape.batch * rows * width * cin];
-        for n in 0..shape.batch {
-            for r in 0..rows {
-                for col in 0..width {
-                    let (ih, iw) = (r.wrapping_sub(l.before[0]), col.wrapping_sub(l.before[1]));
-                    if ih < h && iw < wd {
-                        for c in 0..cin {
-                            xp[((n * rows + r) * width + col) * cin + c] = x[((n * cin + c) * h + ih) * wd + iw];
-                        }
-                    }
-                }
-            }
-        }
+        let xp = nhwc_copy::emulate(&g.copy_layout(shape), shape.batch, x);
         assert_eq!(xp.len() as u128 * 2, g.copy_bytes(shape));
         let largest = |v: &[f64]| v.iter().fold(0.0f64, |m, x| m.max(x.abs()));
         let all = g.all_tiles(shape) as usize;
