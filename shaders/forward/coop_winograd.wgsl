@@ -25,7 +25,10 @@
 //
 // Tiling. A workgroup of SG_M x SG_N subgroups computes BM = SG_M * WM tiles x BN = SG_N * WN output channels;
 // each subgroup a WM x WN block at every point, as P x (WM/16) x (WN/16) named f32 accumulators (generated:
-// ACC_DECL, MATH): the point's A fragments serve all its output-channel fragments. The epilogue (EPILOGUE,
+// ACC_DECL, PRODUCTS: one K loop over kernel rows and channels): the point's A fragments serve all its
+// output-channel fragments. Point-major tiles (`_pm`) run one K loop per point instead, into one point's
+// accumulators, and add them into M_OUT x (WM/16) x (WN/16) output accumulators with AT's coefficients after each
+// (fewer matrices live at once: M_OUT + 1 blocks instead of P). The epilogue (EPILOGUE,
 // generated) forms each output position q of the tiles as a sum of the points' accumulators with AT's
 // coefficients (cooperative-matrix sums), and moves it through the subgroup's scratch in workgroup memory
 // (src/gpu/wgsl/coop.rs) so that the lanes store the pixels, unscaled, with the bias added.
@@ -95,12 +98,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let m0 = m_tile + (sg % SG_M) * WM;
     let n0 = (wg % n_tiles) * BN + (sg / SG_M) * WN;
 //#ACC_DECL
-    for (var a = 0u; a < K_H; a++) {
-        let a_base = (m0 + a * D_H * T) * VS;
-        let b_base = a * C_IN * U_ROW + n0;
-        for (var c0 = 0u; c0 < C_IN; c0 += 16u) {
-//#MATH
-        }
-    }
+//#PRODUCTS
 //#EPILOGUE
 }

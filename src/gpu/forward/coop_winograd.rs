@@ -37,7 +37,9 @@ const PREP_WORKGROUP_SIZE: usize = 256;
 const ROW_PAD: usize = 8;
 
 /// A workgroup of SG_M x SG_N subgroups, each computing WM tiles of M outputs along W x WN output channels at
-/// every transform point.
+/// every transform point: all points in one K loop, each with its accumulators, or (`point_major`) one point after
+/// another, each point's sums added into the outputs' accumulators with AT's coefficients before the next point
+/// (M + 1 accumulator blocks live instead of P).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct CoopWinoTile {
     pub m: u32,
@@ -45,10 +47,15 @@ pub struct CoopWinoTile {
     pub wn: u32,
     pub sg_m: u32,
     pub sg_n: u32,
+    pub point_major: bool,
 }
 
 const fn tile(m: u32, wm: u32, wn: u32, sg_m: u32, sg_n: u32) -> CoopWinoTile {
-    CoopWinoTile { m, wm, wn, sg_m, sg_n }
+    CoopWinoTile { m, wm, wn, sg_m, sg_n, point_major: false }
+}
+
+const fn point_major(t: CoopWinoTile) -> CoopWinoTile {
+    CoopWinoTile { point_major: true, ..t }
 }
 
 /// Every tile of this build (candidates of the tuner and of a forced strategy; the selector takes none yet):
@@ -59,6 +66,11 @@ pub const TILES: &[CoopWinoTile] = &[
     tile(3, 32, 32, 4, 1),
     tile(2, 32, 32, 2, 2),
     tile(2, 32, 32, 4, 1),
+    point_major(tile(3, 32, 32, 2, 2)),
+    point_major(tile(3, 32, 32, 4, 1)),
+    point_major(tile(2, 32, 32, 2, 2)),
+    point_major(tile(2, 32, 32, 4, 1)),
+    point_major(tile(3, 16, 32, 4, 2)),
 ];
 
 /// Whether F(m, r) is one this kernel takes (the module's comment).
@@ -77,7 +89,8 @@ impl CoopWinoTile {
         SUBGROUP * self.sg_m * self.sg_n
     }
     pub fn name(&self) -> String {
-        format!("coopwino_f{}_{}x{}_{}x{}", self.m, self.bm(), self.bn(), self.wm, self.wn)
+        let pm = if self.point_major { "_pm" } else { "" };
+        format!("coopwino_f{}_{}x{}_{}x{}{pm}", self.m, self.bm(), self.bn(), self.wm, self.wn)
     }
 
     /// The epilogue's run: two fragment rows where the subgroup has an even number of them.
@@ -165,9 +178,15 @@ impl CoopWinoTile {
     /// The kernel's shader for tensors of `io` (bias read, output written in their dtype) on `shape`'s transform.
     pub(crate) fn source(&self, io: Io, t: &Transform1d) -> String {
         let (mi, nj, p) = (self.wm / 16, self.wn / 16, t.alpha);
-        let mut decl = String::new();
-        let mut math = String::new();
-        for pt in 0..p {
+        // One K loop (kernel rows, then channels in steps of 16) around `math`.
+        let k_loop = |math: &str| {
+            format!(
+                "    for (var a = 0u; a < K_H; a++) {{\n        let a_base = (m0 + a * D_H * T) * VS;\n        let b_base = a * C_IN * U_ROW + n0;\n        for (var c0 = 0u; c0 < C_IN; c0 += 16u) {{\n{math}        }}\n    }}\n"
+            )
+        };
+        // Point pt's loads and products into the accumulators named `acc(pt, i, j)`.
+        let point_math = |pt: usize, acc: &dyn Fn(usize, u32, u32) -> String| {
+            let mut math = String::new();
             for i in 0..mi {
                 math += &format!(
                     "            let a{pt}_{i} = coopLoadT<coop_mat16x16<f16, A>>(&vq[{pt}u * PLANE + a_base + {}u * VS + c0], VS);\n",
@@ -182,12 +201,55 @@ impl CoopWinoTile {
             }
             for i in 0..mi {
                 for j in 0..nj {
-                    decl += &format!("    var pt{pt}_{i}_{j} = coop_mat16x16<f32, C>();\n");
-                    math += &format!(
-                        "            pt{pt}_{i}_{j} = coopMultiplyAdd(a{pt}_{i}, b{pt}_{j}, pt{pt}_{i}_{j});\n"
-                    );
+                    let c = acc(pt, i, j);
+                    math += &format!("            {c} = coopMultiplyAdd(a{pt}_{i}, b{pt}_{j}, {c});\n");
                 }
             }
+            math
+        };
+        let mut decl = String::new();
+        let mut products = String::new();
+        if self.point_major {
+            // The outputs' accumulators y<q>_<i>_<j>, and one point's: each point's K loop, then its sums added
+            // into the outputs' with AT's column of the point.
+            for i in 0..mi {
+                for j in 0..nj {
+                    decl += &format!("    var acc_{i}_{j} = coop_mat16x16<f32, C>();\n");
+                    for q in 0..t.m {
+                        decl += &format!("    var y{q}_{i}_{j} = coop_mat16x16<f32, C>();\n");
+                    }
+                }
+            }
+            for pt in 0..p {
+                for i in 0..mi {
+                    for j in 0..nj {
+                        products += &format!("    acc_{i}_{j} = coop_mat16x16<f32, C>();\n");
+                    }
+                }
+                products += &k_loop(&point_math(pt, &|_, i, j| format!("acc_{i}_{j}")));
+                for q in 0..t.m {
+                    let c = t.at[q * p + pt];
+                    for i in 0..mi {
+                        for j in 0..nj {
+                            let term = matrix_combination([c].into_iter(), |_| format!("acc_{i}_{j}"));
+                            if c != 0.0 {
+                                products += &format!("    y{q}_{i}_{j} = y{q}_{i}_{j} + {term};\n");
+                            }
+                        }
+                    }
+                }
+            }
+        } else {
+            let mut math = String::new();
+            for pt in 0..p {
+                math += &point_math(pt, &|pt, i, j| format!("pt{pt}_{i}_{j}"));
+                for i in 0..mi {
+                    for j in 0..nj {
+                        decl += &format!("    var pt{pt}_{i}_{j} = coop_mat16x16<f32, C>();\n");
+                    }
+                }
+            }
+            products = k_loop(&math);
         }
         let header = format!(
             "enable f16;\nenable wgpu_cooperative_matrix;\nconst M_OUT: u32 = {}u;\nconst WM: u32 = {}u;\nconst WN: u32 = {}u;\nconst SG_M: u32 = {}u;\nconst SG_N: u32 = {}u;\nconst BM: u32 = SG_M * WM;\nconst BN: u32 = SG_N * WN;\nconst THREADS: u32 = {SUBGROUP}u * SG_M * SG_N;\n{}",
@@ -204,7 +266,7 @@ impl CoopWinoTile {
                 ("MODULE", &scaled_module(MAXIMA_BINDING)),
                 ("PROLOGUE", &scaled_prologue(SLOTS_01)),
                 ("ACC_DECL", &decl),
-                ("MATH", &math),
+                ("PRODUCTS", &products),
                 ("EPILOGUE", &self.epilogue(t)),
             ],
         );
@@ -225,9 +287,12 @@ impl CoopWinoTile {
             e += "    {\n";
             for i in 0..mi {
                 for j in 0..nj {
-                    let sum = matrix_combination(t.at[q * t.alpha..(q + 1) * t.alpha].iter().copied(), |pt| {
-                        format!("pt{pt}_{i}_{j}")
-                    });
+                    let sum = match self.point_major {
+                        true => format!("y{q}_{i}_{j}"),
+                        false => matrix_combination(t.at[q * t.alpha..(q + 1) * t.alpha].iter().copied(), |pt| {
+                            format!("pt{pt}_{i}_{j}")
+                        }),
+                    };
                     e += &format!("        let acc_{i}_{j} = {sum};\n");
                 }
             }
