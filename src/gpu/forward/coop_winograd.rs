@@ -58,8 +58,10 @@ const fn point_major(t: CoopWinoTile) -> CoopWinoTile {
     CoopWinoTile { point_major: true, ..t }
 }
 
-/// Every tile of this build (candidates of the tuner and of a forced strategy; the selector takes none yet):
-/// F(3, K_W) and F(2, K_W), subgroups of 32 x 32 or 16 x 32, 64 or 32 output channels a workgroup.
+/// Every tile of this build (candidates of the tuner and of a forced strategy; the selector takes none: each
+/// measured slower than the padded-NHWC kernel, docs/PERFORMANCE.md): F(3, K_W) and F(2, K_W), subgroups of
+/// 32 x 32 or 16 x 32, 64 or 32 output channels a workgroup, every point's accumulators live or point-major (which
+/// measured 1.1-1.9x faster than every point's).
 pub const TILES: &[CoopWinoTile] = &[
     tile(3, 32, 32, 2, 2),
     tile(3, 16, 32, 4, 2),
