@@ -5,17 +5,18 @@
 // x[n, ic, i, j] * grad_output[n, oc, i*S_H - P_H + kh*D_H, j*S_W - P_W + kw*D_W] (zero outside grad_output);
 // per tap a GEMM with M = input channels, N = output channels, K = samples x input pixels.
 //
-// Why this form. The host copies x as f16 NHWC, each row rounded up to WB blocks of 16 pixels (zeros past the
-// row), and grad_output as f16 NHWC with its padding written out as zeros: P_H rows and P_W columns before it, GH
-// rows of GW pixels per image, enough that every tap of every copied x pixel reads inside the image
-// (src/gpu/nhwc_copy.rs; x at the scale of slot X_SLOT of the maxima, grad_output at slot G_SLOT's). At stride 1
-// grad_output's copy may be the one grad_input's padded-NHWC kernel made (src/gpu/forward/coop_nhwc.rs): laid out
-// for both, with images at least GH x GW, so every read lands where it lands in a copy of this kernel's own. Then a block of 16 consecutive x pixels of one row is, for every tap, 16 grad_output pixels
-// S_W apart in one padded row: the A operand of a 16-deep product (16 input channels x 16 pixels) is a
-// column-major matrix at stride CSX in the x copy, the B operand (16 pixels x 16 output channels) a row-major one
-// at stride S_W * CSG in the grad_output copy, the tap moving only its first row. Both load with one instruction
-// from storage at 16-byte aligned addresses (the pixel strides are the channels plus 8 halves, which also spreads
-// a load's rows over L1's banks, as in shaders/forward/coop_nhwc.wgsl); no workgroup memory, no barrier.
+// Why this form. The host copies x as f16 NHWC, each row rounded up to WB blocks of 16 pixels (zeros past the row),
+// and grad_output as f16 NHWC with its padding written out as zeros: P_H rows and P_W columns before it, GH rows of
+// GW pixels per image, enough that every tap of every copied x pixel reads inside the image (src/gpu/nhwc_copy.rs;
+// x at the scale of slot X_SLOT of the maxima, grad_output at slot G_SLOT's). At stride 1 grad_output's copy may be
+// the one grad_input's padded-NHWC kernel made (src/gpu/forward/coop_nhwc.rs): laid out for both, with images at
+// least GH x GW, so every read lands where it lands in a copy of this kernel's own. Then a block of 16 consecutive
+// x pixels of one row is, for every tap, 16 grad_output pixels S_W apart in one padded row: the A operand of a
+// 16-deep product (16 input channels x 16 pixels) is a column-major matrix at stride CSX in the x copy, the B
+// operand (16 pixels x 16 output channels) a row-major one at stride S_W * CSG in the grad_output copy, the tap
+// moving only its first row. Both load with one instruction from storage at 16-byte aligned addresses (the pixel
+// strides are the channels plus 8 halves, which also spreads a load's rows over L1's banks, as in
+// shaders/forward/coop_nhwc.wgsl); no workgroup memory, no barrier.
 //
 // Gathered (GATHERED). Where x's rows are short of whole blocks (dcgan's rows of 8 pixels would leave half of every
 // block zeros), a block is 16 consecutive x pixels of any rows instead (x copied in rows of its own width), and
@@ -33,16 +34,16 @@
 // split: neighbouring subgroups read the same x and grad_output lines (L1) and the splits' workgroups run in
 // order (L2).
 //
-// Non-finite values. The zeros the copies add (x's pixels past a row's end, grad_output's padding) enter the
-// products: an inf or NaN multiplied by one gives NaN in the sums of its channel's weight gradients, where the
-// exact kernels, which sum only the pixel pairs inside both tensors, may give a finite value or an inf. Every
-// element non-finite in the exact kernels is non-finite here too (docs/RELIABILITY.md).
+// Non-finite values. The zeros the copies add (x's pixels past a row's end in rows, past its last pixel gathered;
+// grad_output's padding) enter the products: an inf or NaN multiplied by one gives NaN in the sums of its channel's
+// weight gradients, where the exact kernels, which sum only the pixel pairs inside both tensors, may give a finite
+// value or an inf. Every element non-finite in the exact kernels is non-finite here too (docs/RELIABILITY.md).
 //
 // Uniform control flow (naga's rule for cooperative-matrix operations): every job runs the same number of blocks
 // (u.chunk). Blocks past the tensors' end (the last split's) load both operands from zero pixels at the copies'
-// ends (the tail rows), taps past the kernel's (the last tap group's) compute a real tap's products and store them
-// to a scratch region no one reads (u.trash), and the host rounds the job count up to whole workgroups with
-// splits past the end: all zeros.
+// ends (the tail rows; gathered, grad_output's zeros after x's pixels in the first tap's region), taps past the
+// kernel's (the last tap group's) compute a real tap's products and store them to a scratch region no one reads
+// (u.trash), and the host rounds the job count up to whole workgroups with splits past the end: all zeros.
 //
 // The epilogue stores each accumulator, unscaled, to partial sums laid out [split][tap][ic][oc] (row-major
 // 16 x 16 stores of stride C_OUT), which shaders/backward/grad_weight_reduce.wgsl adds in a fixed order into
@@ -72,10 +73,10 @@ override TAP_PIXELS: u32;  // gathered: pixels of a tap's region
 override G_STEP: u32;      // pixels between a block's consecutive grad_output pixels: S_W, or gathered 1
 
 struct Job {
-    blocks: u32,         // 16-pixel blocks of x (samples x rows x WB)
+    blocks: u32,         // 16-pixel blocks of x (samples x rows x WB; gathered, x's pixels / 16 rounded up)
     chunk: u32,          // blocks per split
     zero_x: u32,         // the first pixel of x's tail row (zeros)
-    zero_g: u32,         // the first pixel of grad_output's tail row (zeros)
+    zero_g: u32,         // the first pixel of grad_output's tail row (gathered: the first zero of the first region)
     trash: u32,          // where taps past the kernel's store (C_IN x C_OUT floats past the partial sums)
     dispatch_width: u32, // workgroups per grid row
     workgroups: u32,

@@ -22,7 +22,8 @@
 // 128 bytes apart (64 or 128 channels) fall in the same L1 banks, and a load's 16 rows are then served one bank
 // pass each; shifted by 16 bytes per row, 8 rows share a pass. With these strides the tensor-core ceiling with
 // loads from storage at this kernel's addresses measured much higher (docs/PERFORMANCE.md). The staged tiles read
-// the padded input only in their stage's copy and pad their staged rows instead: their PIXEL_STRIDE is C_IN. Pixels
+// the padded input only in their stage's copy and pad their staged rows instead: their PIXEL_STRIDE is C_IN (C_IN + 8
+// where the copy is laid out for a second reader too: src/gpu/nhwc_copy.rs, `CopyNeeds`). Pixels
 // with i >= PH_H or j >= PH_W (rows and columns the layout needs beyond the phase's outputs: few or none at stride
 // 1, more where rows are rounded for aligned stores, on strided phases and on small images) are computed from
 // padding and never stored. At stride 1 this form measured much faster than the staged GEMM kernel's

@@ -1,22 +1,21 @@
 // coop_nhwc_input.wgsl: the input of the padded-NHWC cooperative-matrix kernel (shaders/forward/coop_nhwc.wgsl,
 // precision `fast`): the NCHW input (f32, f16 or bf16, read with x_ld: src/gpu/wgsl/operands.rs), scaled by a power
-// of two where it is not f16 already (SCALED), as f16 in NHWC order, each image in H_P rows of
-// W_P pixels of C_IN channels with the input starting at row PAD_T and column PAD_L: zeros around it, and input
-// rows or columns outside COPY_H_BEGIN..COPY_H_END, COPY_W_BEGIN..COPY_W_END (which no output reads: padding crops
-// them) left out. The last chunk's dispatch also writes the zero rows after the last sample that its last outputs
-// read (`rows`: the kernel's reads run past a row's end into the next row's margin). Pixels are PIXEL_STRIDE halves
-// apart (C_IN, or C_IN + 8 for the kernel's direct tiles: see shaders/forward/coop_nhwc.wgsl); the halves past C_IN
-// are written as zeros (never read: writing them makes every 32-byte sector of the padded pixels whole, so that no
-// partial sector is written back). A
-// workgroup moves blocks of BLOCK_P padded pixels x BLOCK_C channels of one padded row through workgroup memory:
-// read along the input's rows (coalesced), written along the channels, 4 halves per invocation (8-byte stores; the
-// block of the last channels writes the pad too), BLOCKS_PER_WG consecutive blocks (channels fastest) with one
-// atomic for all of them. Measured (docs/PERFORMANCE.md): several blocks per workgroup ran faster than one;
-// blocks with more channels than pixels (longer runs of each pixel written) ran faster and ones with more pixels
-// (longer runs of each input row read) much slower; 16 x 64 blocks copy a 64-channel input faster than 32 x 32
-// ones, and go 4 per workgroup up to 512 MiB of padded input, 2 above (src/gpu/nhwc_copy.rs, `PrepBlock`).
-// C_IN is a multiple of 16 (the kernel's `check`).
-// One dispatch per input chunk (its samples: the uniform's sample range).
+// of two where it is not f16 already (SCALED), as f16 in NHWC order, each image in H_P rows of W_P pixels of C_IN
+// channels with the input starting at row PAD_T and column PAD_L: zeros around it, and input rows or columns
+// outside COPY_H_BEGIN..COPY_H_END, COPY_W_BEGIN..COPY_W_END (which no output reads: padding crops them) left out.
+// The last chunk's dispatch also writes the zero rows after the last sample that its last outputs read (`rows`: the
+// kernel's reads run past a row's end into the next row's margin). Pixels are PIXEL_STRIDE halves apart (C_IN, or
+// C_IN + 8 for the kernel's direct tiles and the other readers: see shaders/forward/coop_nhwc.wgsl); the halves
+// past C_IN are written as zeros (never read: writing them makes every 32-byte sector of the padded pixels whole,
+// so that no partial sector is written back). A workgroup moves blocks of BLOCK_P padded pixels x BLOCK_C channels
+// of one padded row through workgroup memory: read along the input's rows (coalesced), written along the channels,
+// 4 halves per invocation (8-byte stores; the block of the last channels writes the pad too), BLOCKS_PER_WG
+// consecutive blocks (channels fastest) with one atomic for all of them. Measured (docs/PERFORMANCE.md): several
+// blocks per workgroup ran faster than one; blocks with more channels than pixels (longer runs of each pixel
+// written) ran faster and ones with more pixels (longer runs of each input row read) much slower; 16 x 64 blocks
+// copy a 64-channel input faster than 32 x 32 ones, and go 4 per workgroup up to 512 MiB of padded input, 2 above
+// (src/gpu/nhwc_copy.rs, `PrepBlock`). C_IN is a multiple of 16 (the kernel's `check`). One dispatch per input
+// chunk (its samples: the uniform's sample range).
 //
 // The scale (f32 and bf16 inputs; an f16 input is copied as it is, SCALED false, and runs neither the scale check nor
 // the fix-up), in two passes so that the input is read once where its magnitudes are like the last call's (a

@@ -20,8 +20,12 @@
 // 16 x 16 matrix (16 consecutive tiles x 16 channels) at stride VS in the point's plane of V, and B (16 channels x
 // 16 output channels of one point and kernel row) a row-major matrix at stride U_ROW: both load with `coopLoadT`
 // from storage, as in shaders/forward/coop_nhwc.wgsl (strides of the channels plus 8 halves, against bank
-// conflicts). Tiles of rows i >= OUT_H, past a row's outputs or past the dispatch are computed from zeros and
-// never stored.
+// conflicts). Tiles of rows i >= OUT_H, past a row's outputs or past the dispatch are computed (from whatever rows
+// they reach: padding, the next sample's rows, the zero tail) and never stored.
+//
+// Non-finite values. BT mixes a tile's input pixels into every point, so an Inf or NaN in the input can make any
+// output of its tiles NaN, also those the definition leaves finite: unlike the other kernels' (see
+// docs/RELIABILITY.md), and one reason these tiles run only where forced by name.
 //
 // Tiling. A workgroup of SG_M x SG_N subgroups computes BM = SG_M * WM tiles x BN = SG_N * WN output channels;
 // each subgroup a WM x WN block at every point, as P x (WM/16) x (WN/16) named f32 accumulators (generated:

@@ -80,8 +80,15 @@ impl Strategy {
             .map(|t| Strategy::Gemm(*t))
             .chain(coop::COOP_TILES.iter().map(|t| Strategy::Coop(*t)))
             .chain(coop_nhwc::TILES.iter().map(|t| Strategy::CoopNhwc(*t)))
-            .chain(coop_winograd::TILES.iter().map(|t| Strategy::CoopWinograd(*t)))
             .collect()
+    }
+
+    /// Kernels that run only where forced by name (`CONVT_STRATEGY`, `GpuOptions::strategy`), neither the
+    /// selector's nor the tuner's: the Winograd tensor-core tiles, measured slower than the padded-NHWC kernel, whose
+    /// transforms also mix a tile's input pixels, so that an Inf or NaN in the input can make the tile's other
+    /// outputs NaN (docs/RELIABILITY.md).
+    pub fn forced_only() -> Vec<Strategy> {
+        coop_winograd::TILES.iter().map(|t| Strategy::CoopWinograd(*t)).collect()
     }
 
     /// The candidates for `precision` that `ctx`'s device can run: for `fast`, its f16 strategies where it
@@ -97,7 +104,7 @@ impl Strategy {
 
     /// Every strategy of this build (for looking one up by name).
     pub fn all() -> Vec<Strategy> {
-        Self::candidates().into_iter().chain(Self::fast_candidates()).collect()
+        Self::candidates().into_iter().chain(Self::fast_candidates()).chain(Self::forced_only()).collect()
     }
 
     /// The strategy of this build with this [`Strategy::name`].

@@ -58,8 +58,8 @@ const fn point_major(t: CoopWinoTile) -> CoopWinoTile {
     CoopWinoTile { point_major: true, ..t }
 }
 
-/// Every tile of this build (candidates of the tuner and of a forced strategy; the selector takes none: each
-/// measured slower than the padded-NHWC kernel, docs/PERFORMANCE.md): F(3, K_W) and F(2, K_W), subgroups of
+/// Every tile of this build, each run only where forced by name (`Strategy::forced_only`: each measured slower than
+/// the padded-NHWC kernel, docs/PERFORMANCE.md, and an Inf or NaN input can turn its tile's other outputs NaN): F(3, K_W) and F(2, K_W), subgroups of
 /// 32 x 32 or 16 x 32, 64 or 32 output channels a workgroup, every point's accumulators live or point-major (which
 /// measured 1.1-1.9x faster than every point's).
 pub const TILES: &[CoopWinoTile] = &[
@@ -121,7 +121,9 @@ impl CoopWinoTile {
     fn transform(&self, shape: &ConvShape) -> Result<Transform1d> {
         let r = shape.kernel[1];
         takes_transform(self.m as usize, r).then(|| Transform1d::new(self.m as usize, r)).flatten().ok_or_else(|| {
-            self.unfit(format!("a kernel {r} wide (it takes F({}, r) for r in 2-4, see takes_transform)", self.m))
+            let taken: Vec<String> =
+                (2..=4).filter(|&r| takes_transform(self.m as usize, r)).map(|r| r.to_string()).collect();
+            self.unfit(format!("a kernel {r} wide (it takes F({}, r) for r in {})", self.m, taken.join(", ")))
         })
     }
 
