@@ -6,15 +6,9 @@
 // meet 16 consecutive pixels of each tap's region, which one cooperative-matrix load reads. Pixels past x's
 // (REAL) are written as zeros: the blocks past the end read them. One invocation per quad of 4 channels: copied
 // as stored, already at grad_output's scale.
+//
+// The host puts the shape's override constants (shaders/common/shape.wgsl) in front of this file.
 
-override IN_H: u32;
-override IN_W: u32;
-override K_H: u32;
-override K_W: u32;
-override S_H: u32;
-override S_W: u32;
-override D_H: u32;
-override D_W: u32;
 override GH: u32;
 override GW: u32;
 override SRC_Q: u32;      // quads between the copy's pixels

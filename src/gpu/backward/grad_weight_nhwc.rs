@@ -14,14 +14,14 @@ use crate::gpu::memory::{GpuTensor, InFlight, STORAGE};
 use crate::gpu::nhwc_copy::{self, CopyLayout, CopyNeeds, SharedCopy};
 use crate::gpu::wgsl::coop::SUBGROUP;
 use crate::gpu::wgsl::scale::{scaled_module, scaled_prologue};
-use crate::gpu::wgsl::{self, fill_markers};
+use crate::gpu::wgsl::{self, fill_markers, shape_constants, with_shape_prelude};
 use crate::params::ConvShape;
 
 pub const SHADER_NAME: &str = "backward/grad_weight_nhwc.wgsl";
 const SHADER: &str = include_str!("../../../shaders/backward/grad_weight_nhwc.wgsl");
 pub const GATHER_SHADER_NAME: &str = "backward/grad_weight_gather.wgsl";
-/// `shaders/backward/grad_weight_gather.wgsl` (and the f16 it enables).
-const GATHER_SHADER: &str = concat!("enable f16;\n", include_str!("../../../shaders/backward/grad_weight_gather.wgsl"));
+/// `shaders/backward/grad_weight_gather.wgsl` behind the shape's constants (and the f16 it enables).
+const GATHER_SHADER: &str = concat!("enable f16;\n", with_shape_prelude!("backward/grad_weight_gather.wgsl"));
 const GATHER_WORKGROUP_SIZE: usize = 256;
 /// The binding of the operand maxima (after x's copy, grad_output's copy and the partial sums).
 const MAXIMA_BINDING: u32 = 4;
@@ -535,14 +535,6 @@ fn encode_gather(
         let module = ctx.module_with(GATHER_SHADER_NAME, || GATHER_SHADER.to_string())?;
         let [h, w] = shape.in_hw;
         let values = [
-            ("IN_H", h),
-            ("IN_W", w),
-            ("K_H", shape.kernel[0]),
-            ("K_W", shape.kernel[1]),
-            ("S_H", shape.stride[0]),
-            ("S_W", shape.stride[1]),
-            ("D_H", shape.dilation[0]),
-            ("D_W", shape.dilation[1]),
             ("GH", l.g.padded[0]),
             ("GW", l.g.padded[1]),
             ("SRC_Q", l.g.pixel_stride / 4),
@@ -550,7 +542,8 @@ fn encode_gather(
             ("REAL", shape.batch * h * w),
             ("TAP_PIXELS", l.tap_pixels),
         ];
-        let consts: Vec<(&str, f64)> = values.iter().map(|&(k, v)| (k, v as f64)).collect();
+        let consts: Vec<(&str, f64)> =
+            shape_constants(shape, false).into_iter().chain(values.iter().map(|&(k, v)| (k, v as f64))).collect();
         let key = format!("grad_weight gather {:?} {consts:?}", ctx.options().shader_checks);
         let pipeline = ctx.pipeline(key, &module, &consts)?;
         let quads = shape.kernel[0] * shape.kernel[1] * l.tap_pixels * gathered_stride(shape) / 4;
