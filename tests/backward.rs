@@ -284,8 +284,8 @@ fn stride_one_grad_input_runs_through_every_forward_strategy() {
 fn strided_grad_input_runs_on_every_gemm_tile() {
     // Strides, output_padding, padding beyond dilation*(k-1), dilation and groups: grad_input is then a strided
     // convolution, which the GEMM kernel runs as one sampled phase. Each exact GEMM tile forced, and the heuristic
-    // (which takes the GEMM on these channel counts), against the float64 reference; H != W and channel counts
-    // that leave partial tiles.
+    // (the GEMM on these channel counts, the gather kernel on the kb81-like problem, whose grad_output is 15 times
+    // its input), against the float64 reference; H != W and channel counts that leave partial tiles.
     let p = params;
     let cases = [
         // up2x-like: 3x3, stride 2, padding 1, output_padding 1.
@@ -400,5 +400,44 @@ fn grad_weight_rows_kernel_takes_strided_problems_with_few_channels() {
             let prob = Problem { bias, ..with_bias(&input, &weight, params) };
             check(common::ctx(), &prob).unwrap_or_else(|e| panic!("{shape:?}: {e}"));
         }
+    }
+}
+
+#[test]
+fn gather_grad_input_is_right_at_every_tile() {
+    // The gather kernel (shaders/backward/grad_input.wgsl; the direct strategy forces it for grad_input) at each
+    // of its tiles (src/gpu/backward/grad_input.rs, `GatherTile`), against the float64 reference with its output
+    // poisoned: 1, 2 and 4 vec4s of input channels (3, 8 and 12 a group: partial blocks), 4, 2 and 1 pixels an
+    // invocation (planes of 2400, 1152, 640 and 600 pixels: the last workgroup's partly past the plane), weights
+    // staged in one and in three chunks of output channels or, for a 33 x 33 kernel, read from storage; borders
+    // on every side (padding, strides, dilation), groups. Each also with bindings of one plane, so that grad_output's
+    // channels of a sample arrive in several slices and the later ones add to what the first wrote.
+    let p = params;
+    let cases = [
+        (vec![1, 6, 48, 50], vec![6, 5, 3, 3], p([2, 2], [1, 1], [1, 1], [1, 1], 2)),
+        (vec![1, 32, 24, 48], vec![32, 16, 3, 5], p([2, 3], [1, 2], [0, 0], [2, 1], 4)),
+        (vec![1, 32, 16, 40], vec![32, 18, 3, 3], p([5, 5], [1, 1], [0, 0], [2, 2], 1)),
+        (vec![2, 12, 20, 30], vec![12, 24, 5, 5], p([1, 2], [2, 2], [0, 1], [1, 1], 1)),
+        (vec![1, 2, 3, 3], vec![2, 3, 33, 33], p([1, 1], [0, 0], [0, 0], [1, 1], 1)),
+    ];
+    let direct = convt::gpu::Strategy::Direct;
+    for (input, weight, params) in cases {
+        let prob = with_bias(&input, &weight, params);
+        let shape = prob.shape();
+        assert_eq!(
+            convt::gpu::select::grad_input(
+                common::ctx_with_strategy(direct),
+                &shape,
+                convt::Precision::F32,
+                convt::DType::F32
+            ),
+            GradInputKernel::Gather
+        );
+        check(common::ctx_with_strategy(direct), &prob).unwrap_or_else(|e| panic!("{shape:?}: {e}"));
+        let plane = 4 * (shape.in_hw[0] * shape.in_hw[1]).max(shape.out_hw[0] * shape.out_hw[1]);
+        let limit = plane.max(4 * weight.iter().product::<usize>());
+        let prob = with_bias(&input, &weight, params);
+        check(&common::ctx_with_binding_limit(limit as u64, Some(direct)), &prob)
+            .unwrap_or_else(|e| panic!("{shape:?}, bindings of {limit} bytes: {e}"));
     }
 }

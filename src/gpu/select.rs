@@ -125,7 +125,8 @@ fn tuned_forward(
 /// - where the shape has a transposed convolution, the forward selector's exact choice for it, if that is a GEMM
 ///   or Winograd kernel;
 /// - else the forward's heuristic for a stride-1 problem of the sampled correlation's sizes: its GEMM tile, or the
-///   gather kernel where it would take a gather kernel or the tile cannot run here.
+///   gather kernel where it would take a gather kernel, where f32 tensors' grad_output is too sparse for the GEMM
+///   (`sparse_for_gemm`), or where the tile cannot run here.
 pub fn grad_input(ctx: &GpuContext, shape: &ConvShape, precision: Precision, dtype: DType) -> GradInputKernel {
     let transposed = as_transposed_convolution(shape);
     let (sampled, _) = as_sampled_correlation(shape);
@@ -176,11 +177,20 @@ pub fn grad_input(ctx: &GpuContext, shape: &ConvShape, precision: Precision, dty
             return GradInputKernel::Transposed(strategy);
         }
     }
-    if prefers_gather(&sampled) {
+    if prefers_gather(&sampled) || (dtype == DType::F32 && sparse_for_gemm(shape)) {
         GradInputKernel::Gather
     } else {
         runs(gemm_tile(&sampled))
     }
+}
+
+/// Whether the sampled correlation's GEMM reads grad_output too sparsely to beat the gather kernel on f32 tensors:
+/// grad_output at least 8 times the input's pixels (a large stride) and at most 32 input channels per group. So
+/// measured on kb81 (stride 5, 32 input channels, grad_output 25 times the input): the gather kernel well ahead on
+/// f32 tensors, the GEMM ahead on f16 ones, which halve its bytes (docs/PERFORMANCE.md).
+fn sparse_for_gemm(shape: &ConvShape) -> bool {
+    let pixels = |hw: [usize; 2]| hw[0] * hw[1];
+    pixels(shape.out_hw) >= 8 * pixels(shape.in_hw) && shape.in_per_group() <= 32
 }
 
 /// grad_weight's kernel for `shape` at `precision` with the input and grad_output in `chunks` bindings: the tuning

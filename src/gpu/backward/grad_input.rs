@@ -8,8 +8,8 @@
 //!   correlation sampled every `stride` pixels, which the GEMM kernel (register tiles, or cooperative matrices at
 //!   precision `fast`) computes as one phase ([`gemm::Geometry::Sampled`]) wherever the forward's heuristic would
 //!   take a GEMM for it;
-//! - otherwise, `shaders/backward/grad_input.wgsl`: a gather over grad_output, one invocation per input pixel and block of
-//!   input channels, for every option.
+//! - otherwise, `shaders/backward/grad_input.wgsl`: a gather over grad_output, each invocation a few input pixels and
+//!   a block of input channels ([`GatherTile`]), for every option.
 
 use crate::error::{ConvtError, Result};
 use crate::gpu::context::GpuContext;
@@ -33,8 +33,13 @@ const SHADER: &str = with_shape_prelude!("backward/grad_input.wgsl");
 pub const FLIP_SHADER_NAME: &str = "backward/grad_input_weights.wgsl";
 const FLIP_SHADER: &str = include_str!("../../../shaders/backward/grad_input_weights.wgsl");
 
-/// The gather kernel's source for tensors of `io` (grad_output and the weight read, grad_input written).
-fn source(io: Io) -> String {
+/// The gather kernel's source for tensors of `io` (grad_output and the weight read, grad_input written) with
+/// `tile`'s constants in front.
+fn source(tile: &GatherTile, io: Io) -> String {
+    let header = format!(
+        "const PX: u32 = {}u;\nconst IC_VECS: u32 = {}u;\nconst STAGED: bool = {};\n",
+        tile.px, tile.ic_vecs, tile.staged
+    );
     let operands = declare(
         io.storage,
         &[
@@ -43,7 +48,7 @@ fn source(io: Io) -> String {
             io.operand("grad_in", 3, Access::ReadWrite),
         ],
     );
-    wgsl::module(&[&operands, SHADER])
+    wgsl::module(&[&header, &operands, SHADER])
 }
 
 /// The weight flip's source for a weight of `io` (the flipped weight has its dtype).
@@ -52,8 +57,68 @@ fn flip_source(io: Io) -> String {
     wgsl::module(&[&operands, FLIP_SHADER])
 }
 const WORKGROUP_SIZE: u32 = 256;
-/// Input channels per invocation (`IC_BLOCK` in the shader).
-const IC_BLOCK: usize = 4;
+/// The most staged weights a gather workgroup holds, in vec4s: the 16 KiB every adapter convt runs on offers
+/// (more would leave fewer workgroups per multiprocessor).
+const STAGED_VEC4S: usize = 1024;
+/// Each gather invocation's sums, in vec4s (`PX * IC_VECS`): the fastest measured on kb75 and kb81; 8 were slower
+/// on both, 16 many times slower (docs/PERFORMANCE.md).
+const SUM_VEC4S: usize = 4;
+
+/// The gather kernel's tiling for a shape (`shaders/backward/grad_input.wgsl`): input pixels per invocation
+/// (`px`), vec4s of input channels per invocation (`ic_vecs`), output channels whose weights are staged at once
+/// (`co_chunk`), and whether they are staged at all (a kernel too large for one output channel's taps reads
+/// them from storage).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct GatherTile {
+    px: usize,
+    ic_vecs: usize,
+    co_chunk: usize,
+    staged: bool,
+}
+
+impl GatherTile {
+    /// The tile for `shape`: as many of a group's input channels as fit 4 vec4s, the rest of the sums' registers
+    /// in pixels, fewer pixels where a workgroup's would not fill a whole plane (samples and channel blocks
+    /// then keep the GPU busy instead).
+    pub(crate) fn for_shape(shape: &ConvShape) -> Self {
+        let ic_vecs = match shape.in_per_group() {
+            0..=4 => 1,
+            5..=8 => 2,
+            _ => 4,
+        };
+        let pixels = shape.in_hw[0] * shape.in_hw[1];
+        let mut px = SUM_VEC4S / ic_vecs;
+        while px > 1 && WORKGROUP_SIZE as usize * px > pixels {
+            px /= 2;
+        }
+        let taps = shape.kernel[0] * shape.kernel[1];
+        let co_chunk = (STAGED_VEC4S / (taps * ic_vecs)).min(shape.out_per_group());
+        let staged = co_chunk > 0;
+        Self { px, ic_vecs, co_chunk: if staged { co_chunk } else { shape.out_per_group() }, staged }
+    }
+
+    /// Input channels per invocation (`IC_BLOCK` in the shader).
+    fn ic_block(&self) -> usize {
+        4 * self.ic_vecs
+    }
+
+    /// Input pixels per workgroup.
+    fn span(&self) -> usize {
+        WORKGROUP_SIZE as usize * self.px
+    }
+
+    /// The override constants of its pipeline beside the shape's.
+    fn constants(&self, shape: &ConvShape) -> [(&'static str, f64); 3] {
+        let taps = shape.kernel[0] * shape.kernel[1];
+        let ws_len = if self.staged { self.co_chunk * taps * self.ic_vecs } else { 1 };
+        [("WORKGROUP_SIZE", WORKGROUP_SIZE as f64), ("CO_CHUNK", self.co_chunk as f64), ("WS_LEN", ws_len as f64)]
+    }
+
+    /// Its module's name for tensors of `io`.
+    fn module_name(&self, io: Io) -> String {
+        format!("{SHADER_NAME} px{} v{} staged {} {}", self.px, self.ic_vecs, self.staged, io.key())
+    }
+}
 
 /// The transposed convolution that computes grad_input from grad_output, where there is one: stride 1, no
 /// output_padding and padding <= dilation*(kernel-1) on both axes (then its output has the input's size).
@@ -398,18 +463,20 @@ fn encode_gather(
     );
     let weight = weight.single_buffer("weight", ctx)?;
     let io = Io::new(ctx, grad_output.dtype(), grad_input.dtype());
-    let module = ctx.module_with(&format!("{SHADER_NAME} {}", io.key()), || source(io))?;
+    let tile = GatherTile::for_shape(shape);
+    let name = tile.module_name(io);
+    let module = ctx.module_with(&name, || source(&tile, io))?;
     check_index_range(shape)?;
     let mut consts = shape_constants(shape, false);
-    consts.push(("WORKGROUP_SIZE", WORKGROUP_SIZE as f64));
-    let key = format!("grad_input {} {:?} {:?}", io.key(), ctx.options().shader_checks, consts);
+    consts.extend(tile.constants(shape));
+    let key = format!("grad_input {name} {:?} {:?}", ctx.options().shader_checks, consts);
     let pipeline = ctx.pipeline(key, &module, &consts)?;
-    let pixels = shape.in_hw[0] * shape.in_hw[1];
+    let tiles = (shape.in_hw[0] * shape.in_hw[1]).div_ceil(tile.span());
     ctx.scoped(|| {
         for s in &slices {
             // In this plan "in" is grad_output (read) and "out" is grad_input (written).
-            let (b0, b1) = channel_blocks(shape.in_per_group(), IC_BLOCK, &s.oc);
-            let grid = grid(ctx, (s.samples.len() * (b1 - b0) * pixels).div_ceil(WORKGROUP_SIZE as usize));
+            let (b0, b1) = channel_blocks(shape.in_per_group(), tile.ic_block(), &s.oc);
+            let grid = grid(ctx, s.samples.len() * (b1 - b0) * tiles);
             // The shader's `Slice` is the gather kernels' (go_* and gi_* for in_* and out_*).
             let u = SliceUniform::new(s, (b0, b1), grid.0);
             let go = &grad_output.chunks()[s.in_chunk];
@@ -420,15 +487,45 @@ fn encode_gather(
     })
 }
 
-/// This kernel's shaders for validation (`gpu::shader_sources`): the gather kernel and the weight flip (the other
-/// two forms run the forward's shaders).
+/// This kernel's shaders for validation (`gpu::shader_sources`): the gather kernel at each channel block and
+/// staged or not, and the weight flip (the other two forms run the forward's shaders).
 pub(crate) fn shader_variants() -> Vec<crate::gpu::ShaderVariant> {
+    let tiles = [(4, 1, true), (2, 2, true), (1, 4, true), (4, 1, false)].map(|(px, ic_vecs, staged)| GatherTile {
+        px,
+        ic_vecs,
+        co_chunk: 1,
+        staged,
+    });
     let variants = Io::variants().into_iter().flat_map(|io| {
         let key = io.key();
-        [
-            (SHADER_NAME, format!("{SHADER_NAME} {key}"), source(io)),
-            (FLIP_SHADER_NAME, format!("{FLIP_SHADER_NAME} {key}"), flip_source(io)),
-        ]
+        let gathers = tiles.iter().map(move |t| (SHADER_NAME, t.module_name(io), source(t, io)));
+        gathers.chain([(FLIP_SHADER_NAME, format!("{FLIP_SHADER_NAME} {key}"), flip_source(io))])
     });
     variants.collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(input: [usize; 4], weight: [usize; 4], stride: i64, groups: i64) -> ConvShape {
+        let params = ConvTranspose2dOptions { stride: [stride, stride], groups, ..Default::default() };
+        params.resolve(&input, &weight, None).unwrap()
+    }
+
+    #[test]
+    fn gather_tiles_follow_the_groups_channels_the_plane_and_the_kernel() {
+        let t = |input, weight, stride, groups| {
+            let t = GatherTile::for_shape(&shape(input, weight, stride, groups));
+            (t.px, t.ic_vecs, t.co_chunk, t.staged)
+        };
+        // kb75: groups of 8 x 16 channels, 15 taps; kb81: 32 x 64, 9 taps (64 output channels in two chunks).
+        assert_eq!(t([16, 32, 128, 256], [32, 16, 3, 5], 2, 4), (2, 2, 16, true));
+        assert_eq!(t([16, 32, 64, 128], [32, 64, 3, 3], 5, 1), (1, 4, 28, true));
+        // A plane smaller than a workgroup's pixels; 3 channels a group.
+        assert_eq!(t([2, 6, 20, 20], [6, 5, 3, 3], 2, 2), (1, 1, 5, true));
+        assert_eq!(t([2, 6, 48, 50], [6, 5, 3, 3], 2, 2), (4, 1, 5, true));
+        // One output channel's taps beyond the staged weights' room: read from storage.
+        assert_eq!(t([1, 2, 3, 3], [2, 3, 33, 33], 1, 1), (1, 1, 3, false));
+    }
 }
