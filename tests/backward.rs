@@ -374,7 +374,7 @@ fn grad_weight_rows_kernel_takes_strided_problems_with_few_channels() {
     // that are not a multiple of 4 (its vec4s padded); rows longer than its staged columns (several chunks per row:
     // 16 channels, 300 columns); padding beyond dilation * (kernel - 1), so that some input rows reach no output
     // row; output padding; a stride along one axis only; a batch of 3 and input rows that leave a partial block of
-    // rows. Wider groups go to the per-tap GEMM.
+    // rows; kernel rows in blocks whose last is partial. Wider groups go to the per-tap GEMM.
     let p = params;
     let cases = [
         (vec![2, 32, 6, 9], vec![32, 16, 3, 5], p([2, 3], [1, 2], [0, 0], [2, 1], 4)),
@@ -384,6 +384,8 @@ fn grad_weight_rows_kernel_takes_strided_problems_with_few_channels() {
         (vec![2, 5, 9, 4], vec![5, 7, 2, 3], p([3, 1], [4, 1], [0, 0], [1, 2], 1)),
         // A kernel 20 columns wide: 12 output channels per workgroup (256 invocations at most), so blocks of 12 and 4.
         (vec![1, 4, 3, 30], vec![4, 16, 2, 20], p([2, 2], [0, 0], [0, 0], [1, 1], 1)),
+        // 16 output channels x 7 columns: two of the three kernel rows per workgroup, so blocks of 2 and 1.
+        (vec![2, 8, 5, 12], vec![8, 16, 3, 7], p([2, 2], [1, 3], [0, 0], [1, 1], 1)),
     ];
     let wider = p([2, 2], [0, 0], [0, 0], [1, 1], 1).resolve(&[1, 32, 4, 4], &[32, 32, 3, 3], None).unwrap();
     assert_ne!(

@@ -255,13 +255,16 @@ pub(crate) fn source(tile: usize, io: Io) -> String {
 }
 
 /// The layout of `shaders/backward/grad_weight_rows.wgsl` for a shape: vec4s of input channels per group (`cig4`),
-/// output channels per workgroup (`ocb`; the workgroup has `ocb` x `kernel_w` invocations), input rows per
-/// partial-sum slot (`rb`) and x columns staged at once (`xw`). The source depends on `cig4` alone (the length of
-/// each invocation's accumulator array, a constant in front of it); the rest are override constants.
+/// output channels per workgroup (`ocb`), kernel rows per invocation (`khr`) and per workgroup (`khb`, a multiple
+/// of `khr`; the workgroup has `khb / khr` x `ocb` x `kernel_w` invocations), input rows per partial-sum slot (`rb`)
+/// and x columns staged at once (`xw`). The source depends on `cig4` and `khr` (the sizes of each invocation's
+/// accumulator and load arrays, constants in front of it); the rest are override constants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RowsKernel {
     pub cig4: usize,
     pub ocb: usize,
+    pub khr: usize,
+    pub khb: usize,
     pub kernel_w: usize,
     pub rb: usize,
     pub xw: usize,
@@ -275,6 +278,10 @@ const ROWS_MAX_TILE: usize = 16;
 const ROWS_MAX_THREADS: usize = 256;
 /// Input rows per partial-sum slot before the slots' size asks for more.
 const ROWS_MIN_RB: usize = 4;
+/// The most vec4 accumulators of a rows invocation (its kernel rows times the group's vec4s of input channels).
+const ROWS_MAX_ACC: usize = 8;
+/// The most invocations a rows workgroup has along the kernel rows.
+const ROWS_KHT: usize = 8;
 
 impl RowsKernel {
     /// Where the rows kernel serves instead of the per-tap GEMM: a stride above 1 (where each tap's GEMM reads its
@@ -296,6 +303,8 @@ impl RowsKernel {
         if ocb == 0 || xw == 0 {
             return None;
         }
+        let khr = k_h.min((ROWS_MAX_ACC / cig4).max(1));
+        let khb = khr * k_h.div_ceil(khr).min(max_threads / (ocb * k_w)).min(ROWS_KHT);
         let elems = (shape.in_channels * cog * k_h * k_w) as u64;
         let mut rb = ROWS_MIN_RB;
         while (shape.batch * shape.in_hw[0].div_ceil(rb)) as u64 * elems * 4 > partial_cap {
@@ -304,7 +313,7 @@ impl RowsKernel {
             }
             rb *= 2;
         }
-        Some(RowsKernel { cig4, ocb, kernel_w: k_w, rb, xw })
+        Some(RowsKernel { cig4, ocb, khr, khb, kernel_w: k_w, rb, xw })
     }
 
     /// Partial-sum slots: one per sample and block of `rb` input rows.
@@ -314,24 +323,30 @@ impl RowsKernel {
 
     /// Workgroups of the dispatch.
     fn workgroups(&self, shape: &ConvShape) -> usize {
-        self.slots(shape) * shape.groups * shape.out_per_group().div_ceil(self.ocb) * shape.kernel[0]
+        self.slots(shape) * shape.groups * shape.out_per_group().div_ceil(self.ocb) * shape.kernel[0].div_ceil(self.khb)
     }
 
     /// The shader for tensors of `io`: `shaders/backward/grad_weight_rows.wgsl` with this layout's CIG4 in front.
     pub(crate) fn source(&self, io: Io) -> String {
-        let header = format!("const CIG4: u32 = {}u;\n", self.cig4);
+        let header = format!("const CIG4: u32 = {}u;\nconst KHR: u32 = {}u;\n", self.cig4, self.khr);
         wgsl::module(&[&header, &operands(io), ROWS_SHADER, TAP_RANGE])
     }
 
     /// The shader module's name: what its source depends on.
     fn module_name(&self, io: Io) -> String {
-        format!("grad_weight_rows cig4 {} {}", self.cig4, io.key())
+        format!("grad_weight_rows cig4 {} khr {} {}", self.cig4, self.khr, io.key())
     }
 
     /// The layout's override constants of the shader.
-    fn constants(&self) -> [(&'static str, f64); 4] {
-        [("OCB", self.ocb), ("RB", self.rb), ("XW", self.xw), ("THREADS", self.ocb * self.kernel_w)]
-            .map(|(k, v)| (k, v as f64))
+    fn constants(&self) -> [(&'static str, f64); 5] {
+        [
+            ("OCB", self.ocb),
+            ("KHB", self.khb),
+            ("RB", self.rb),
+            ("XW", self.xw),
+            ("THREADS", self.khb / self.khr * self.ocb * self.kernel_w),
+        ]
+        .map(|(k, v)| (k, v as f64))
     }
 }
 
@@ -485,7 +500,8 @@ pub(crate) fn shader_variants() -> Vec<crate::gpu::ShaderVariant> {
         let key = io.key();
         v.extend(TILES.iter().map(|&t| (SHADER_NAME, format!("grad_weight_{t} {key}"), source(t, io))));
         v.extend((1..=4).map(|cig4| {
-            let k = RowsKernel { cig4, ocb: 16, kernel_w: 5, rb: 4, xw: 256 };
+            let khr = (ROWS_MAX_ACC / cig4).min(3);
+            let k = RowsKernel { cig4, ocb: 16, khr, khb: khr, kernel_w: 5, rb: 4, xw: 256 };
             (ROWS_SHADER_NAME, k.module_name(io), k.source(io))
         }));
         let shared = shared_source(io);
@@ -517,7 +533,7 @@ mod tests {
         // The suite's groups of 8 x 16 channels: two vec4s of input channels, every output channel in one workgroup.
         let kb75 = shape(2, 32, 64, 4, [128, 256], [3, 5]);
         let k = RowsKernel::for_shape(&kb75, [1, 1], &limits, cap).unwrap();
-        assert_eq!(k, RowsKernel { cig4: 2, ocb: 16, kernel_w: 5, rb: ROWS_MIN_RB, xw: 256 });
+        assert_eq!(k, RowsKernel { cig4: 2, ocb: 16, khr: 3, khb: 3, kernel_w: 5, rb: ROWS_MIN_RB, xw: 256 });
         // Stride 1, groups wider than the 16-wide tile, or tensors in several bindings: the per-tap GEMM.
         assert_eq!(RowsKernel::for_shape(&shape(1, 16, 16, 1, [8, 8], [3, 3]), [1, 1], &limits, cap), None);
         assert_eq!(RowsKernel::for_shape(&shape(2, 32, 32, 1, [8, 8], [3, 3]), [1, 1], &limits, cap), None);
