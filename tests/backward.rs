@@ -369,12 +369,13 @@ fn grad_weight_is_right_with_every_tile_size() {
 #[test]
 fn grad_weight_rows_kernel_takes_strided_problems_with_few_channels() {
     // The rows kernel (shaders/backward/grad_weight_rows.wgsl) on the strided shapes it takes (groups of at most 16 x 16
-    // channels), against the float64 reference: kb75-like (groups, stride 2 x 3, padding 1 x 2, dilation 2 x 1,
+    // channels, or 32 input channels and 3 kernel rows), against the float64 reference: kb75-like (groups, stride 2 x 3, padding 1 x 2, dilation 2 x 1,
     // 3 x 5 kernel) and kb81-like (stride 5, dilation 2: rows and columns no tap reaches); input channels per group
     // that are not a multiple of 4 (its vec4s padded); rows longer than its staged columns (several chunks per row:
     // 16 channels, 300 columns); padding beyond dilation * (kernel - 1), so that some input rows reach no output
     // row; output padding; a stride along one axis only; a batch of 3 and input rows that leave a partial block of
-    // rows; kernel rows in blocks whose last is partial. Wider groups go to the per-tap GEMM.
+    // rows; kernel rows in blocks whose last is partial; groups of 32 input channels whose 3 kernel rows fit one
+    // invocation. Wider groups go to the per-tap GEMM.
     let p = params;
     let cases = [
         (vec![2, 32, 6, 9], vec![32, 16, 3, 5], p([2, 3], [1, 2], [0, 0], [2, 1], 4)),
@@ -384,15 +385,23 @@ fn grad_weight_rows_kernel_takes_strided_problems_with_few_channels() {
         (vec![2, 5, 9, 4], vec![5, 7, 2, 3], p([3, 1], [4, 1], [0, 0], [1, 2], 1)),
         // A kernel 20 columns wide: 12 output channels per workgroup (256 invocations at most), so blocks of 12 and 4.
         (vec![1, 4, 3, 30], vec![4, 16, 2, 20], p([2, 2], [0, 0], [0, 0], [1, 1], 1)),
-        // 16 output channels x 7 columns: two of the three kernel rows per workgroup, so blocks of 2 and 1.
-        (vec![2, 8, 5, 12], vec![8, 16, 3, 7], p([2, 2], [1, 3], [0, 0], [1, 1], 1)),
+        // Five kernel rows, 4 an invocation: two invocations along them in one workgroup (rows 0-3 and 4), or with
+        // 16 x 9 invocations for the channels and columns, one per workgroup (blocks of rows 0-3 and 4).
+        (vec![2, 8, 5, 12], vec![8, 16, 5, 7], p([2, 2], [2, 3], [0, 0], [1, 1], 1)),
+        (vec![1, 4, 6, 20], vec![4, 16, 5, 9], p([2, 2], [1, 2], [0, 0], [1, 1], 1)),
+        // kb81-like groups of 32 x 24 channels: 8 vec4s of input channels for each of the 3 kernel rows.
+        (vec![2, 32, 5, 7], vec![32, 24, 3, 3], p([5, 5], [1, 1], [0, 0], [2, 2], 1)),
     ];
-    let wider = p([2, 2], [0, 0], [0, 0], [1, 1], 1).resolve(&[1, 32, 4, 4], &[32, 32, 3, 3], None).unwrap();
-    assert_ne!(
-        convt::gpu::select::grad_weight(common::ctx(), &wider, [1, 1], convt::Precision::F32, convt::DType::F32),
-        GradWeightKernel::Rows,
-        "32 channels per group"
-    );
+    let gemm = |input: [usize; 4], weight: [usize; 4], why: &str| {
+        let wider = p([2, 2], [0, 0], [0, 0], [1, 1], 1).resolve(&input, &weight, None).unwrap();
+        assert_ne!(
+            convt::gpu::select::grad_weight(common::ctx(), &wider, [1, 1], convt::Precision::F32, convt::DType::F32),
+            GradWeightKernel::Rows,
+            "{why}"
+        );
+    };
+    gemm([1, 64, 4, 4], [64, 32, 3, 3], "64 input channels per group");
+    gemm([1, 32, 4, 4], [32, 32, 4, 3], "32 input channels per group and 4 kernel rows");
     for (input, weight, params) in cases {
         let shape = params.resolve(&input, &weight, None).unwrap();
         let kernel =

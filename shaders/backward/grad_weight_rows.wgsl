@@ -1,5 +1,6 @@
 // grad_weight_rows.wgsl: the gradient of conv_transpose2d with respect to its weight for strided problems whose
-// groups have few channels (at most 16 x 16), by rows: each workgroup reads the grad_output rows of a block of
+// groups have few channels (at most 16 x 16, or 32 input channels whose kernel rows fit one invocation), by rows:
+// each workgroup reads the grad_output rows of a block of
 // kernel rows for a block of input rows once and accumulates every kernel column's products from them.
 //
 // What it computes: partial[slot][ic][oc][tap] = sum over the block's input rows ih, the columns iw and, for tap
@@ -14,8 +15,9 @@
 // there grad_weight took most of the backward's time (docs/PERFORMANCE.md). Here a kernel row's taps share one pass
 // over their grad_output rows: the lanes of one output channel read neighbouring columns (kernel columns D_W apart)
 // through L1.
-// That measured faster there; on groups of 32 x 64 channels the per-tap GEMM's 64-wide register tiles stayed
-// faster, so the host gives this kernel only the shapes the GEMM would run with its 16-wide tile
+// That measured faster there. On groups of 32 x 64 channels (kb81) it is faster than the per-tap GEMM's 64-wide
+// register tiles only with every kernel row in one invocation, so the host gives it the shapes the GEMM would run
+// with its 16-wide tile, and groups of up to 32 input channels whose kernel rows fit one invocation's accumulators
 // (src/gpu/backward/grad_weight.rs, `RowsKernel::for_shape`).
 //
 // Mapping: a workgroup takes (sample n, block of RB input rows, block of KHB kernel rows, group g, block of OCB

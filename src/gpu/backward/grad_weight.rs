@@ -270,31 +270,39 @@ pub struct RowsKernel {
     pub xw: usize,
 }
 
-/// The widest per-tap GEMM tile (`select::grad_weight_tile`) whose shapes the rows kernel takes instead: it measured faster than
-/// the 16-wide tile (groups of 8 x 16 channels, 16 invocations per workgroup), and slower than the 64-wide tile
-/// (groups of 32 x 64 channels; docs/PERFORMANCE.md).
+/// The widest per-tap GEMM tile (`select::grad_weight_tile`) whose shapes the rows kernel takes with any number
+/// of kernel rows per invocation: it measured faster than the 16-wide tile (groups of 8 x 16 channels, 16
+/// invocations per workgroup).
 const ROWS_MAX_TILE: usize = 16;
+/// The most input channels per group the rows kernel takes where every kernel row fits one invocation
+/// (`ROWS_MAX_ACC`): on groups of 32 x 64 channels with 3 kernel rows it measured faster than the 64-wide tile,
+/// and slower with one or two kernel rows per invocation (docs/PERFORMANCE.md).
+const ROWS_MAX_CIG: usize = 32;
 /// The most invocations of a rows workgroup.
 const ROWS_MAX_THREADS: usize = 256;
 /// Input rows per partial-sum slot before the slots' size asks for more.
 const ROWS_MIN_RB: usize = 4;
 /// The most vec4 accumulators of a rows invocation (its kernel rows times the group's vec4s of input channels).
-const ROWS_MAX_ACC: usize = 8;
+const ROWS_MAX_ACC: usize = 24;
+/// The most kernel rows of a rows invocation (each holds UNROLL grad_output values in flight).
+const ROWS_MAX_KHR: usize = 4;
 /// The most invocations a rows workgroup has along the kernel rows.
 const ROWS_KHT: usize = 8;
 
 impl RowsKernel {
     /// Where the rows kernel serves instead of the per-tap GEMM: a stride above 1 (where each tap's GEMM reads its
     /// own strided subset of grad_output) on groups small enough for the GEMM's 16-wide tile (`ROWS_MAX_TILE`: at
-    /// most 16 input and output channels), x and grad_output each in one binding (`chunks`: 1 each), and its
-    /// workgroup and partial sums within `limits` and `partial_cap` bytes.
+    /// most 16 input and output channels), or of at most `ROWS_MAX_CIG` input channels where every kernel row fits
+    /// one invocation's accumulators; x and grad_output each in one binding (`chunks`: 1 each), and its workgroup
+    /// and partial sums within `limits` and `partial_cap` bytes.
     pub fn for_shape(shape: &ConvShape, chunks: [usize; 2], limits: &wgpu::Limits, partial_cap: u64) -> Option<Self> {
         let (cig, cog, [k_h, k_w]) = (shape.in_per_group(), shape.out_per_group(), shape.kernel);
-        let small = crate::gpu::select::grad_weight_tile(shape) <= ROWS_MAX_TILE;
+        let cig4 = cig.div_ceil(4);
+        let small = crate::gpu::select::grad_weight_tile(shape) <= ROWS_MAX_TILE
+            || (cig <= ROWS_MAX_CIG && cig4 * k_h <= ROWS_MAX_ACC && k_h <= ROWS_MAX_KHR);
         if shape.stride == [1, 1] || !small || chunks != [1, 1] || shape.batch == 0 || k_w > ROWS_MAX_THREADS {
             return None;
         }
-        let cig4 = cig.div_ceil(4);
         let max_threads = ROWS_MAX_THREADS
             .min(limits.max_compute_invocations_per_workgroup as usize)
             .min(limits.max_compute_workgroup_size_x as usize);
@@ -303,7 +311,7 @@ impl RowsKernel {
         if ocb == 0 || xw == 0 {
             return None;
         }
-        let khr = k_h.min((ROWS_MAX_ACC / cig4).max(1));
+        let khr = k_h.min(ROWS_MAX_KHR).min((ROWS_MAX_ACC / cig4).max(1));
         let khb = khr * k_h.div_ceil(khr).min(max_threads / (ocb * k_w)).min(ROWS_KHT);
         let elems = (shape.in_channels * cog * k_h * k_w) as u64;
         let mut rb = ROWS_MIN_RB;
@@ -491,16 +499,17 @@ enum Tile {
 }
 
 /// This kernel's shaders for validation (`gpu::shader_sources`): every per-tap GEMM tile, exact and f16 (with the
-/// declarations and tap bounds they share), the rows kernel at every CIG4 `RowsKernel::for_shape` makes (groups of up to 16 input channels: the one
-/// constant its source depends on; the rest of its layout are override constants), and the reduction.
+/// declarations and tap bounds they share), the rows kernel at every CIG4 `RowsKernel::for_shape` makes (groups of up
+/// to 32 input channels) with its most kernel rows an invocation (the constants its source depends on; the rest of
+/// its layout are override constants), and the reduction.
 pub(crate) fn shader_variants() -> Vec<crate::gpu::ShaderVariant> {
     let mut v: Vec<crate::gpu::ShaderVariant> = Vec::new();
     // Tensors of one dtype read (the variants with an f32 output are the reduction's).
     for io in Io::variants().into_iter().filter(|io| io.input == io.output) {
         let key = io.key();
         v.extend(TILES.iter().map(|&t| (SHADER_NAME, format!("grad_weight_{t} {key}"), source(t, io))));
-        v.extend((1..=4).map(|cig4| {
-            let khr = (ROWS_MAX_ACC / cig4).min(3);
+        v.extend((1..=ROWS_MAX_CIG / 4).map(|cig4| {
+            let khr = (ROWS_MAX_ACC / cig4).min(ROWS_MAX_KHR);
             let k = RowsKernel { cig4, ocb: 16, khr, khb: khr, kernel_w: 5, rb: 4, xw: 256 };
             (ROWS_SHADER_NAME, k.module_name(io), k.source(io))
         }));
@@ -534,10 +543,22 @@ mod tests {
         let kb75 = shape(2, 32, 64, 4, [128, 256], [3, 5]);
         let k = RowsKernel::for_shape(&kb75, [1, 1], &limits, cap).unwrap();
         assert_eq!(k, RowsKernel { cig4: 2, ocb: 16, khr: 3, khb: 3, kernel_w: 5, rb: ROWS_MIN_RB, xw: 256 });
-        // Stride 1, groups wider than the 16-wide tile, or tensors in several bindings: the per-tap GEMM.
+        // kb81's groups of 32 x 64 channels: every kernel row in one invocation (8 vec4s x 3 rows of accumulators).
+        let kb81 = shape(5, 32, 64, 1, [64, 128], [3, 3]);
+        let k = RowsKernel::for_shape(&kb81, [1, 1], &limits, cap).unwrap();
+        assert_eq!(k, RowsKernel { cig4: 8, ocb: 64, khr: 3, khb: 3, kernel_w: 3, rb: ROWS_MIN_RB, xw: 128 });
+        // Stride 1, groups wider than the 16-wide tile whose kernel rows do not fit one invocation (more than 32
+        // input channels, or 32 and 4 kernel rows), or tensors in several bindings: the per-tap GEMM.
         assert_eq!(RowsKernel::for_shape(&shape(1, 16, 16, 1, [8, 8], [3, 3]), [1, 1], &limits, cap), None);
-        assert_eq!(RowsKernel::for_shape(&shape(2, 32, 32, 1, [8, 8], [3, 3]), [1, 1], &limits, cap), None);
+        assert_eq!(RowsKernel::for_shape(&shape(2, 64, 32, 1, [8, 8], [3, 3]), [1, 1], &limits, cap), None);
+        assert_eq!(RowsKernel::for_shape(&shape(2, 32, 32, 1, [8, 8], [4, 3]), [1, 1], &limits, cap), None);
         assert_eq!(RowsKernel::for_shape(&kb75, [2, 1], &limits, cap), None);
+        // Kernel rows in blocks: at most 4 an invocation, invocations along the kernel rows as the 256 allow.
+        let tall = shape(2, 8, 16, 1, [5, 12], [5, 7]);
+        let k = RowsKernel::for_shape(&tall, [1, 1], &limits, cap).unwrap();
+        assert_eq!((k.khr, k.khb, k.khb / k.khr * k.ocb * k.kernel_w), (4, 8, 224));
+        let k = RowsKernel::for_shape(&shape(2, 4, 16, 1, [6, 20], [5, 9]), [1, 1], &limits, cap).unwrap();
+        assert_eq!((k.khr, k.khb, k.khb / k.khr * k.ocb * k.kernel_w), (4, 4, 144));
         // A wide kernel: output channels per workgroup so that it keeps at most 256 invocations; the staged columns
         // within the workgroup memory (16 channels: 64 bytes per column).
         let wide = shape(2, 16, 16, 1, [4, 600], [2, 20]);
