@@ -368,9 +368,9 @@ fn grad_weight_is_right_with_every_tile_size() {
 
 #[test]
 fn grad_weight_rows_kernel_takes_strided_problems_with_few_channels() {
-    // The rows kernel (shaders/backward/grad_weight_rows.wgsl) on the strided shapes it takes (groups of at most 16 x 16
-    // channels, or 32 input channels and 3 kernel rows), against the float64 reference: kb75-like (groups, stride 2 x 3, padding 1 x 2, dilation 2 x 1,
-    // 3 x 5 kernel) and kb81-like (stride 5, dilation 2: rows and columns no tap reaches); input channels per group
+    // The rows kernel (shaders/backward/grad_weight_rows.wgsl) on the strided shapes it takes (groups of at most
+    // 16 x 16 channels, or 32 input channels and 3 kernel rows), against the float64 reference: kb75-like (groups,
+    // stride 2 x 3, padding 1 x 2, dilation 2 x 1, 3 x 5 kernel) and kb81-like (stride 5, dilation 2: rows and columns no tap reaches); input channels per group
     // that are not a multiple of 4 (its vec4s padded); rows longer than its staged columns (several chunks per row:
     // 16 channels, 300 columns); padding beyond dilation * (kernel - 1), so that some input rows reach no output
     // row; output padding; a stride along one axis only; a batch of 3 and input rows that leave a partial block of

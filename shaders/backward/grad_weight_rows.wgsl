@@ -1,7 +1,7 @@
 // grad_weight_rows.wgsl: the gradient of conv_transpose2d with respect to its weight for strided problems whose
 // groups have few channels (at most 16 x 16, or 32 input channels whose kernel rows fit one invocation), by rows:
-// each workgroup reads the grad_output rows of a block of
-// kernel rows for a block of input rows once and accumulates every kernel column's products from them.
+// each workgroup reads the grad_output rows of a block of kernel rows for a block of input rows once and
+// accumulates every kernel column's products from them.
 //
 // What it computes: partial[slot][ic][oc][tap] = sum over the block's input rows ih, the columns iw and, for tap
 // (kh, kw), the output pixel oh = ih*S_H - P_H + kh*D_H, ow = iw*S_W - P_W + kw*D_W where it lies inside the

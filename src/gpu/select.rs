@@ -199,8 +199,9 @@ fn sparse_for_gemm(shape: &ConvShape) -> bool {
 /// computes the shape, where it pays for its copies (`nhwc_pays`), else the tensor-core per-tap GEMM with the first
 /// of `grad_weight_half_tiles` that runs here, where a group has 64+ input and output channels, or 32+ at stride 1
 /// (on kb81's strided groups of 32 x 64 exact kernels measured faster); else the rows kernel wherever it takes the
-/// shape (strided, small groups: it measured faster than the per-tap GEMM there, `grad_weight::RowsKernel::for_shape`),
-/// else the per-tap GEMM with `grad_weight_tile`. The forward's forced strategy does not apply: grad_weight has no kernel in common with it.
+/// shape (strided, narrow groups: it measured faster than the per-tap GEMM there,
+/// `grad_weight::RowsKernel::for_shape`), else the per-tap GEMM with `grad_weight_tile`. The forward's forced
+/// strategy does not apply: grad_weight has no kernel in common with it.
 pub fn grad_weight(
     ctx: &GpuContext,
     shape: &ConvShape,

@@ -289,6 +289,12 @@ const ROWS_MAX_KHR: usize = 4;
 /// The most invocations a rows workgroup has along the kernel rows.
 const ROWS_KHT: usize = 8;
 
+/// The most kernel rows a rows invocation keeps for groups of `cig4` vec4s of input channels: within
+/// `ROWS_MAX_KHR` and `ROWS_MAX_ACC` accumulators, at least one.
+fn max_khr(cig4: usize) -> usize {
+    ROWS_MAX_KHR.min(ROWS_MAX_ACC / cig4).max(1)
+}
+
 impl RowsKernel {
     /// Where the rows kernel serves instead of the per-tap GEMM: a stride above 1 (where each tap's GEMM reads its
     /// own strided subset of grad_output) on groups small enough for the GEMM's 16-wide tile (`ROWS_MAX_TILE`: at
@@ -299,7 +305,7 @@ impl RowsKernel {
         let (cig, cog, [k_h, k_w]) = (shape.in_per_group(), shape.out_per_group(), shape.kernel);
         let cig4 = cig.div_ceil(4);
         let small = crate::gpu::select::grad_weight_tile(shape) <= ROWS_MAX_TILE
-            || (cig <= ROWS_MAX_CIG && cig4 * k_h <= ROWS_MAX_ACC && k_h <= ROWS_MAX_KHR);
+            || (cig <= ROWS_MAX_CIG && k_h <= max_khr(cig4));
         if shape.stride == [1, 1] || !small || chunks != [1, 1] || shape.batch == 0 || k_w > ROWS_MAX_THREADS {
             return None;
         }
@@ -311,7 +317,7 @@ impl RowsKernel {
         if ocb == 0 || xw == 0 {
             return None;
         }
-        let khr = k_h.min(ROWS_MAX_KHR).min((ROWS_MAX_ACC / cig4).max(1));
+        let khr = k_h.min(max_khr(cig4));
         let khb = khr * k_h.div_ceil(khr).min(max_threads / (ocb * k_w)).min(ROWS_KHT);
         let elems = (shape.in_channels * cog * k_h * k_w) as u64;
         let mut rb = ROWS_MIN_RB;
@@ -329,12 +335,19 @@ impl RowsKernel {
         shape.batch * shape.in_hw[0].div_ceil(self.rb)
     }
 
+    /// Invocations of a workgroup: `khb / khr` along the kernel rows, `ocb` along the output channels, one per
+    /// kernel column.
+    fn threads(&self) -> usize {
+        self.khb / self.khr * self.ocb * self.kernel_w
+    }
+
     /// Workgroups of the dispatch.
     fn workgroups(&self, shape: &ConvShape) -> usize {
         self.slots(shape) * shape.groups * shape.out_per_group().div_ceil(self.ocb) * shape.kernel[0].div_ceil(self.khb)
     }
 
-    /// The shader for tensors of `io`: `shaders/backward/grad_weight_rows.wgsl` with this layout's CIG4 in front.
+    /// The shader for tensors of `io`: `shaders/backward/grad_weight_rows.wgsl` with this layout's CIG4 and KHR in
+    /// front.
     pub(crate) fn source(&self, io: Io) -> String {
         let header = format!("const CIG4: u32 = {}u;\nconst KHR: u32 = {}u;\n", self.cig4, self.khr);
         wgsl::module(&[&header, &operands(io), ROWS_SHADER, TAP_RANGE])
@@ -347,14 +360,8 @@ impl RowsKernel {
 
     /// The layout's override constants of the shader.
     fn constants(&self) -> [(&'static str, f64); 5] {
-        [
-            ("OCB", self.ocb),
-            ("KHB", self.khb),
-            ("RB", self.rb),
-            ("XW", self.xw),
-            ("THREADS", self.khb / self.khr * self.ocb * self.kernel_w),
-        ]
-        .map(|(k, v)| (k, v as f64))
+        [("OCB", self.ocb), ("KHB", self.khb), ("RB", self.rb), ("XW", self.xw), ("THREADS", self.threads())]
+            .map(|(k, v)| (k, v as f64))
     }
 }
 
@@ -509,7 +516,7 @@ pub(crate) fn shader_variants() -> Vec<crate::gpu::ShaderVariant> {
         let key = io.key();
         v.extend(TILES.iter().map(|&t| (SHADER_NAME, format!("grad_weight_{t} {key}"), source(t, io))));
         v.extend((1..=ROWS_MAX_CIG / 4).map(|cig4| {
-            let khr = (ROWS_MAX_ACC / cig4).min(ROWS_MAX_KHR);
+            let khr = max_khr(cig4);
             let k = RowsKernel { cig4, ocb: 16, khr, khb: khr, kernel_w: 5, rb: 4, xw: 256 };
             (ROWS_SHADER_NAME, k.module_name(io), k.source(io))
         }));
@@ -556,9 +563,9 @@ mod tests {
         // Kernel rows in blocks: at most 4 an invocation, invocations along the kernel rows as the 256 allow.
         let tall = shape(2, 8, 16, 1, [5, 12], [5, 7]);
         let k = RowsKernel::for_shape(&tall, [1, 1], &limits, cap).unwrap();
-        assert_eq!((k.khr, k.khb, k.khb / k.khr * k.ocb * k.kernel_w), (4, 8, 224));
+        assert_eq!((k.khr, k.khb, k.threads()), (4, 8, 224));
         let k = RowsKernel::for_shape(&shape(2, 4, 16, 1, [6, 20], [5, 9]), [1, 1], &limits, cap).unwrap();
-        assert_eq!((k.khr, k.khb, k.khb / k.khr * k.ocb * k.kernel_w), (4, 4, 144));
+        assert_eq!((k.khr, k.khb, k.threads()), (4, 4, 144));
         // A wide kernel: output channels per workgroup so that it keeps at most 256 invocations; the staged columns
         // within the workgroup memory (16 channels: 64 bytes per column).
         let wide = shape(2, 16, 16, 1, [4, 600], [2, 20]);
