@@ -598,6 +598,13 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
                 100.0 * grouped / products
             );
         }
+        if let Some(pipelined) = &c.gemm_pipelined {
+            let rates: Vec<String> = pipelined
+                .iter()
+                .map(|p| format!("K {} x {} buffers x {} ahead {:.1}", p.bk, p.ring, p.ahead, p.tflops))
+                .collect();
+            eprintln!("yardstick: the staged GEMM's pipelines (K per stage x stage buffers x stages of loads in flight), TFLOP/s: {}", rates.join("; "));
+        }
         Some(c)
     } else {
         None

@@ -49,7 +49,29 @@ pub struct Ceilings {
     /// at once share A and B in L2), then with K stages of 64 instead of 32, then (stages of 32) without its loads
     /// from storage, then without its copy into workgroup memory too (what bounds it).
     pub gemm_staged_tflops: Option<[f64; 5]>,
+    /// The second yardstick (grouped) at each of [`GEMM_PIPELINES`]: how many K stages it keeps in flight.
+    pub gemm_pipelined: Option<Vec<PipelinedGemm>>,
 }
+
+/// One pipeline of the second yardstick (`ceiling_gemm.wgsl`'s overrides) and its rate.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PipelinedGemm {
+    /// K per stage.
+    pub bk: u32,
+    /// Stage buffers in workgroup memory (1: two barriers a stage; 2: the next stage copied during this one's
+    /// products, one barrier).
+    pub ring: u32,
+    /// Stages of loads from storage in flight in registers.
+    pub ahead: u32,
+    /// Useful TFLOP/s.
+    pub tflops: f64,
+}
+
+/// The second yardstick's pipelines, as (K per stage, stage buffers, stages of loads in flight): its first form
+/// (32, 1, 1) and K stages of 64 (64, 1, 1), then more of K in flight in each of the two ways, within a
+/// workgroup's 48 KiB of workgroup memory.
+pub const GEMM_PIPELINES: [(u32, u32, u32); 8] =
+    [(32, 1, 1), (64, 1, 1), (32, 1, 2), (64, 1, 2), (32, 2, 1), (32, 2, 2), (16, 2, 1), (16, 2, 2)];
 
 /// M, N and K of the yardstick's GEMM.
 pub const GEMM_SIZE: usize = 8192;
@@ -211,16 +233,25 @@ pub fn measure(ctx: &GpuContext, copy_bytes: u64, warmup: u32, runs: u32) -> Res
         Some((t, k)) => (Some(t), Some(k)),
         None => (None, None),
     };
-    let gemm_staged_tflops = if ctx.has_coop_f16() {
-        Some([
-            gemm_staged_rate(ctx, 1, 32, true, true, warmup, runs)?,
-            gemm_staged_rate(ctx, GEMM_GROUP_M, 32, true, true, warmup, runs)?,
-            gemm_staged_rate(ctx, GEMM_GROUP_M, 64, true, true, warmup, runs)?,
-            gemm_staged_rate(ctx, GEMM_GROUP_M, 32, false, true, warmup, runs)?,
-            gemm_staged_rate(ctx, GEMM_GROUP_M, 32, false, false, warmup, runs)?,
-        ])
+    let staged = |group_m, (bk, ring, ahead), global_loads, stage_copy| {
+        gemm_staged_rate(ctx, group_m, Pipeline { bk, ring, ahead }, global_loads, stage_copy, warmup, runs)
+    };
+    let (gemm_staged_tflops, gemm_pipelined) = if ctx.has_coop_f16() {
+        let staged_tflops = [
+            staged(1, (32, 1, 1), true, true)?,
+            staged(GEMM_GROUP_M, (32, 1, 1), true, true)?,
+            staged(GEMM_GROUP_M, (64, 1, 1), true, true)?,
+            staged(GEMM_GROUP_M, (32, 1, 1), false, true)?,
+            staged(GEMM_GROUP_M, (32, 1, 1), false, false)?,
+        ];
+        let mut pipelined = Vec::new();
+        for (bk, ring, ahead) in GEMM_PIPELINES {
+            let tflops = staged(GEMM_GROUP_M, (bk, ring, ahead), true, true)?;
+            pipelined.push(PipelinedGemm { bk, ring, ahead, tflops });
+        }
+        (Some(staged_tflops), Some(pipelined))
     } else {
-        None
+        (None, None)
     };
     Ok(Ceilings {
         fma_tflops,
@@ -230,7 +261,16 @@ pub fn measure(ctx: &GpuContext, copy_bytes: u64, warmup: u32, runs: u32) -> Res
         gemm_tflops,
         gemm_kernel,
         gemm_staged_tflops,
+        gemm_pipelined,
     })
+}
+
+/// The pipeline overrides of `ceiling_gemm.wgsl`: K per stage, stage buffers, stages of loads in flight.
+#[derive(Debug, Clone, Copy)]
+struct Pipeline {
+    bk: u32,
+    ring: u32,
+    ahead: u32,
 }
 
 /// The second yardstick: the same f16 GEMM with both operands staged in workgroup memory (`ceiling_gemm.wgsl`),
@@ -238,7 +278,7 @@ pub fn measure(ctx: &GpuContext, copy_bytes: u64, warmup: u32, runs: u32) -> Res
 fn gemm_staged_rate(
     ctx: &GpuContext,
     group_m: u32,
-    bk: u32,
+    pipe: Pipeline,
     global_loads: bool,
     stage_copy: bool,
     warmup: u32,
@@ -253,7 +293,9 @@ fn gemm_staged_rate(
         ("GLOBAL_LOADS", f64::from(u8::from(global_loads))),
         ("STAGE_COPY", f64::from(u8::from(stage_copy))),
         ("GROUP_M", f64::from(group_m)),
-        ("BK", f64::from(bk)),
+        ("BK", f64::from(pipe.bk)),
+        ("RING", f64::from(pipe.ring)),
+        ("AHEAD", f64::from(pipe.ahead)),
     ];
     let pipeline = make_pipeline(ctx, GEMM_SHADER.0, GEMM_SHADER.1, &consts)?;
     let groups = ((n / 128) * (n / 128)) as u32;
