@@ -601,7 +601,10 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
         if let Some(pipelined) = &c.gemm_pipelined {
             let rates: Vec<String> = pipelined
                 .iter()
-                .map(|p| format!("K {} x {} buffers x {} ahead {:.1}", p.bk, p.ring, p.ahead, p.tflops))
+                .map(|p| {
+                    let ceilings::Pipeline { bk, ring, ahead } = p.pipeline;
+                    format!("K {bk} x {ring} buffers x {ahead} ahead {:.1}", p.tflops)
+                })
                 .collect();
             eprintln!("yardstick: the staged GEMM's pipelines (K per stage x stage buffers x stages of loads in flight), TFLOP/s: {}", rates.join("; "));
         }

@@ -56,6 +56,15 @@ pub struct Ceilings {
 /// One pipeline of the second yardstick (`ceiling_gemm.wgsl`'s overrides) and its rate.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct PipelinedGemm {
+    #[serde(flatten)]
+    pub pipeline: Pipeline,
+    /// Useful TFLOP/s.
+    pub tflops: f64,
+}
+
+/// The pipeline overrides of `ceiling_gemm.wgsl`.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct Pipeline {
     /// K per stage.
     pub bk: u32,
     /// Stage buffers in workgroup memory (1: two barriers a stage; 2: the next stage copied during this one's
@@ -63,15 +72,27 @@ pub struct PipelinedGemm {
     pub ring: u32,
     /// Stages of loads from storage in flight in registers.
     pub ahead: u32,
-    /// Useful TFLOP/s.
-    pub tflops: f64,
 }
 
-/// The second yardstick's pipelines, as (K per stage, stage buffers, stages of loads in flight): its first form
-/// (32, 1, 1) and K stages of 64 (64, 1, 1), then more of K in flight in each of the two ways, within a
-/// workgroup's 48 KiB of workgroup memory.
-pub const GEMM_PIPELINES: [(u32, u32, u32); 8] =
-    [(32, 1, 1), (64, 1, 1), (32, 1, 2), (64, 1, 2), (32, 2, 1), (32, 2, 2), (16, 2, 1), (16, 2, 2)];
+const fn pipe(bk: u32, ring: u32, ahead: u32) -> Pipeline {
+    Pipeline { bk, ring, ahead }
+}
+
+/// The second yardstick's first form: K stages of 32, one stage buffer, one stage of loads in flight.
+const FIRST_PIPELINE: Pipeline = pipe(32, 1, 1);
+
+/// The second yardstick's pipelines: its first form and K stages of 64, then more of K in flight in each of the
+/// two ways, within a workgroup's 48 KiB of workgroup memory.
+pub const GEMM_PIPELINES: [Pipeline; 8] = [
+    FIRST_PIPELINE,
+    pipe(64, 1, 1),
+    pipe(32, 1, 2),
+    pipe(64, 1, 2),
+    pipe(32, 2, 1),
+    pipe(32, 2, 2),
+    pipe(16, 2, 1),
+    pipe(16, 2, 2),
+];
 
 /// M, N and K of the yardstick's GEMM.
 pub const GEMM_SIZE: usize = 8192;
@@ -233,21 +254,21 @@ pub fn measure(ctx: &GpuContext, copy_bytes: u64, warmup: u32, runs: u32) -> Res
         Some((t, k)) => (Some(t), Some(k)),
         None => (None, None),
     };
-    let staged = |group_m, (bk, ring, ahead), global_loads, stage_copy| {
-        gemm_staged_rate(ctx, group_m, Pipeline { bk, ring, ahead }, global_loads, stage_copy, warmup, runs)
+    let staged = |group_m, pipeline, global_loads, stage_copy| {
+        gemm_staged_rate(ctx, group_m, pipeline, global_loads, stage_copy, warmup, runs)
     };
     let (gemm_staged_tflops, gemm_pipelined) = if ctx.has_coop_f16() {
         let staged_tflops = [
-            staged(1, (32, 1, 1), true, true)?,
-            staged(GEMM_GROUP_M, (32, 1, 1), true, true)?,
-            staged(GEMM_GROUP_M, (64, 1, 1), true, true)?,
-            staged(GEMM_GROUP_M, (32, 1, 1), false, true)?,
-            staged(GEMM_GROUP_M, (32, 1, 1), false, false)?,
+            staged(1, FIRST_PIPELINE, true, true)?,
+            staged(GEMM_GROUP_M, FIRST_PIPELINE, true, true)?,
+            staged(GEMM_GROUP_M, pipe(64, 1, 1), true, true)?,
+            staged(GEMM_GROUP_M, FIRST_PIPELINE, false, true)?,
+            staged(GEMM_GROUP_M, FIRST_PIPELINE, false, false)?,
         ];
         let mut pipelined = Vec::new();
-        for (bk, ring, ahead) in GEMM_PIPELINES {
-            let tflops = staged(GEMM_GROUP_M, (bk, ring, ahead), true, true)?;
-            pipelined.push(PipelinedGemm { bk, ring, ahead, tflops });
+        for pipeline in GEMM_PIPELINES {
+            let tflops = staged(GEMM_GROUP_M, pipeline, true, true)?;
+            pipelined.push(PipelinedGemm { pipeline, tflops });
         }
         (Some(staged_tflops), Some(pipelined))
     } else {
@@ -265,20 +286,12 @@ pub fn measure(ctx: &GpuContext, copy_bytes: u64, warmup: u32, runs: u32) -> Res
     })
 }
 
-/// The pipeline overrides of `ceiling_gemm.wgsl`: K per stage, stage buffers, stages of loads in flight.
-#[derive(Debug, Clone, Copy)]
-struct Pipeline {
-    bk: u32,
-    ring: u32,
-    ahead: u32,
-}
-
 /// The second yardstick: the same f16 GEMM with both operands staged in workgroup memory (`ceiling_gemm.wgsl`),
 /// with or without its loads from storage and its copy into workgroup memory, in TFLOP/s.
 fn gemm_staged_rate(
     ctx: &GpuContext,
     group_m: u32,
-    pipe: Pipeline,
+    pipeline: Pipeline,
     global_loads: bool,
     stage_copy: bool,
     warmup: u32,
@@ -293,9 +306,9 @@ fn gemm_staged_rate(
         ("GLOBAL_LOADS", f64::from(u8::from(global_loads))),
         ("STAGE_COPY", f64::from(u8::from(stage_copy))),
         ("GROUP_M", f64::from(group_m)),
-        ("BK", f64::from(pipe.bk)),
-        ("RING", f64::from(pipe.ring)),
-        ("AHEAD", f64::from(pipe.ahead)),
+        ("BK", f64::from(pipeline.bk)),
+        ("RING", f64::from(pipeline.ring)),
+        ("AHEAD", f64::from(pipeline.ahead)),
     ];
     let pipeline = make_pipeline(ctx, GEMM_SHADER.0, GEMM_SHADER.1, &consts)?;
     let groups = ((n / 128) * (n / 128)) as u32;
