@@ -418,8 +418,9 @@ fn grad_weight_rows_kernel_takes_strided_problems_with_few_channels() {
 fn gather_grad_input_is_right_at_every_tile() {
     // The gather kernel (shaders/backward/grad_input.wgsl; the direct strategy forces it for grad_input) at each
     // of its tiles (src/gpu/backward/grad_input.rs, `GatherTile`), against the float64 reference with its output
-    // poisoned: 1, 2 and 4 vec4s of input channels (3, 8 and 12 a group: partial blocks), 4, 2 and 1 pixels an
-    // invocation (planes of 2400, 1152, 640 and 600 pixels: the last workgroup's partly past the plane), weights
+    // poisoned: 1, 2, 4 and 8 vec4s of input channels (3, 8, 12, 32, 20 and 40 a group: partial blocks, and two
+    // blocks of 32 channels), 4, 2 and 1 pixels an invocation (planes of 2400, 1152, 640, 600 and 240 pixels: the
+    // last workgroup's partly past the plane), weights
     // staged in one and in three chunks of output channels or, for a 33 x 33 kernel, read from storage; borders
     // on every side (padding, strides, dilation), groups. Each also with bindings of one plane, so that grad_output's
     // channels of a sample arrive in several slices and the later ones add to what the first wrote.
@@ -430,6 +431,8 @@ fn gather_grad_input_is_right_at_every_tile() {
         (vec![1, 32, 16, 40], vec![32, 18, 3, 3], p([5, 5], [1, 1], [0, 0], [2, 2], 1)),
         (vec![2, 12, 20, 30], vec![12, 24, 5, 5], p([1, 2], [2, 2], [0, 1], [1, 1], 1)),
         (vec![1, 2, 3, 3], vec![2, 3, 33, 33], p([1, 1], [0, 0], [0, 0], [1, 1], 1)),
+        (vec![1, 40, 12, 20], vec![40, 3, 3, 3], p([3, 2], [1, 0], [0, 1], [1, 2], 2)),
+        (vec![1, 40, 12, 20], vec![40, 6, 3, 3], p([3, 2], [1, 0], [0, 1], [1, 2], 1)),
     ];
     let direct = convt::gpu::Strategy::Direct;
     for (input, weight, params) in cases {

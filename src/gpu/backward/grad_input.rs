@@ -60,8 +60,9 @@ const WORKGROUP_SIZE: u32 = 256;
 /// The most staged weights a gather workgroup holds, in vec4s: the 16 KiB every adapter convt runs on offers
 /// (more would leave fewer workgroups per multiprocessor).
 const STAGED_VEC4S: usize = 1024;
-/// Each gather invocation's sums, in vec4s (`PX * IC_VECS`): the fastest measured on kb75 and kb81; 8 were slower
-/// on both, 16 many times slower (docs/PERFORMANCE.md).
+/// Each gather invocation's sums, in vec4s (`PX * IC_VECS`) where a group has at most 16 input channels: the
+/// fastest measured on kb75; 8 were slower, 16 many times slower (docs/PERFORMANCE.md). Larger groups take 8
+/// vec4s of channels at one pixel ([`GatherTile::for_shape`]).
 const SUM_VEC4S: usize = 4;
 
 /// The gather kernel's tiling for a shape (`shaders/backward/grad_input.wgsl`): input pixels per invocation
@@ -79,15 +80,19 @@ pub(crate) struct GatherTile {
 impl GatherTile {
     /// The tile for `shape`: as many of a group's input channels as fit 4 vec4s, the rest of the sums' registers
     /// in pixels, fewer pixels where a workgroup's would not fill a whole plane (samples and channel blocks
-    /// then keep the GPU busy instead).
+    /// then keep the GPU busy instead). A group of more than 16 input channels takes blocks of 32 at one pixel:
+    /// every channel block's workgroups read all of grad_output's values their pixels reach, so halving the
+    /// blocks halves those reads, which bound the kernel where grad_output is much larger than the input (kb81:
+    /// docs/PERFORMANCE.md).
     pub(crate) fn for_shape(shape: &ConvShape) -> Self {
         let ic_vecs = match shape.in_per_group() {
             0..=4 => 1,
             5..=8 => 2,
-            _ => 4,
+            9..=16 => 4,
+            _ => 8,
         };
         let pixels = shape.in_hw[0] * shape.in_hw[1];
-        let mut px = SUM_VEC4S / ic_vecs;
+        let mut px = (SUM_VEC4S / ic_vecs).max(1);
         while px > 1 && WORKGROUP_SIZE as usize * px > pixels {
             px /= 2;
         }
@@ -490,12 +495,8 @@ fn encode_gather(
 /// This kernel's shaders for validation (`gpu::shader_sources`): the gather kernel at each channel block and
 /// staged or not, and the weight flip (the other two forms run the forward's shaders).
 pub(crate) fn shader_variants() -> Vec<crate::gpu::ShaderVariant> {
-    let tiles = [(4, 1, true), (2, 2, true), (1, 4, true), (4, 1, false)].map(|(px, ic_vecs, staged)| GatherTile {
-        px,
-        ic_vecs,
-        co_chunk: 1,
-        staged,
-    });
+    let tiles = [(4, 1, true), (2, 2, true), (1, 4, true), (1, 8, true), (4, 1, false)]
+        .map(|(px, ic_vecs, staged)| GatherTile { px, ic_vecs, co_chunk: 1, staged });
     let variants = Io::variants().into_iter().flat_map(|io| {
         let key = io.key();
         let gathers = tiles.iter().map(move |t| (SHADER_NAME, t.module_name(io), source(t, io)));
@@ -519,9 +520,12 @@ mod tests {
             let t = GatherTile::for_shape(&shape(input, weight, stride, groups));
             (t.px, t.ic_vecs, t.co_chunk, t.staged)
         };
-        // kb75: groups of 8 x 16 channels, 15 taps; kb81: 32 x 64, 9 taps (64 output channels in two chunks).
+        // kb75: groups of 8 x 16 channels, 15 taps; kb81: 32 x 64, 9 taps (64 output channels in five chunks).
         assert_eq!(t([16, 32, 128, 256], [32, 16, 3, 5], 2, 4), (2, 2, 16, true));
-        assert_eq!(t([16, 32, 64, 128], [32, 64, 3, 3], 5, 1), (1, 4, 28, true));
+        assert_eq!(t([16, 32, 64, 128], [32, 64, 3, 3], 5, 1), (1, 8, 14, true));
+        // 16 input channels a group: one block of 4 vec4s; 48: two blocks of 8 vec4s, the second partial.
+        assert_eq!(t([16, 16, 64, 128], [16, 64, 3, 3], 5, 1), (1, 4, 28, true));
+        assert_eq!(t([16, 48, 64, 128], [48, 64, 3, 3], 5, 1), (1, 8, 14, true));
         // A plane smaller than a workgroup's pixels; 3 channels a group.
         assert_eq!(t([2, 6, 20, 20], [6, 5, 3, 3], 2, 2), (1, 1, 5, true));
         assert_eq!(t([2, 6, 48, 50], [6, 5, 3, 3], 2, 2), (4, 1, 5, true));
