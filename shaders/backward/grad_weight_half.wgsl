@@ -7,7 +7,7 @@
 // N = output channels, K = samples x the tap's rectangle of input pixels.
 //
 // Mapping: a workgroup computes a BM x BN (input channel x output channel) tile of one tap over one chunk of K
-// (split-K, as the exact kernel; its partial sums go to slot [split][ic][oc][tap] of a scratch buffer that
+// (split-K, as the exact kernel; its partial sums go to slot [split][tap][ic][oc] of a scratch buffer that
 // shaders/backward/grad_weight_reduce.wgsl adds in a fixed order: the same bits on every run). K is walked in steps
 // of BK pixels. Each step stages x (BM channel rows of BK pixels) and grad_output (BN rows) in workgroup memory as
 // f16, each value multiplied by its tensor's power-of-two scale (shaders/common/scale.wgsl: the largest magnitude
@@ -58,7 +58,7 @@ fn put(sc: StoreCtx, m: u32, n: u32, v: f32) {
     let ic = sc.ic_lo + m;
     let oc = sc.oc_lo + n;
     if (ic < sc.group * sc.cig + sc.cig && oc < sc.group * sc.cog + sc.cog) {
-        partial[((sc.split * C_IN + ic) * sc.cog + (oc - sc.group * sc.cog)) * sc.taps + sc.tap] = v;
+        partial[((sc.split * sc.taps + sc.tap) * C_IN + ic) * sc.cog + (oc - sc.group * sc.cog)] = v;
     }
 }
 

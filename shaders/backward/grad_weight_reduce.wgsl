@@ -1,7 +1,8 @@
 // grad_weight_reduce.wgsl: out[i] = sum over s of partial[s * ELEMS + i], s in a fixed order (plus out[i] itself
 // when accumulating): the second half of a split-K reduction (shaders/backward/grad_weight.wgsl writes the partial
-// sums). With TAP_MAJOR = the kernel's taps (shaders/backward/grad_weight_nhwc.wgsl), each slot is laid out
-// [tap][ic][oc] instead of out's [ic][oc][tap]; 1 for the same layout (one tap: the same index).
+// sums). With TAP_MAJOR = the kernel's taps (the GEMMs: shaders/backward/grad_weight_nhwc.wgsl, grad_weight.wgsl
+// and grad_weight_half.wgsl), each slot is laid out [tap][ic][oc] instead of out's [ic][oc][tap]; 1 for the same
+// layout (one tap: the same index).
 //
 // A workgroup sums COLS consecutive slot elements, ROWS invocations each: invocation (r, c) adds the slots r,
 // r + ROWS, r + 2 ROWS, ... of element c in four running sums (slot k into sum k / ROWS % 4: four loads in flight),

@@ -487,7 +487,7 @@ pub(crate) fn encode(
                 buffers.push(m);
             }
             dispatch_buffers(ctx, pass, &gemm, bytemuck::bytes_of(&u), &buffers, g);
-            encode_reduce(ctx, pass, &partial, grad_weight, elems, splits, accumulate, 1)?;
+            encode_reduce(ctx, pass, &partial, grad_weight, elems, splits, accumulate, taps)?;
         }
         Ok(())
     })

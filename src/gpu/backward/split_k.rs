@@ -57,7 +57,7 @@ pub(crate) fn partial_cap(binding_limit: u64, elems: usize) -> u64 {
 
 /// Encodes the reduction of `splits` slots of `elems` partial sums into `grad_weight`, in a fixed order (plus its
 /// values where `accumulate`); `tap_major`: the kernel's taps where each slot is laid out [tap][ic][oc] (the NHWC
-/// GEMM's), 1 where it is laid out as grad_weight.
+/// and per-tap GEMMs'), 1 where it is laid out as grad_weight.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn encode_reduce(
     ctx: &GpuContext,
