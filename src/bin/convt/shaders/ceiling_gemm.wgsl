@@ -69,6 +69,27 @@ fn put(tile_is_a: bool, buf: u32, i: u32, v: vec4<f16>) {
     }
 }
 
+// The register sets of loads in flight: set h holds stages h, h + AHEAD, ... (indices constant once the callers'
+// loops over h and the helpers' loops over j are unrolled, so the sets stay in registers).
+var<private> ahead_a: array<vec4<f16>, MAX_LOADS * MAX_AHEAD>;
+var<private> ahead_b: array<vec4<f16>, MAX_LOADS * MAX_AHEAD>;
+
+// This invocation's quads of both operands' stage `stage` (block m0, n0) into the register set at `regs`.
+fn load_stage(regs: u32, stage: u32, m0: u32, n0: u32, lid: u32) {
+    for (var j = 0u; j < BK * 32u / THREADS; j++) {
+        ahead_a[regs + j] = a[quad_at(stage * BK, m0, lid + j * THREADS)];
+        ahead_b[regs + j] = b[quad_at(stage * BK, n0, lid + j * THREADS)];
+    }
+}
+
+// The register set at `regs` into the stage buffer starting at half `buf`.
+fn put_stage(buf: u32, regs: u32, lid: u32) {
+    for (var j = 0u; j < BK * 32u / THREADS; j++) {
+        put(true, buf, lid + j * THREADS, ahead_a[regs + j]);
+        put(false, buf, lid + j * THREADS, ahead_b[regs + j]);
+    }
+}
+
 @compute @workgroup_size(THREADS)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     // Consecutive workgroups take GROUP_M block rows column by column, so that those running at once share both
@@ -93,29 +114,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     var acc_2_1 = coop_mat16x16<f32, C>();
     var acc_3_0 = coop_mat16x16<f32, C>();
     var acc_3_1 = coop_mat16x16<f32, C>();
-    let loads = BK * 32u / THREADS; // BK rows of 32 quads per operand
     let stages = SIZE / BK;
-    // Register set h holds the loads of stages h, h + AHEAD, ... (indices constant once the loops over h and j
-    // are unrolled, so the sets stay in registers).
-    var ahead_a: array<vec4<f16>, MAX_LOADS * MAX_AHEAD>;
-    var ahead_b: array<vec4<f16>, MAX_LOADS * MAX_AHEAD>;
     for (var h = 0u; h < AHEAD; h++) {
-        for (var j = 0u; j < loads; j++) {
-            ahead_a[h * MAX_LOADS + j] = a[quad_at(h * BK, m0, lid + j * THREADS)];
-            ahead_b[h * MAX_LOADS + j] = b[quad_at(h * BK, n0, lid + j * THREADS)];
-        }
+        load_stage(h * MAX_LOADS, h, m0, n0, lid);
     }
     if (!STAGE_COPY || RING == 2u) {
         // Stage 0 into buffer 0 before the loop (with the ring: the loop copies stage s + 1 during stage s).
-        for (var j = 0u; j < loads; j++) {
-            put(true, 0u, lid + j * THREADS, ahead_a[j]);
-            put(false, 0u, lid + j * THREADS, ahead_b[j]);
-        }
+        put_stage(0u, 0u, lid);
         if (RING == 2u && AHEAD < stages) {
-            for (var j = 0u; j < loads; j++) {
-                ahead_a[j] = a[quad_at(AHEAD * BK, m0, lid + j * THREADS)];
-                ahead_b[j] = b[quad_at(AHEAD * BK, n0, lid + j * THREADS)];
-            }
+            load_stage(0u, AHEAD, m0, n0, lid);
         }
         workgroupBarrier();
     }
@@ -130,32 +137,20 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 let regs = ((h + 1u) % AHEAD) * MAX_LOADS;
                 let other = ((s + 1u) % 2u) * BK * ROW;
                 if (s + 1u < stages) {
-                    for (var j = 0u; j < loads; j++) {
-                        put(true, other, lid + j * THREADS, ahead_a[regs + j]);
-                        put(false, other, lid + j * THREADS, ahead_b[regs + j]);
-                    }
+                    put_stage(other, regs, lid);
                 }
                 if (s + 1u + AHEAD < stages) {
-                    for (var j = 0u; j < loads; j++) {
-                        ahead_a[regs + j] = a[quad_at((s + 1u + AHEAD) * BK, m0, lid + j * THREADS)];
-                        ahead_b[regs + j] = b[quad_at((s + 1u + AHEAD) * BK, n0, lid + j * THREADS)];
-                    }
+                    load_stage(regs, s + 1u + AHEAD, m0, n0, lid);
                 }
             } else {
                 let regs = h * MAX_LOADS;
                 if (STAGE_COPY) {
                     workgroupBarrier(); // every fragment of the last stage is loaded
-                    for (var j = 0u; j < loads; j++) {
-                        put(true, 0u, lid + j * THREADS, ahead_a[regs + j]);
-                        put(false, 0u, lid + j * THREADS, ahead_b[regs + j]);
-                    }
+                    put_stage(0u, regs, lid);
                 }
                 workgroupBarrier();
                 if (GLOBAL_LOADS && s + AHEAD < stages) {
-                    for (var j = 0u; j < loads; j++) {
-                        ahead_a[regs + j] = a[quad_at((s + AHEAD) * BK, m0, lid + j * THREADS)];
-                        ahead_b[regs + j] = b[quad_at((s + AHEAD) * BK, n0, lid + j * THREADS)];
-                    }
+                    load_stage(regs, s + AHEAD, m0, n0, lid);
                 }
             }
             for (var kk = 0u; kk < BK; kk += 16u) {
