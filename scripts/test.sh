@@ -15,8 +15,9 @@
 #                                    shapes and values the README's comments give);
 #                                 3b. the Python package's tests (scripts/test_python.sh: a venv under target/,
 #                                    `pip install ./python`, pytest against the float64 reference and PyTorch's files);
-#                                 4. the fast tier of the tests that use the GPU again, through wgpu's GL backend on
-#                                    Mesa's software OpenGL with wgpu's shader runtime checks on (skip it with
+#                                 4. the tests that use the GPU again, through wgpu's GL backend on Mesa's software
+#                                    OpenGL with wgpu's shader runtime checks on, in the second backend's tier (the
+#                                    fast tier's samples with an eighth of the property cases; skip it with
 #                                    CONVT_SECOND_BACKEND=none).
 #   bash scripts/test.sh --fast   the fast tier, for day-to-day work: every test on the first backend with fewer
 #                                 cases each (a quarter of the property cases, a fresh sample of the kernels and
@@ -34,7 +35,7 @@ fi
 SECOND_BACKEND="${CONVT_SECOND_BACKEND:-gl}"
 [ "$TIER" = full ] && [ "$SECOND_BACKEND" = "gl" ] && export CONVT_NEED_GL=1
 source scripts/setup.sh
-step() { echo "test.sh: $*" >&2; }
+step() { echo "test.sh [$(date -u +%T)]: $*" >&2; }
 
 if [ "$TIER" = fast ]; then
   step "fast tier (first backend)"
@@ -64,6 +65,7 @@ fi
 
 step "full tier (first backend)"
 CONVT_TEST_TIER=full cargo test --release "$@"
+step "the examples that check themselves"
 cargo run --release --example train_hidden -- --steps 300 --out target/train_hidden.safetensors
 cargo run --release --example train_mixed -- --steps 300 --dtype f16
 cargo run --release --example train_mixed -- --steps 300 --dtype bf16
@@ -78,10 +80,11 @@ if [ "$SECOND_BACKEND" = "gl" ]; then
   # default), so both ways of creating shader modules are tested. One test thread: wgpu's GL backend does all GPU
   # work under one context lock and panics in a thread that waits more than 6 s for it, which a long shader
   # compile on the software driver can cause (docs/RELIABILITY.md, "Second backend (GL)").
-  step "fast tier again on wgpu's GL backend with shader runtime checks (CONVT_BACKEND=gl CONVT_SHADER_CHECKS=checked, one test thread)"
+  step "the GPU tests again on wgpu's GL backend with shader runtime checks (CONVT_TEST_TIER=second CONVT_BACKEND=gl CONVT_SHADER_CHECKS=checked, one test thread)"
   # The test binaries that use the GPU (the others, CLI parsing, file checks and fuzzing, never reach a backend).
   gpu_tests=(--lib --test backward --test backward_fast --test dtype --test fixtures --test precision --test properties --test robustness --test soak
     --test state_dict --test tune --test winograd)
-  CONVT_TEST_TIER=fast CONVT_BACKEND=gl CONVT_SHADER_CHECKS=checked RUST_TEST_THREADS=1 \
+  CONVT_TEST_TIER=second CONVT_BACKEND=gl CONVT_SHADER_CHECKS=checked RUST_TEST_THREADS=1 \
     cargo test --release "${gpu_tests[@]}" "$@"
 fi
+step "done"

@@ -66,7 +66,7 @@ fn tile_for(p: &Problem) -> GpuStrategy {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: common::cases(64), failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: common::cases(32), failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn every_tile_matches_the_reference_on_random_stride_1_problems(p in problems()) {

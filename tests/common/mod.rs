@@ -16,10 +16,15 @@ pub fn full_tier() -> bool {
     std::env::var("CONVT_TEST_TIER").is_ok_and(|v| v.trim() == "full")
 }
 
-/// Random problems per property test: `full` in the full tier, a quarter of them (at least 4) in the fast tier.
+/// Random problems per property test: `full` in the full tier, a quarter of them (at least 4) in the fast tier,
+/// an eighth (at least 4) in the second backend's tier (`CONVT_TEST_TIER=second`, the pass `scripts/test.sh` runs
+/// again on wgpu's GL backend, where what is new is the kernels' translation to GLSL and their checked runs; the
+/// samples the tests loop over are the fast tier's).
 pub fn cases(full: u32) -> u32 {
     if full_tier() {
         full
+    } else if std::env::var("CONVT_TEST_TIER").is_ok_and(|v| v.trim() == "second") {
+        (full / 8).max(4)
     } else {
         (full / 4).max(4)
     }
