@@ -1,6 +1,6 @@
 //! A GPU layer prepares its weight once for the kernel that runs (packed, transformed) and reuses it on later
 //! calls until the weight changes: repeated calls, calls after an SGD step and after a copy into the weight all
-//! match the float64 reference, with every kernel that prepares its weight.
+//! match the float64 reference, and the functional call bit for bit, with every kernel that prepares its weight.
 
 mod common;
 
@@ -25,6 +25,17 @@ fn check(layer: &convt::GpuConvTranspose2d, ctx: &convt::GpuContext, strategy: S
         Precision::Fast => 1e-3,
     };
     assert!(s.non_finite == 0 && s.rel_l2 <= tolerance, "{} {what}: {s:?}", strategy.name());
+    // Bit for bit the functional call's, which prepares the weight (and finds an f16 kernel's weight scale) in
+    // its own pass: the prepared weight and its scale carried into the call are the same values.
+    let (functional, used) =
+        common::forward_host_as(ctx, strategy.precision(), x, host.weight(), host.bias(), host.options()).unwrap();
+    assert_eq!(used, strategy, "{what}");
+    let bits = |t: &Tensor| t.data().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    assert!(
+        bits(&got) == bits(&functional),
+        "{} {what}: the layer's and the functional call's bits differ",
+        strategy.name()
+    );
 }
 
 #[test]

@@ -35,26 +35,43 @@ struct Params {
     _pad: u32,
 }
 
-/// Encodes the maximum of each (slot, tensor) into that slot of a new buffer of u32 f32-bits (at least 4 slots),
-/// which starts with the (slot, bits) of `known` (maxima found earlier: a prepared weight's) and zeros elsewhere.
+/// Encodes the maximum of each (slot, tensor) into that slot of a new buffer of u32 f32-bits (at least 4 slots,
+/// zeros elsewhere), and carries each (slot, buffer) of `known` into that slot: maxima found earlier (a prepared
+/// weight's), a buffer of this function's whose only nonzero slot is that one. The carrying is a dispatch over
+/// the known buffer's slots as f32 values (their largest is that slot's), so the value stays on the GPU: reading
+/// it back would make each call that uses a prepared weight wait for the GPU to finish all earlier work.
 /// The slot of an f16 tensor stays zero: it is multiplied as it is.
 pub(crate) fn encode_slots(
     ctx: &GpuContext,
     tensors: &[(usize, &GpuTensor)],
-    known: &[(usize, u32)],
+    known: &[(usize, &wgpu::Buffer)],
     pass: &mut wgpu::ComputePass<'_>,
 ) -> Result<wgpu::Buffer> {
     let slots = tensors.iter().map(|&(slot, _)| slot).chain(known.iter().map(|&(slot, _)| slot)).max();
-    let mut initial = vec![0u32; slots.map_or(0, |s| s + 1).max(4)];
-    for &(slot, bits) in known {
-        initial[slot] = bits;
-    }
+    let initial = vec![0u32; slots.map_or(0, |s| s + 1).max(4)];
     let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC;
     let maxima = ctx.scoped(|| {
         Ok(memory::buffer_with(&ctx.device, "convt operand maxima", bytemuck::cast_slice(&initial), usage))
     })?;
+    ctx.scoped(|| {
+        for &(slot, from) in known {
+            let count = (from.size() / 4) as u32;
+            let p = Params { count, slot: slot as u32, stride: WORKGROUP_SIZE, _pad: 0 };
+            let pipeline = pipeline(ctx, DType::F32)?;
+            dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&p), &[from, &maxima], (1, 1));
+        }
+        Ok(())
+    })?;
     encode_into(ctx, tensors, &maxima, pass)?;
     Ok(maxima)
+}
+
+/// The absmax pipeline for tensors of `dtype`.
+fn pipeline(ctx: &GpuContext, dtype: DType) -> Result<std::sync::Arc<wgpu::ComputePipeline>> {
+    let consts = [("WORKGROUP_SIZE", WORKGROUP_SIZE as f64), ("LOADS", LOADS as f64)];
+    let io = Io::of(ctx, dtype);
+    let module = ctx.module_with(&format!("{SHADER_NAME} {}", io.key()), || source(io))?;
+    ctx.pipeline(format!("absmax {} {:?}", io.key(), ctx.options().shader_checks), &module, &consts)
 }
 
 /// Encodes the maximum of each (slot, tensor) into that slot of `maxima` (a buffer of [`encode_slots`], whose
@@ -72,15 +89,9 @@ pub(crate) fn encode_into(
             maxima.size()
         )));
     }
-    let consts = [("WORKGROUP_SIZE", WORKGROUP_SIZE as f64), ("LOADS", LOADS as f64)];
-    let pipeline = |dtype: DType| {
-        let io = Io::of(ctx, dtype);
-        let module = ctx.module_with(&format!("{SHADER_NAME} {}", io.key()), || source(io))?;
-        ctx.pipeline(format!("absmax {} {:?}", io.key(), ctx.options().shader_checks), &module, &consts)
-    };
     ctx.scoped(|| {
         for &(slot, t) in tensors.iter().filter(|(_, t)| t.dtype() != DType::F16) {
-            let pipeline = pipeline(t.dtype())?;
+            let pipeline = pipeline(ctx, t.dtype())?;
             for c in t.chunks() {
                 let count = c.planes * t.plane_elems();
                 if count == 0 {

@@ -247,12 +247,9 @@ impl Strategy {
             ctx.queue.submit([encoder.finish()]);
             Ok(())
         })?;
-        // The f16 kernels' weight scale: its largest magnitude, read once here instead of found on every call.
-        let max_bits = match maxima {
-            Some(m) => Some(memory::read_back(ctx, (&m, 0, 8), |b| bytemuck::cast_slice::<u8, u32>(b)[1])?),
-            None => None,
-        };
-        Ok(Some(plan::PreparedWeight { buffer, max_bits, _reserved: reserved }))
+        // The f16 kernels' weight scale: its largest magnitude, found once here instead of on every call, and kept
+        // on the GPU (each call carries it into its own maxima: no wait for the GPU here).
+        Ok(Some(plan::PreparedWeight { buffer, maxima, _reserved: reserved }))
     }
 
     /// Encodes this strategy's kernel for `shape` into `pass`, reading the weight as prepared (by

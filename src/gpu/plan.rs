@@ -16,17 +16,19 @@ use crate::params::ConvShape;
 /// A weight as one kernel reads it, its bytes counted against the context's memory budget while it lives.
 pub(crate) struct PreparedWeight {
     pub buffer: PooledBuffer,
-    /// For the f16 kernels, the weight's largest finite magnitude as f32 bits (its scale's source), which each
-    /// call puts in slot 1 of its operand maxima.
-    pub max_bits: Option<u32>,
+    /// For the f16 kernels, the operand maxima its preparation found (`gpu::absmax::encode_slots`'s buffer, the
+    /// weight's largest finite magnitude in slot 1 and zeros elsewhere), which each call carries into slot 1 of
+    /// its own maxima on the GPU.
+    pub maxima: Option<wgpu::Buffer>,
     pub _reserved: Reserved,
 }
 
 impl PreparedWeight {
-    /// The weight's largest magnitude for an f16 kernel (`kernel` names it in the error): an error where the weight
+    /// The weight's operand maxima for an f16 kernel (`kernel` names it in the error): an error where the weight
     /// was prepared for an exact kernel.
-    pub fn scale_bits(&self, kernel: &str) -> Result<u32> {
-        self.max_bits
+    pub fn maxima(&self, kernel: &str) -> Result<&wgpu::Buffer> {
+        self.maxima
+            .as_ref()
             .ok_or_else(|| ConvtError::InvalidArgument(format!("{kernel}: a weight prepared without its scale")))
     }
 }

@@ -747,7 +747,7 @@ fn encode_preparation(
     // Slot 1: the weight's largest magnitude (found when it was prepared, or here); slot 0, the input's, comes
     // from the input's first pass.
     let maxima = match weight.prepared {
-        Some(p) => absmax::encode_slots(ctx, &[], &[(1, p.scale_bits(&tile.name())?)], pass)?,
+        Some(p) => absmax::encode_slots(ctx, &[], &[(1, p.maxima(&tile.name())?)], pass)?,
         None => absmax::encode_slots(ctx, &[(1, weight.tensor)], &[], pass)?,
     };
     ctx.scoped(|| {

@@ -557,7 +557,7 @@ fn encode_operands(
     // Slot 0: the input's largest magnitude (its copy's scale); slot 1: the weight's (found when it was prepared,
     // or here).
     let maxima = match weight.prepared {
-        Some(p) => absmax::encode_slots(ctx, &[(0, input)], &[(1, p.scale_bits(&tile.name())?)], pass)?,
+        Some(p) => absmax::encode_slots(ctx, &[(0, input)], &[(1, p.maxima(&tile.name())?)], pass)?,
         None => absmax::encode_slots(ctx, &[(0, input), (1, weight.tensor)], &[], pass)?,
     };
     let layout = g.copy_layout(shape);

@@ -382,7 +382,7 @@ pub(crate) fn encode(
     let (maxima, packed) = match weight.prepared {
         Some(p) => {
             let maxima = if kernel.scaled() {
-                Some(absmax::encode_slots(ctx, &[(0, input)], &[(1, p.scale_bits(&name)?)], pass)?)
+                Some(absmax::encode_slots(ctx, &[(0, input)], &[(1, p.maxima(&name)?)], pass)?)
             } else {
                 None
             };
