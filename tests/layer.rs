@@ -9,6 +9,11 @@ use convt::{ConvTranspose2d, ConvTranspose2dOptions, ErrorStats, GpuTensor, Prec
 
 /// The layer's output for `x` against the f64 reference from its current weights, within the tolerance of the
 /// kernel's precision.
+/// Every value's bits: the layer and the functional call must agree exactly, not within a tolerance.
+fn bits(t: &Tensor) -> Vec<u32> {
+    t.data().iter().map(|v| v.to_bits()).collect()
+}
+
 fn check(layer: &convt::GpuConvTranspose2d, ctx: &convt::GpuContext, strategy: Strategy, x: &Tensor, what: &str) {
     let xg = GpuTensor::upload(ctx, x).unwrap();
     let host = layer.to_host().unwrap();
@@ -30,7 +35,6 @@ fn check(layer: &convt::GpuConvTranspose2d, ctx: &convt::GpuContext, strategy: S
     let (functional, used) =
         common::forward_host_as(ctx, strategy.precision(), x, host.weight(), host.bias(), host.options()).unwrap();
     assert_eq!(used, strategy, "{what}");
-    let bits = |t: &Tensor| t.data().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
     assert!(
         bits(&got) == bits(&functional),
         "{} {what}: the layer's and the functional call's bits differ",
@@ -107,7 +111,6 @@ fn check_backward(layer: &convt::GpuConvTranspose2d, ctx: &convt::GpuContext, x:
     ] {
         let s = ErrorStats::compare(g.data(), want);
         assert!(s.non_finite == 0 && s.rel_l2 <= tolerance, "{name} {what}: {s:?}");
-        let bits = |t: &Tensor| t.data().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
         assert!(bits(g) == bits(f), "{name} {what}: the layer's and the functional backward's bits differ");
     }
 }

@@ -13,7 +13,12 @@ use convt::gpu::{GpuContext, GpuOptions};
 /// per property, and a sample (drawn afresh each run) of the kernels or files a test loops over. Both tiers assert
 /// the same things with the same tolerances.
 pub fn full_tier() -> bool {
-    std::env::var("CONVT_TEST_TIER").is_ok_and(|v| v.trim() == "full")
+    tier_is("full")
+}
+
+/// Whether `CONVT_TEST_TIER` names `tier`.
+fn tier_is(tier: &str) -> bool {
+    std::env::var("CONVT_TEST_TIER").is_ok_and(|v| v.trim() == tier)
 }
 
 /// Random problems per property test: `full` in the full tier, a quarter of them (at least 4) in the fast tier,
@@ -23,7 +28,7 @@ pub fn full_tier() -> bool {
 pub fn cases(full: u32) -> u32 {
     if full_tier() {
         full
-    } else if std::env::var("CONVT_TEST_TIER").is_ok_and(|v| v.trim() == "second") {
+    } else if tier_is("second") {
         (full / 8).max(4)
     } else {
         (full / 4).max(4)

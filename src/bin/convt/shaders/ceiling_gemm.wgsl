@@ -40,6 +40,7 @@ override AHEAD: u32 = 1u; // stages of loads in flight in registers
 const ROW: u32 = 136u; // halves between staged rows: 128 + 8
 const MAX_LOADS: u32 = 8u; // vec4<f16> of each operand's stage per invocation, at most: 64 x 128 / 4 / THREADS
 const MAX_AHEAD: u32 = 2u;
+override LOADS: u32 = BK * 32u / THREADS; // vec4<f16> of each operand's stage per invocation (BK x 128 / 4 / THREADS)
 
 @group(0) @binding(0) var<storage, read> a: array<vec4<f16>>; // A[k][m], SIZE x SIZE
 @group(0) @binding(1) var<storage, read> b: array<vec4<f16>>; // B[k][n]
@@ -76,7 +77,7 @@ var<private> ahead_b: array<vec4<f16>, MAX_LOADS * MAX_AHEAD>;
 
 // This invocation's quads of both operands' stage `stage` (block m0, n0) into the register set at `regs`.
 fn load_stage(regs: u32, stage: u32, m0: u32, n0: u32, lid: u32) {
-    for (var j = 0u; j < BK * 32u / THREADS; j++) {
+    for (var j = 0u; j < LOADS; j++) {
         ahead_a[regs + j] = a[quad_at(stage * BK, m0, lid + j * THREADS)];
         ahead_b[regs + j] = b[quad_at(stage * BK, n0, lid + j * THREADS)];
     }
@@ -84,7 +85,7 @@ fn load_stage(regs: u32, stage: u32, m0: u32, n0: u32, lid: u32) {
 
 // The register set at `regs` into the stage buffer starting at half `buf`.
 fn put_stage(buf: u32, regs: u32, lid: u32) {
-    for (var j = 0u; j < BK * 32u / THREADS; j++) {
+    for (var j = 0u; j < LOADS; j++) {
         put(true, buf, lid + j * THREADS, ahead_a[regs + j]);
         put(false, buf, lid + j * THREADS, ahead_b[regs + j]);
     }
