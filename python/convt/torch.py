@@ -8,8 +8,11 @@ Tensors are CPU torch tensors of float32, float16 or bfloat16, computed in their
 device and reads and writes the tensors' memory through the host; a tensor on another device is a ``TypeError``).
 The layer keeps its parameters in the dtype it was made with and casts them to the input's dtype for each call,
 as autocast does: f16 activations with an f32 master weight train as under ``torch.autocast``, the weight's
-gradient arriving in f32. ``precision="fast"`` (an attribute of the layer, a keyword of the functional call)
-allows 1e-3 relative error for speed, like PyTorch's TF32.
+gradient arriving in f32. Inside ``torch.autocast("cpu", dtype=...)`` both forms follow autocast's rule for
+PyTorch's own conv_transpose2d on the CPU: float32, float16 and bfloat16 tensors are cast to the region's dtype
+before the call (differentiably: gradients return in each tensor's own dtype) and the output is in that dtype.
+``precision="fast"`` (an attribute of the layer, a keyword of the functional call) allows 1e-3 relative error for
+speed, like PyTorch's TF32.
 
 Requires torch (an optional dependency of convt: ``import convt.torch`` fails without it).
 """
@@ -33,6 +36,16 @@ def _check(what: str, t: Optional[Tensor]) -> None:
         raise TypeError(f"convt: {what} is on {t.device}; convt takes CPU tensors (it computes on its own GPU device)")
     if t.dtype not in _DTYPES:
         raise TypeError(f"convt: {what} has dtype {t.dtype}; convt computes float32, float16 and bfloat16")
+
+
+def _autocast(*tensors: Optional[Tensor]) -> Tuple[Optional[Tensor], ...]:
+    """Autocast's rule for conv_transpose2d on the CPU (a lower-precision op): inside ``torch.autocast("cpu")``,
+    every float32, float16 or bfloat16 tensor in the region's dtype, cast with ``Tensor.to`` before the operator so
+    that autograd records the casts; float64 and the rest as they are (PyTorch's autocast casts no float64)."""
+    if not torch.is_autocast_enabled("cpu"):
+        return tensors
+    dtype = torch.get_autocast_dtype("cpu")
+    return tuple(t.to(dtype) if t is not None and t.dtype in _DTYPES and t.dtype != dtype else t for t in tensors)
 
 
 def _torch(out) -> Tensor:
@@ -156,7 +169,8 @@ def conv_transpose2d(
     Returns
     -------
     torch.Tensor
-        The output, in the input's dtype.
+        The output, in the input's dtype (inside ``torch.autocast("cpu")``, the region's: the tensors are cast to
+        it first, as autocast casts them for PyTorch's conv_transpose2d).
 
     Raises
     ------
@@ -165,6 +179,7 @@ def conv_transpose2d(
     ValueError
         Invalid options or shapes, in PyTorch's words.
     """
+    input, weight, bias = _autocast(input, weight, bias)
     return _forward_op(
         input,
         weight,
@@ -184,7 +199,9 @@ class ConvTranspose2d(torch.nn.ConvTranspose2d):
     (``"f32"`` exact, ``"fast"`` 1e-3 relative error allowed), a keyword of the constructor and an attribute.
 
     Its parameters are cast to the input's dtype for each call (autocast's rule), so a float32 layer runs
-    float16 or bfloat16 activations in their dtype and accumulates its gradients in float32.
+    float16 or bfloat16 activations in their dtype and accumulates its gradients in float32; inside
+    ``torch.autocast("cpu", dtype=...)`` the input and the parameters are cast to the region's dtype, as for
+    ``torch.nn.ConvTranspose2d``.
     """
 
     def __init__(self, *args, precision: str = "f32", **kwargs):
@@ -205,11 +222,12 @@ class ConvTranspose2d(torch.nn.ConvTranspose2d):
         output_padding = self._output_padding(
             input, output_size, self.stride, self.padding, self.kernel_size, 2, self.dilation
         )
+        input, weight, bias = _autocast(input, self.weight, self.bias)
         cast = lambda p: p if p is None or p.dtype == input.dtype else p.to(input.dtype)  # noqa: E731
         return _forward_op(
             input,
-            cast(self.weight),
-            cast(self.bias),
+            cast(weight),
+            cast(bias),
             list(self.stride),
             list(self.padding),
             list(output_padding),

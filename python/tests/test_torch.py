@@ -90,6 +90,50 @@ def test_half_activations_with_a_float32_master_weight(dtype):
     assert ours.weight.grad.dtype == torch.float32 and x.grad.dtype == dtype
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_autocast_casts_as_for_pytorchs_layer(dtype):
+    # Inside torch.autocast("cpu"), PyTorch runs its ConvTranspose2d in the region's dtype (a lower-precision op):
+    # f32 activations and parameters cast to it, the output in it, the gradients back in f32. convt's layer and
+    # functional form do the same, within the half dtype's error against float64 (f16 within 1e-3; bf16 within
+    # twice PyTorch's own autocast error), forward and backward, and under torch.compile.
+    spec = LAYERS[1]
+    ours, theirs = _pair_of_layers(spec, int(np.random.SeedSequence().entropy % 2**31))
+    pytorch = torch.nn.ConvTranspose2d(*spec[:2], spec[2], stride=spec[3], padding=spec[4], output_padding=spec[5],
+                                       groups=spec[6], dilation=spec[7], bias=spec[8])
+    pytorch.load_state_dict(ours.state_dict())
+    n, h, w = spec[-1]
+    x = torch.randn(n, spec[0], h, w, requires_grad=True)
+    x_torch = x.detach().clone().requires_grad_()
+    with torch.autocast("cpu", dtype=dtype):
+        y, y_torch = ours(x), pytorch(x_torch)
+        y_functional = ct.conv_transpose2d(x, ours.weight, ours.bias, stride=spec[3], padding=spec[4],
+                                           output_padding=spec[5], groups=spec[6], dilation=spec[7])
+    assert y.dtype == y_torch.dtype == y_functional.dtype == dtype
+    x64 = x.detach().double().requires_grad_()
+    y64 = theirs(x64)
+
+    def bound(torch_error):
+        return 1e-3 if dtype == torch.float16 else 2 * max(torch_error, 2**-9)
+
+    assert _rel(y, y64) <= bound(_rel(y_torch, y64))
+    assert _rel(y_functional, y64) <= bound(_rel(y_torch, y64))
+    go = torch.randn(y64.shape)
+    (y.float() * go).sum().backward()
+    (y_torch.float() * go).sum().backward()
+    y64.backward(go.double())
+    assert x.grad.dtype == ours.weight.grad.dtype == torch.float32
+    assert _rel(x.grad, x64.grad) <= bound(_rel(x_torch.grad, x64.grad))
+    assert _rel(ours.weight.grad, theirs.weight.grad) <= bound(_rel(pytorch.weight.grad, theirs.weight.grad))
+    assert _rel(ours.bias.grad, theirs.bias.grad) <= bound(_rel(pytorch.bias.grad, theirs.bias.grad))
+    # Outside the region the same layer runs f32 again; float64 is not autocast's to cast, and convt refuses it.
+    assert ours(x).dtype == torch.float32
+    with torch.autocast("cpu", dtype=dtype), pytest.raises(TypeError, match="convt computes float32"):
+        ct.conv_transpose2d(x.double(), ours.weight.double())
+    compiled = torch.compile(ours, fullgraph=True, backend="aot_eager")
+    with torch.autocast("cpu", dtype=dtype):
+        assert compiled(x).dtype == dtype
+
+
 def test_torch_compile_traces_the_operator_without_a_graph_break():
     ours, theirs = _pair_of_layers(LAYERS[0], 7)
     compiled = torch.compile(ours, fullgraph=True, backend="aot_eager")
