@@ -7,13 +7,13 @@ mod common;
 use convt::gpu::Strategy;
 use convt::{ConvTranspose2d, ConvTranspose2dOptions, ErrorStats, GpuTensor, Precision, Tensor};
 
-/// The layer's output for `x` against the f64 reference from its current weights, within the tolerance of the
-/// kernel's precision.
 /// Every value's bits: the layer and the functional call must agree exactly, not within a tolerance.
 fn bits(t: &Tensor) -> Vec<u32> {
     t.data().iter().map(|v| v.to_bits()).collect()
 }
 
+/// The layer's output for `x` against the f64 reference from its current weights, within the tolerance of the
+/// kernel's precision.
 fn check(layer: &convt::GpuConvTranspose2d, ctx: &convt::GpuContext, strategy: Strategy, x: &Tensor, what: &str) {
     let xg = GpuTensor::upload(ctx, x).unwrap();
     let host = layer.to_host().unwrap();

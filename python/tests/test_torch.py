@@ -1,6 +1,8 @@
 """convt.torch: the nn.Module and the differentiable operator against PyTorch's own ConvTranspose2d, on fresh
 random problems (torch's CPU convolution in float64 is the reference)."""
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -98,9 +100,7 @@ def test_autocast_casts_as_for_pytorchs_layer(dtype):
     # twice PyTorch's own autocast error), forward and backward, and under torch.compile.
     spec = LAYERS[1]
     ours, theirs = _pair_of_layers(spec, int(np.random.SeedSequence().entropy % 2**31))
-    pytorch = torch.nn.ConvTranspose2d(*spec[:2], spec[2], stride=spec[3], padding=spec[4], output_padding=spec[5],
-                                       groups=spec[6], dilation=spec[7], bias=spec[8])
-    pytorch.load_state_dict(ours.state_dict())
+    pytorch = copy.deepcopy(theirs).float()  # PyTorch's layer in float32, the same weights
     n, h, w = spec[-1]
     x = torch.randn(n, spec[0], h, w, requires_grad=True)
     x_torch = x.detach().clone().requires_grad_()

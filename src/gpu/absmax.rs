@@ -54,10 +54,13 @@ pub(crate) fn encode_slots(
         Ok(memory::buffer_with(&ctx.device, "convt operand maxima", bytemuck::cast_slice(&initial), usage))
     })?;
     ctx.scoped(|| {
+        if known.is_empty() {
+            return Ok(());
+        }
+        let pipeline = pipeline(ctx, DType::F32)?;
         for &(slot, from) in known {
             let count = (from.size() / 4) as u32;
             let p = Params { count, slot: slot as u32, stride: WORKGROUP_SIZE, _pad: 0 };
-            let pipeline = pipeline(ctx, DType::F32)?;
             dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&p), &[from, &maxima], (1, 1));
         }
         Ok(())
