@@ -24,7 +24,13 @@
 #                                 files a test loops over). The same as `cargo test --release` once a driver is
 #                                 installed.
 #
-# Extra arguments go to cargo test (a test name filter, say).
+# The test executables of the full tier and of the GL pass run in two lanes: two processes at a time, each on one
+# test thread, the longest first (lanes() below). The suite's time is mostly the software driver compiling
+# shaders, one core per compile, and a test binary that spends minutes in one test would leave the other core idle
+# (the GL pass, one test thread for its own reason below, left it idle throughout).
+#
+# Extra arguments go to cargo test in the fast tier and to each test executable in the full tier (a test name
+# filter, say).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TIER=full
@@ -63,8 +69,69 @@ else
   step "rustfmt or clippy not installed: lints skipped (rustup component add rustfmt clippy)"
 fi
 
-step "full tier (first backend)"
-CONVT_TEST_TIER=full cargo test --release "$@"
+# lanes NAME [cargo test target selection...] -- [test executable arguments...]: builds the selected test
+# executables, then runs them two at a time (xargs -P 2), each with RUST_TEST_THREADS=1 unless the caller set it,
+# each one's output kept in target/test-logs/NAME/ and printed whole when it ends. The executables start longest
+# first (the order of `longest` below, the rest after), so that no lane is left with a long one at the end. Fails,
+# after every executable has run, when any failed. The doc tests run through cargo as before.
+longest=(winograd fixtures backward_fast dtype backward precision layer cli properties robustness tune convt)
+lanes() {
+  local name="$1"
+  shift
+  local select=() args=()
+  while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+    select+=("$1")
+    shift
+  done
+  [ $# -gt 0 ] && shift
+  args=("$@")
+  local logs="target/test-logs/$name"
+  rm -rf "$logs"
+  mkdir -p "$logs"
+  # The executables cargo built for testing (their artifacts' profile has "test": true; examples and the CLI
+  # binary built beside them have not).
+  cargo test --release --no-run "${select[@]}"
+  local exes=()
+  mapfile -t exes < <(cargo test --release --no-run --message-format=json "${select[@]}" |
+    grep '"profile":{[^}]*"test":true' | grep -o '"executable":"[^"]*"' | cut -d'"' -f4)
+  [ ${#exes[@]} -gt 0 ] || { echo "test.sh: no test executables built" >&2; return 1; }
+  local ordered=() e l
+  for l in "${longest[@]}"; do
+    for e in "${exes[@]}"; do
+      [[ "$(basename "$e")" == "$l"-* ]] && ordered+=("$e")
+    done
+  done
+  for e in "${exes[@]}"; do
+    [[ " ${ordered[*]} " == *" $e "* ]] || ordered+=("$e")
+  done
+  local -x CONVT_LANE_LOGS="$logs" RUST_TEST_THREADS="${RUST_TEST_THREADS:-1}"
+  # One executable: its output to its log, then the log printed at once (so lanes do not interleave lines).
+  run_one() {
+    local exe="$1" start=$SECONDS rc=0
+    shift
+    local log
+    log="$CONVT_LANE_LOGS/$(basename "$exe").log"
+    "$exe" "$@" >"$log" 2>&1 || rc=$?
+    {
+      echo "test.sh: $(basename "$exe"): exit $rc after $((SECONDS - start)) s"
+      cat "$log"
+    } >&2
+    [ "$rc" -eq 0 ] || touch "$log.failed"
+    return 0
+  }
+  export -f run_one
+  printf '%s\0' "${ordered[@]}" | xargs -0 -P 2 -I{} bash -c 'run_one "$@"' _ {} "${args[@]}"
+  local failed
+  failed=$(find "$logs" -name '*.failed' | sed 's|.*/||; s|\.log\.failed$||' | sort)
+  if [ -n "$failed" ]; then
+    echo "test.sh: failed: $(echo "$failed" | tr '\n' ' ')(logs in $logs)" >&2
+    return 1
+  fi
+}
+
+step "full tier (first backend), two lanes"
+CONVT_TEST_TIER=full lanes full --lib --bins --tests -- "$@"
+CONVT_TEST_TIER=full cargo test --release --doc "$@"
 step "the examples that check themselves"
 cargo run --release --example train_hidden -- --steps 300 --out target/train_hidden.safetensors
 cargo run --release --example train_mixed -- --steps 300 --dtype f16
@@ -77,14 +144,15 @@ bash scripts/test_python.sh
 
 if [ "$SECOND_BACKEND" = "gl" ]; then
   # The second pass also runs the kernels with wgpu's runtime checks on (the first runs them trusted, the
-  # default), so both ways of creating shader modules are tested. One test thread: wgpu's GL backend does all GPU
-  # work under one context lock and panics in a thread that waits more than 6 s for it, which a long shader
-  # compile on the software driver can cause (docs/RELIABILITY.md, "Second backend (GL)").
-  step "the GPU tests again on wgpu's GL backend with shader runtime checks (CONVT_TEST_TIER=second CONVT_BACKEND=gl CONVT_SHADER_CHECKS=checked, one test thread)"
+  # default), so both ways of creating shader modules are tested. One test thread per process: wgpu's GL backend
+  # does all GPU work under one context lock and panics in a thread that waits more than 6 s for it, which a long
+  # shader compile on the software driver can cause (docs/RELIABILITY.md, "Second backend (GL)"); the two lanes'
+  # processes have a context each.
+  step "the GPU tests again on wgpu's GL backend with shader runtime checks (CONVT_TEST_TIER=second CONVT_BACKEND=gl CONVT_SHADER_CHECKS=checked, one test thread a process, two lanes)"
   # The test binaries that use the GPU (the others, CLI parsing, file checks and fuzzing, never reach a backend).
   gpu_tests=(--lib --test backward --test backward_fast --test dtype --test fixtures --test precision --test properties --test robustness --test soak
     --test state_dict --test tune --test winograd)
   CONVT_TEST_TIER=second CONVT_BACKEND=gl CONVT_SHADER_CHECKS=checked RUST_TEST_THREADS=1 \
-    cargo test --release "${gpu_tests[@]}" "$@"
+    lanes second "${gpu_tests[@]}" -- "$@"
 fi
 step "done"
