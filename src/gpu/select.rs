@@ -28,7 +28,8 @@ use crate::precision::Precision;
 /// context's options (when it has that precision and takes the shape), else the tuning cache's winner, else the
 /// heuristic (for `fast` where it keeps to exact kernels: the exact winner of the tuning cache when there is one).
 ///
-/// The heuristic for `fast` (the same for every dtype): at stride 1 the padded-NHWC
+/// The heuristic for `fast` (the same kernel for every dtype; the padded-NHWC kernel's tile may follow the output's
+/// dtype, `coop_nhwc_tiles`): at stride 1 the padded-NHWC
 /// cooperative-matrix kernel wherever it takes the shape (one group, input channels a multiple of 16 and output
 /// channels of 32, its padded f16 input within one binding, not a shape for the rows kernel), where it measured
 /// faster than the best exact kernel. Elsewhere the staged
@@ -61,7 +62,7 @@ pub fn forward(ctx: &GpuContext, shape: &ConvShape, has_bias: bool, precision: P
     // cooperative-matrix kernel on every stride-1 case of the suite. Per stride phase it lost to the staged kernel
     // on the strided decoders, on f32 and on half tensors alike (docs/PERFORMANCE.md).
     let nhwc_stride = shape.stride == [1, 1];
-    let nhwc = coop_nhwc_tiles(shape)
+    let nhwc = coop_nhwc_tiles(shape, dtype)
         .into_iter()
         .map(Strategy::CoopNhwc)
         .find(|s| nhwc_stride && !gather && s.computes(ctx, shape));
@@ -331,9 +332,13 @@ pub(crate) fn coop_tile(shape: &ConvShape) -> CoopTile {
 /// rows of `STAGED_MIN_ROW_TAPS` taps or more per stride phase (faster than the direct 128 x 64 and 128 x 128
 /// tiles on kb69; on the 2-tap phases of the strided decoders the direct 128 x 64 tile measured faster), then
 /// 128 x 64 of four 64 x 32 subgroups; where they are an odd multiple of 64, 128 x 64 of 64 x 64 subgroups with staged rows for kernel rows of `STAGED_MIN_ROW_TAPS` taps or
-/// more, then 128 x 64 of four 64 x 32 subgroups (faster than 256 x 32), then 256 x 32; 128 x 32 where they are a
-/// multiple of 32 (staged rows measured slower there); none otherwise.
-pub(crate) fn coop_nhwc_tiles(shape: &ConvShape) -> Vec<NhwcTile> {
+/// more (for f32 outputs on shorter rows the same tile without staged rows), then 128 x 64 of four 64 x 32
+/// subgroups (faster than 256 x 32), then 256 x 32; 128 x 32 where they are a multiple of 32 (staged rows measured
+/// slower there); none otherwise. The output's dtype matters where the fragments are stored: f32 outputs store a
+/// subgroup's aligned fragments straight from its accumulators, half ones pass every fragment through workgroup
+/// memory, which the larger subgroup tile has more of to pass; on kb57 (64 channels, 3-tap rows) the 64 x 64
+/// subgroups measured faster with f32 outputs and slower with f16 ones (docs/PERFORMANCE.md).
+pub(crate) fn coop_nhwc_tiles(shape: &ConvShape, dtype: DType) -> Vec<NhwcTile> {
     let mut tiles = Vec::new();
     let row_taps = shape.kernel[1].div_ceil(shape.stride[1]);
     if shape.out_channels.is_multiple_of(128) {
@@ -344,6 +349,8 @@ pub(crate) fn coop_nhwc_tiles(shape: &ConvShape) -> Vec<NhwcTile> {
     } else if shape.out_channels.is_multiple_of(64) {
         if row_taps >= STAGED_MIN_ROW_TAPS {
             tiles.push(coop_nhwc::staged(64, 64, 2, 1));
+        } else if dtype == DType::F32 {
+            tiles.push(coop_nhwc::tile(64, 64, 2, 1));
         }
         tiles.push(coop_nhwc::tile(64, 32, 2, 2));
         tiles.push(coop_nhwc::tile(64, 32, 4, 1));

@@ -1298,13 +1298,31 @@ mod tests {
             assert_eq!(coop::workgroup_bytes_aligned(&source, &t.name()), t.workgroup_bytes(), "{t:?}");
         }
         let params = ConvTranspose2dOptions::default();
-        for (cout, kernel_w, picks) in
-            [(16, 3, 0), (32, 3, 1), (64, 3, 2), (64, 7, 3), (128, 3, 1), (128, 5, 2), (192, 5, 3), (256, 3, 1)]
-        {
+        // (output channels, kernel width, tiles for f16 outputs, tiles for f32 outputs): f32 outputs take the 64 x 64
+        // subgroups without staged rows first where an odd multiple of 64 channels has rows too short to stage.
+        for (cout, kernel_w, half_picks, f32_picks) in [
+            (16, 3, 0, 0),
+            (32, 3, 1, 1),
+            (64, 3, 2, 3),
+            (64, 7, 3, 3),
+            (128, 3, 1, 1),
+            (128, 5, 2, 2),
+            (192, 3, 2, 3),
+            (192, 5, 3, 3),
+            (256, 3, 1, 1),
+        ] {
             let shape = params.resolve(&[1, 64, 8, 8], &[64, cout, 3, kernel_w], None).unwrap();
-            let tiles = crate::gpu::select::coop_nhwc_tiles(&shape);
-            assert_eq!(tiles.len(), picks, "{shape:?}");
-            assert!(tiles.iter().all(|t| TILES.contains(t) && shape.out_channels.is_multiple_of(t.bn() as usize)));
+            for (dtype, picks) in [(DType::F16, half_picks), (DType::BF16, half_picks), (DType::F32, f32_picks)] {
+                let tiles = crate::gpu::select::coop_nhwc_tiles(&shape, dtype);
+                assert_eq!(tiles.len(), picks, "{shape:?} {dtype:?}");
+                assert!(tiles.iter().all(|t| TILES.contains(t) && shape.out_channels.is_multiple_of(t.bn() as usize)));
+                let direct_64x64 = tiles.first().is_some_and(|t| *t == tile(64, 64, 2, 1));
+                assert_eq!(
+                    direct_64x64,
+                    dtype == DType::F32 && picks == 3 && kernel_w < STAGED_MIN_ROW_TAPS,
+                    "{shape:?}"
+                );
+            }
         }
     }
 
