@@ -334,10 +334,10 @@ pub(crate) fn coop_tile(shape: &ConvShape) -> CoopTile {
 /// 128 x 64 of four 64 x 32 subgroups; where they are an odd multiple of 64, 128 x 64 of 64 x 64 subgroups with staged rows for kernel rows of `STAGED_MIN_ROW_TAPS` taps or
 /// more (for f32 outputs on shorter rows the same tile without staged rows), then 128 x 64 of four 64 x 32
 /// subgroups (faster than 256 x 32), then 256 x 32; 128 x 32 where they are a multiple of 32 (staged rows measured
-/// slower there); none otherwise. The output's dtype matters where the fragments are stored: f32 outputs store a
+/// slower there); none otherwise. The output's dtype changes how the fragments are stored (f32 outputs store a
 /// subgroup's aligned fragments straight from its accumulators, half ones pass every fragment through workgroup
-/// memory, which the larger subgroup tile has more of to pass; on kb57 (64 channels, 3-tap rows) the 64 x 64
-/// subgroups measured faster with f32 outputs and slower with f16 ones (docs/PERFORMANCE.md).
+/// memory), and with it the winner: on kb57 (64 channels, 3-tap rows) the 64 x 64 subgroups measured faster with
+/// f32 outputs and slower with f16 ones (docs/PERFORMANCE.md).
 pub(crate) fn coop_nhwc_tiles(shape: &ConvShape, dtype: DType) -> Vec<NhwcTile> {
     let mut tiles = Vec::new();
     let row_taps = shape.kernel[1].div_ceil(shape.stride[1]);
