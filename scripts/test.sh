@@ -88,12 +88,11 @@ lanes() {
   local logs="target/test-logs/$name"
   rm -rf "$logs"
   mkdir -p "$logs"
-  # The executables cargo built for testing (their artifacts' profile has "test": true; examples and the CLI
-  # binary built beside them have not).
-  cargo test --release --no-run "${select[@]}"
-  local exes=()
-  mapfile -t exes < <(cargo test --release --no-run --message-format=json "${select[@]}" |
-    grep '"profile":{[^}]*"test":true' | grep -o '"executable":"[^"]*"' | cut -d'"' -f4)
+  # One build: its progress and any diagnostics rendered on stderr, its artifacts as JSON on stdout; the test
+  # executables are those whose profile has "test": true (examples and the CLI binary built beside them have not).
+  local exes=() built
+  built="$(cargo test --release --no-run --message-format=json-render-diagnostics "${select[@]}")"
+  mapfile -t exes < <(grep '"profile":{[^}]*"test":true' <<<"$built" | grep -o '"executable":"[^"]*"' | cut -d'"' -f4)
   [ ${#exes[@]} -gt 0 ] || { echo "test.sh: no test executables built" >&2; return 1; }
   local ordered=() e l
   for l in "${longest[@]}"; do
