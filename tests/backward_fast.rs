@@ -815,6 +815,40 @@ fn fast_gradients_are_the_same_bits_on_every_run() {
 }
 
 #[test]
+fn the_nhwc_grad_weight_copies_x_at_a_guessed_scale_to_the_same_bits() {
+    // grad_weight's NHWC GEMM copies x at the scale the last call of the shape found and copies it again where x's
+    // largest magnitude asks for another (src/gpu/nhwc_copy.rs, `encode_at_guess`). On a fresh context: the first
+    // call's guess misses (U(-1, 1) values: largest magnitudes below 1, not the first guess's [1, 2)), the second's
+    // holds, the third's (x times 2^-20) misses again. The first two give the same bits, and the third grad_weight
+    // exactly 2^-20 times theirs: x's copy holds the same f16 values at every scale. Every NHWC kernel this adapter
+    // runs, forced, on both sides of the kernel (stride 1 beside grad_input's copy of grad_output, strided alone).
+    for p in [nhwc_problem(common::fresh_seed()), nhwc_wide_problem(common::fresh_seed())] {
+        let shape = p.shape();
+        let o = operands(&p);
+        let small = Operands { x: scaled(&o.x, 2f32.powi(-20)), ..o.clone() };
+        let probe = common::ctx();
+        let nhwc: Vec<_> = fast_grad_weight_kernels(probe, &shape)
+            .into_iter()
+            .filter(|k| matches!(k, GradWeightKernel::Nhwc(_)))
+            .collect();
+        assert_eq!(nhwc.is_empty(), !probe.has_f16(), "{nhwc:?}");
+        for k in nhwc {
+            let ctx = common::ctx_with_binding_limit(1 << 30, None);
+            let first = run_pair(&ctx, &p, &o, (None, Some(k)));
+            check_gradients(&shape, &o, &first).unwrap_or_else(|e| panic!("{k:?}: {e}"));
+            let second = run_pair(&ctx, &p, &o, (None, Some(k)));
+            assert!(bits(&first.grads) == bits(&second.grads), "{k:?}: the guess held, other bits (seed {})", p.seed);
+            let third = run_pair(&ctx, &p, &small, (None, Some(k)));
+            check_gradients(&shape, &small, &third).unwrap_or_else(|e| panic!("{k:?} at 2^-20: {e}"));
+            let want: Vec<u32> =
+                first.grads.grad_weight.data().iter().map(|v| (v * 2f32.powi(-20)).to_bits()).collect();
+            let got: Vec<u32> = third.grads.grad_weight.data().iter().map(|v| v.to_bits()).collect();
+            assert!(got == want, "{k:?}: x at 2^-20 gives other grad_weight values (seed {})", p.seed);
+        }
+    }
+}
+
+#[test]
 fn grad_weight_reads_grad_inputs_copy_of_grad_output_to_the_same_bits() {
     // At stride 1, with grad_input on the padded-NHWC tensor-core kernel and grad_weight on the NHWC GEMM, the
     // GEMM reads the copy of grad_output that grad_input's kernel made (laid out for both) instead of its own: the

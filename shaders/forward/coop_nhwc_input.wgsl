@@ -22,14 +22,15 @@
 // separate pass for the largest magnitude measured a noticeable share of the whole convolution,
 // docs/PERFORMANCE.md):
 // - the first pass (FIXUP false) scales by 2^guess[0], the exponent the last call of this shape (any batch size)
-//   on this context found, and takes the largest finite magnitude of the values it copies into op_max[0] (as f32
-//   bits, one atomic per workgroup, as shaders/common/absmax.wgsl does; input rows or columns outside the copied
-//   ones, which no output reads, do not count);
-// - shaders/forward/coop_nhwc_scale_check.wgsl then compares the guess with the exponent op_max[0] asks for
+//   on this context found, and takes the largest finite magnitude of the values it copies into op_max[MAX_SLOT]
+//   (as f32 bits, one atomic per workgroup, as shaders/common/absmax.wgsl does; input rows or columns outside the
+//   copied ones, which no output reads, do not count);
+// - shaders/forward/coop_nhwc_scale_check.wgsl then compares the guess with the exponent op_max[MAX_SLOT] asks for
 //   (shaders/common/scale.wgsl); where they differ, it keeps the new exponent as the next guess and this shader
 //   runs again (FIXUP true, dispatched indirectly), scaling by that exponent. The result is the same either way.
-// A copy whose tensor's largest magnitude was taken beforehand (grad_weight's NHWC GEMM: x in slot 0, grad_output in
-// slot 1 of the maxima) runs only the FIXUP pass, reading slot MAX_SLOT (src/gpu/nhwc_copy.rs).
+// The forward's input and grad_weight's x take both passes (src/gpu/nhwc_copy.rs, `encode_at_guess`); a copy whose
+// tensor's largest magnitude was taken beforehand (grad_weight's grad_output) runs only the FIXUP pass, reading
+// slot MAX_SLOT (`encode_at_maximum`).
 //
 // The host puts the shape's override constants (shaders/common/shape.wgsl) and x's binding in front of this file,
 // and the scale functions after it.

@@ -1,7 +1,7 @@
 //! The padded NHWC f16 copy of an NCHW tensor (`shaders/forward/coop_nhwc_input.wgsl`), shared by the kernels whose
 //! tensor-core operands load straight from such copies: the forward's padded-NHWC kernel (its input, at a guessed
-//! scale checked afterwards: [`crate::gpu::forward::coop_nhwc`]) and grad_weight's NHWC GEMM (x and grad_output, at
-//! scales their maxima set beforehand: [`crate::gpu::backward::grad_weight_nhwc`]). A [`CopyLayout`] says where
+//! scale checked afterwards: [`encode_at_guess`]) and grad_weight's NHWC GEMM (x at a guessed scale too;
+//! grad_output at the scale its maximum set beforehand: [`encode_at_maximum`]). A [`CopyLayout`] says where
 //! the tensor lands; the copy writes every half of its padded rows (zeros around the tensor, in the pixels' pad and
 //! in the tail rows), so the kernels never read an unwritten value.
 
@@ -10,8 +10,8 @@ use std::ops::Range;
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::gpu::context::GpuContext;
-use crate::gpu::kernel::{dispatch_buffers, grid};
-use crate::gpu::memory::{Chunk, GpuTensor, InFlight, STORAGE};
+use crate::gpu::kernel::{bind_buffers, dispatch_buffers, grid};
+use crate::gpu::memory::{buffer_with, Chunk, GpuTensor, InFlight, STORAGE};
 use crate::gpu::wgsl::operands::{declare, Access, Io};
 use crate::gpu::wgsl::scale::SCALE_FUNCTIONS;
 use crate::gpu::wgsl::{self, with_shape_prelude};
@@ -19,6 +19,11 @@ use crate::gpu::wgsl::{self, with_shape_prelude};
 pub const INPUT_SHADER_NAME: &str = "forward/coop_nhwc_input.wgsl";
 /// `shaders/forward/coop_nhwc_input.wgsl` behind the shape's constants (and the f16 it enables).
 pub const INPUT_SHADER: &str = concat!("enable f16;\n", with_shape_prelude!("forward/coop_nhwc_input.wgsl"));
+pub const SCALE_CHECK_SHADER_NAME: &str = "forward/coop_nhwc_scale_check.wgsl";
+pub const SCALE_CHECK_SHADER: &str = include_str!("../../shaders/forward/coop_nhwc_scale_check.wgsl");
+/// The scale exponent (shaders/common/scale.wgsl) the first copy under a guess key guesses: that of largest
+/// magnitudes in [1, 2). Later copies guess the exponent the one before them found (shaders/forward/coop_nhwc_scale_check.wgsl).
+pub(crate) const FIRST_SCALE_GUESS: i32 = 14;
 
 /// The copy's shader for tensors of `io`, with the scale functions it calls.
 pub(crate) fn input_shader(io: Io) -> String {
@@ -109,12 +114,12 @@ pub(crate) struct InputParams {
     rows: u32,
 }
 
-/// How the copy scales: by the exponent a guess buffer holds, taking the copied values' largest magnitude as it
-/// goes (the first pass of the forward's input), or by the largest magnitude in slot `slot` of the maxima (the
-/// forward's fix-up, and every copy whose maximum was taken beforehand). An f16 tensor is copied as it is.
+/// How the copy scales: by the exponent a guess buffer holds, taking the copied values' largest magnitude into
+/// slot `slot` of the maxima as it goes (the first pass of [`encode_at_guess`]), or by the largest magnitude in
+/// slot `slot` of the maxima (its fix-up, and every copy whose maximum was taken beforehand). An f16 tensor is copied as it is.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum CopyScale {
-    Guess,
+    Guess { slot: usize },
     Maximum { slot: usize },
 }
 
@@ -129,7 +134,7 @@ pub(crate) fn pipeline(
     let io = Io::of(ctx, dtype);
     let module = ctx.module_with(&format!("{INPUT_SHADER_NAME} {}", io.key()), || input_shader(io))?;
     let (fixup, slot) = match scale {
-        CopyScale::Guess => (false, 0),
+        CopyScale::Guess { slot } => (false, slot),
         CopyScale::Maximum { slot } => (true, slot),
     };
     let values = [
@@ -211,6 +216,70 @@ pub(crate) fn encode_at_maximum(
             dispatch_buffers(ctx, pass, &pipeline, bytemuck::bytes_of(&u), &[c, &copy, maxima, &guess], g);
         }
         Ok(copy)
+    })
+}
+
+/// The scale check's shader, with the scale functions it calls.
+pub fn scale_check_shader() -> String {
+    format!("{SCALE_CHECK_SHADER}\n{SCALE_FUNCTIONS}")
+}
+
+/// The uniform block `Params` of `shaders/forward/coop_nhwc_scale_check.wgsl`, field for field.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct CheckParams {
+    chunks: u32,
+    _pad: [u32; 3],
+}
+
+/// Encodes the copy of `tensor` in `layout` into `copy` at the scale the last copy under `guess_key` found, taking
+/// the tensor's largest magnitude into slot `slot` of `maxima` (zero before) as it goes; then the scale check, and
+/// the same copy again at that magnitude's own scale where it differs from the guess (an indirect dispatch per
+/// chunk, of the first pass's workgroups or none). So the copy reads the tensor once where the guess holds, and the
+/// result has the same bits as a copy at the maximum taken beforehand. An f16 tensor is copied as it is: no scale,
+/// so neither the check nor the fix-up. Returns the fix-up's workgroup counts (zero where the guess held).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn encode_at_guess(
+    ctx: &GpuContext,
+    tensor: &GpuTensor,
+    layout: &CopyLayout,
+    block: PrepBlock,
+    copy: &wgpu::Buffer,
+    maxima: &wgpu::Buffer,
+    slot: usize,
+    guess_key: String,
+    pass: &mut wgpu::ComputePass<'_>,
+) -> Result<wgpu::Buffer> {
+    ctx.scoped(|| {
+        let guess = ctx.kept_i32(guess_key, FIRST_SCALE_GUESS);
+        let scaled = tensor.dtype() != DType::F16;
+        let first = pipeline(ctx, tensor.dtype(), layout, block, CopyScale::Guess { slot })?;
+        let chunks = dispatches(ctx, tensor, layout, block);
+        for (c, igrid, u) in &chunks {
+            dispatch_buffers(ctx, pass, &first, bytemuck::bytes_of(u), &[c, copy, maxima, &guess], *igrid);
+        }
+        // The fix-up's workgroups per chunk: the first pass's, which the check zeroes where the guess held; none
+        // for an unscaled (f16) tensor, which runs neither.
+        let counts: Vec<u32> = match scaled {
+            true => chunks.iter().flat_map(|(_, (x, y), _)| [*x, *y, 1]).collect(),
+            false => vec![0; 3 * chunks.len()],
+        };
+        let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::INDIRECT | wgpu::BufferUsages::COPY_SRC;
+        let counts = buffer_with(&ctx.device, "convt scale fix-up workgroups", bytemuck::cast_slice(&counts), usage);
+        if scaled {
+            let fixup = pipeline(ctx, tensor.dtype(), layout, block, CopyScale::Maximum { slot })?;
+            let module = ctx.module_with(SCALE_CHECK_SHADER_NAME, scale_check_shader)?;
+            let consts = [("MAX_SLOT", slot as f64)];
+            let check =
+                ctx.pipeline(format!("scale_check {:?} {consts:?}", ctx.options().shader_checks), &module, &consts)?;
+            let u = CheckParams { chunks: chunks.len() as u32, _pad: [0; 3] };
+            dispatch_buffers(ctx, pass, &check, bytemuck::bytes_of(&u), &[maxima, &counts, &guess], (1, 1));
+            for (i, (c, _, u)) in chunks.iter().enumerate() {
+                bind_buffers(ctx, pass, &fixup, bytemuck::bytes_of(u), &[c, copy, maxima, &guess]);
+                ctx.dispatch_in(pass, &fixup, |pass| pass.dispatch_workgroups_indirect(&counts, (12 * i) as u64));
+            }
+        }
+        Ok(counts)
     })
 }
 

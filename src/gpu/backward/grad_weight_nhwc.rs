@@ -11,7 +11,7 @@ use crate::gpu::backward::split_k;
 use crate::gpu::context::GpuContext;
 use crate::gpu::kernel::{check_index_range, dispatch_buffers, grid};
 use crate::gpu::memory::{GpuTensor, InFlight, STORAGE};
-use crate::gpu::nhwc_copy::{self, CopyLayout, CopyNeeds, SharedCopy};
+use crate::gpu::nhwc_copy::{self, CopyLayout, CopyNeeds, PrepBlock, SharedCopy};
 use crate::gpu::wgsl::coop::SUBGROUP;
 use crate::gpu::wgsl::scale::{scaled_module, scaled_prologue};
 use crate::gpu::wgsl::{self, fill_markers, shape_constants, with_shape_prelude};
@@ -432,17 +432,18 @@ pub(crate) fn encode(
     let (cin, cout) = (shape.in_channels, shape.out_channels);
     let tail_pixels = l.g_needs(shape).tail_pixels;
     let shared = shared.filter(|s| l.takes(&s.layout, shape.batch, tail_pixels) && s.slot != SHARED_X_SLOT);
-    // x's copy at the scale of its largest magnitude; grad_output's copy, shared or made here, at the scale of
-    // grad_output's (which slot `g_slot` of the maxima holds).
+    // x's copy at the scale of its largest magnitude, taken as it copies (at the scale the last call of this shape
+    // found, copied again where that differs: no pass of its own over x); grad_output's copy, shared or made here,
+    // at the scale of grad_output's largest magnitude (which slot `g_slot` of the maxima holds).
     let (maxima, x_slot, g_slot) = match shared {
-        Some(s) => {
-            absmax::encode_into(ctx, &[(SHARED_X_SLOT, input)], &s.maxima, pass)?;
-            (s.maxima.clone(), SHARED_X_SLOT, s.slot)
-        }
-        None => (absmax::encode_slots(ctx, &[(0, input), (1, grad_output)], &[], pass)?, 0, 1),
+        Some(s) => (s.maxima.clone(), SHARED_X_SLOT, s.slot),
+        None => (absmax::encode_slots(ctx, &[(1, grad_output)], &[], pass)?, 0, 1),
     };
     let x_bytes = l.x_bytes(shape.batch) as u64;
-    let xq = nhwc_copy::encode_at_maximum(ctx, input, &l.x, x_bytes, &maxima, x_slot, pass, in_flight)?;
+    let xq = ctx.scoped(|| Ok(in_flight.keep(ctx.pool.get(&ctx.device, x_bytes, STORAGE))))?;
+    let x_block = PrepBlock::of(l.x.channels, x_bytes as u128);
+    let guess_key = format!("grad_weight_nhwc x scale {:?}", ConvShape { batch: 0, ..*shape });
+    nhwc_copy::encode_at_guess(ctx, input, &l.x, x_block, &xq, &maxima, x_slot, guess_key, pass)?;
     let gq = match shared {
         Some(s) => {
             l.g = s.layout.clone();

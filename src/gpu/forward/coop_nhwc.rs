@@ -10,10 +10,10 @@ use crate::error::{ConvtError, Result};
 use crate::gpu::absmax;
 use crate::gpu::context::GpuContext;
 use crate::gpu::kernel::{
-    axis_phase, bind_buffers, check_index_range, dispatch_buffers, grid, AxisPhase, GridParams, Operands, Weight,
+    axis_phase, check_index_range, dispatch_buffers, grid, AxisPhase, GridParams, Operands, Weight,
 };
-use crate::gpu::memory::{buffer_with, GpuTensor, InFlight, PooledBuffer, STORAGE};
-use crate::gpu::nhwc_copy::{self, CopyLayout, CopyNeeds, CopyScale, PrepBlock, SharedCopy};
+use crate::gpu::memory::{GpuTensor, InFlight, PooledBuffer, STORAGE};
+use crate::gpu::nhwc_copy::{self, CopyLayout, CopyNeeds, PrepBlock, SharedCopy};
 use crate::gpu::wgsl::coop::{self, SUBGROUP};
 use crate::gpu::wgsl::operands::{declare, Access, Io};
 use crate::gpu::wgsl::scale::{scaled_module, scaled_prologue, MAXIMA_BINDING, SCALE_FUNCTIONS, SLOTS_01};
@@ -25,11 +25,6 @@ pub const SHADER: &str = include_str!("../../../shaders/forward/coop_nhwc.wgsl")
 pub const WEIGHT_SHADER_NAME: &str = "forward/coop_nhwc_weights.wgsl";
 /// `shaders/forward/coop_nhwc_weights.wgsl` behind the shape's constants (and the f16 it enables).
 pub const WEIGHT_SHADER: &str = concat!("enable f16;\n", with_shape_prelude!("forward/coop_nhwc_weights.wgsl"));
-pub const SCALE_CHECK_SHADER_NAME: &str = "forward/coop_nhwc_scale_check.wgsl";
-pub const SCALE_CHECK_SHADER: &str = include_str!("../../../shaders/forward/coop_nhwc_scale_check.wgsl");
-/// The input's scale exponent (shaders/common/scale.wgsl) the first call of a shape on a context guesses: that of largest
-/// magnitudes in [1, 2). Later calls guess the exponent the call before them found (shaders/forward/coop_nhwc_scale_check.wgsl).
-const FIRST_SCALE_GUESS: i32 = 14;
 /// Workgroup size of the two preparation shaders.
 const PREP_WORKGROUP_SIZE: usize = 256;
 
@@ -348,10 +343,6 @@ const EPILOGUE_RUN: u32 = coop::FULL_RUN;
 const INPUT_BINDING: &str = "@group(0) @binding(1) var<storage, read> xp: array<f16>;";
 const STAGED_INPUT_BINDING: &str = "@group(0) @binding(1) var<storage, read> xp4: array<vec4<f16>>;";
 
-/// The scale check's shader, with the scale functions it calls.
-pub fn scale_check_shader() -> String {
-    format!("{SCALE_CHECK_SHADER}\n{SCALE_FUNCTIONS}")
-}
 /// The weight's preparation shader for a weight of `io`'s dtype, with the scale functions it calls (the input's
 /// copy: src/gpu/nhwc_copy.rs).
 pub(crate) fn weight_shader(io: Io) -> String {
@@ -654,14 +645,6 @@ fn scale_guess_key(shape: &ConvShape) -> String {
     format!("coop_nhwc input scale {:?}", ConvShape { batch: 0, ..*shape })
 }
 
-/// The uniform block `Params` of `shaders/forward/coop_nhwc_scale_check.wgsl`, field for field.
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct CheckParams {
-    chunks: u32,
-    _pad: [u32; 3],
-}
-
 /// The kernel's operands, prepared on the GPU: both tensors' largest magnitudes (which set their power-of-two
 /// scales, slot 0 the input's, slot 1 the weight's), the padded f16 NHWC input and the packed f16 weight.
 struct Prepared {
@@ -751,40 +734,14 @@ fn encode_preparation(
         None => absmax::encode_slots(ctx, &[(1, weight.tensor)], &[], pass)?,
     };
     ctx.scoped(|| {
-        // The input, padded, as f16 NHWC: one dispatch per input chunk (whole samples, `check`), at the scale the
-        // last call of this shape found; then the scale check, and the same again at this input's own scale where
-        // that differs (an indirect dispatch per chunk, of the first pass's workgroups or none). Within one
+        // The input, padded, as f16 NHWC at the scale the last call of this shape found, checked and copied again
+        // where that differs (`nhwc_copy::encode_at_guess`); its largest magnitude lands in slot 0. Within one
         // binding (`check`), so the size fits u64.
         let padded_bytes = g.padded_bytes(shape, tile);
         let xp = in_flight.keep(ctx.pool.get(&ctx.device, padded_bytes as u64, STORAGE));
-        let guess = ctx.kept_i32(scale_guess_key(shape), FIRST_SCALE_GUESS);
-        // An f16 input is copied as it is: no scale, so neither its check nor a fix-up.
-        let scaled = input.dtype() != DType::F16;
         let layout = g.copy_layout(shape, tile);
-        let first = nhwc_copy::pipeline(ctx, input.dtype(), &layout, block, CopyScale::Guess)?;
-        let chunks = nhwc_copy::dispatches(ctx, input, &layout, block);
-        for (c, igrid, u) in &chunks {
-            dispatch_buffers(ctx, pass, &first, bytemuck::bytes_of(u), &[c, &xp, &maxima, &guess], *igrid);
-        }
-        // The fix-up's workgroups per chunk: the first pass's, which the check zeroes where the guess held; none
-        // for an unscaled (f16) input, which runs neither.
-        let counts: Vec<u32> = match scaled {
-            true => chunks.iter().flat_map(|(_, (x, y), _)| [*x, *y, 1]).collect(),
-            false => vec![0; 3 * chunks.len()],
-        };
-        let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::INDIRECT | wgpu::BufferUsages::COPY_SRC;
-        let counts = buffer_with(&ctx.device, "convt scale fix-up workgroups", bytemuck::cast_slice(&counts), usage);
-        if scaled {
-            let fixup = nhwc_copy::pipeline(ctx, input.dtype(), &layout, block, CopyScale::Maximum { slot: 0 })?;
-            let module = ctx.module_with(SCALE_CHECK_SHADER_NAME, scale_check_shader)?;
-            let check = ctx.pipeline(format!("scale_check {:?}", ctx.options().shader_checks), &module, &[])?;
-            let u = CheckParams { chunks: chunks.len() as u32, _pad: [0; 3] };
-            dispatch_buffers(ctx, pass, &check, bytemuck::bytes_of(&u), &[&maxima, &counts, &guess], (1, 1));
-            for (i, (c, _, u)) in chunks.iter().enumerate() {
-                bind_buffers(ctx, pass, &fixup, bytemuck::bytes_of(u), &[c, &xp, &maxima, &guess]);
-                ctx.dispatch_in(pass, &fixup, |pass| pass.dispatch_workgroups_indirect(&counts, (12 * i) as u64));
-            }
-        }
+        let counts =
+            nhwc_copy::encode_at_guess(ctx, input, &layout, block, &xp, &maxima, 0, scale_guess_key(shape), pass)?;
 
         let wpk = match weight.prepared {
             Some(p) => (*p.buffer).clone(),
@@ -896,7 +853,11 @@ pub(crate) fn shader_variants() -> Vec<crate::gpu::ShaderVariant> {
         ));
         v.push((WEIGHT_SHADER_NAME, format!("{WEIGHT_SHADER_NAME} {key}"), weight_shader(io)));
     }
-    v.push((SCALE_CHECK_SHADER_NAME, SCALE_CHECK_SHADER_NAME.to_string(), scale_check_shader()));
+    v.push((
+        nhwc_copy::SCALE_CHECK_SHADER_NAME,
+        nhwc_copy::SCALE_CHECK_SHADER_NAME.to_string(),
+        nhwc_copy::scale_check_shader(),
+    ));
     v
 }
 
@@ -1126,7 +1087,7 @@ mod tests {
             // then the exponent found), so the second call keeps its first pass's copy, the third (2^20 smaller)
             // is rewritten by the fix-up, and the first is kept or rewritten as its magnitude meets the first
             // guess or not (1.5 does; the others do not).
-            let mut guess_before = FIRST_SCALE_GUESS;
+            let mut guess_before = nhwc_copy::FIRST_SCALE_GUESS;
             // 64-channel blocks go 2 per workgroup only above 512 MiB of padded input (`PrepBlock::of`): the second
             // call takes that path here.
             let chosen = PrepBlock::of(cin, g.padded_bytes(&shape, &tile));
@@ -1189,7 +1150,7 @@ mod tests {
                 let maxima: Vec<u32> = bytemuck::cast_slice(&read(&prepared.maxima)).to_vec();
                 let (got_x, got_w) = (halves(read(&prepared.input)), halves(read(&prepared.weight)));
                 let (want_x, want_w) = expected_operands(&tile, &Geometry::of(&shape), &shape, &x, &w);
-                let guess = read(&ctx.kept_i32(scale_guess_key(&shape), FIRST_SCALE_GUESS));
+                let guess = read(&ctx.kept_i32(scale_guess_key(&shape), nhwc_copy::FIRST_SCALE_GUESS));
                 let counts: Vec<u32> = bytemuck::cast_slice(&read(&prepared.fixup_counts)).to_vec();
                 // The input's largest magnitude is that of the values the copy reads (not those in input rows or
                 // columns that padding crops: the 1 x 1 case's huge values); the weight's, of all its values.
