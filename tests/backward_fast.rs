@@ -821,7 +821,8 @@ fn the_nhwc_grad_weight_copies_x_at_a_guessed_scale_to_the_same_bits() {
     // call's guess misses (U(-1, 1) values: largest magnitudes below 1, not the first guess's [1, 2)), the second's
     // holds, the third's (x times 2^-20) misses again. The first two give the same bits, and the third grad_weight
     // exactly 2^-20 times theirs: x's copy holds the same f16 values at every scale. Every NHWC kernel this adapter
-    // runs, forced, on both sides of the kernel (stride 1 beside grad_input's copy of grad_output, strided alone).
+    // runs, forced, strided and at stride 1 (where grad_input runs the padded-NHWC kernel, beside its copy of
+    // grad_output, whose maxima hold x's in another slot).
     for p in [nhwc_problem(common::fresh_seed()), nhwc_wide_problem(common::fresh_seed())] {
         let shape = p.shape();
         let o = operands(&p);

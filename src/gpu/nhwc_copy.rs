@@ -15,6 +15,7 @@ use crate::gpu::memory::{buffer_with, Chunk, GpuTensor, InFlight, STORAGE};
 use crate::gpu::wgsl::operands::{declare, Access, Io};
 use crate::gpu::wgsl::scale::SCALE_FUNCTIONS;
 use crate::gpu::wgsl::{self, with_shape_prelude};
+use crate::params::ConvShape;
 
 pub const INPUT_SHADER_NAME: &str = "forward/coop_nhwc_input.wgsl";
 /// `shaders/forward/coop_nhwc_input.wgsl` behind the shape's constants (and the f16 it enables).
@@ -22,7 +23,8 @@ pub const INPUT_SHADER: &str = concat!("enable f16;\n", with_shape_prelude!("for
 pub const SCALE_CHECK_SHADER_NAME: &str = "forward/coop_nhwc_scale_check.wgsl";
 pub const SCALE_CHECK_SHADER: &str = include_str!("../../shaders/forward/coop_nhwc_scale_check.wgsl");
 /// The scale exponent (shaders/common/scale.wgsl) the first copy under a guess key guesses: that of largest
-/// magnitudes in [1, 2). Later copies guess the exponent the one before them found (shaders/forward/coop_nhwc_scale_check.wgsl).
+/// magnitudes in [1, 2). Later copies guess the exponent the one before them found
+/// (shaders/forward/coop_nhwc_scale_check.wgsl).
 pub(crate) const FIRST_SCALE_GUESS: i32 = 14;
 
 /// The copy's shader for tensors of `io`, with the scale functions it calls.
@@ -116,7 +118,8 @@ pub(crate) struct InputParams {
 
 /// How the copy scales: by the exponent a guess buffer holds, taking the copied values' largest magnitude into
 /// slot `slot` of the maxima as it goes (the first pass of [`encode_at_guess`]), or by the largest magnitude in
-/// slot `slot` of the maxima (its fix-up, and every copy whose maximum was taken beforehand). An f16 tensor is copied as it is.
+/// slot `slot` of the maxima (its fix-up, and every copy whose maximum was taken beforehand). An f16 tensor is
+/// copied as it is.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum CopyScale {
     Guess { slot: usize },
@@ -219,6 +222,13 @@ pub(crate) fn encode_at_maximum(
     })
 }
 
+/// Where a context keeps the scale exponent [`encode_at_guess`] guesses for the copies of `what` (a kernel's
+/// operand) in `shape`: per layer geometry, not per batch size (a layer's last batch is often smaller; its tensors'
+/// magnitudes are the same).
+pub(crate) fn guess_key(what: &str, shape: &ConvShape) -> String {
+    format!("{what} scale {:?}", ConvShape { batch: 0, ..*shape })
+}
+
 /// The scale check's shader, with the scale functions it calls.
 pub fn scale_check_shader() -> String {
     format!("{SCALE_CHECK_SHADER}\n{SCALE_FUNCTIONS}")
@@ -232,12 +242,13 @@ struct CheckParams {
     _pad: [u32; 3],
 }
 
-/// Encodes the copy of `tensor` in `layout` into `copy` at the scale the last copy under `guess_key` found, taking
-/// the tensor's largest magnitude into slot `slot` of `maxima` (zero before) as it goes; then the scale check, and
-/// the same copy again at that magnitude's own scale where it differs from the guess (an indirect dispatch per
-/// chunk, of the first pass's workgroups or none). So the copy reads the tensor once where the guess holds, and the
-/// result has the same bits as a copy at the maximum taken beforehand. An f16 tensor is copied as it is: no scale,
-/// so neither the check nor the fix-up. Returns the fix-up's workgroup counts (zero where the guess held).
+/// Encodes the copy of `tensor` in `layout` into `copy` at the scale the last copy under `guess_key` (made by
+/// [`guess_key`]) found, taking the tensor's largest magnitude into slot `slot` of `maxima` (zero before) as it goes;
+/// then the scale check, and the same copy again at that magnitude's own scale where it differs from the guess (an
+/// indirect dispatch per chunk, of the first pass's workgroups or none). So the copy reads the tensor once where the
+/// guess holds, and the result has the same bits as a copy at the maximum taken beforehand. An f16 tensor is copied
+/// as it is: no scale, so neither the check nor the fix-up. Returns the fix-up's workgroup counts (zero where the
+/// guess held).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn encode_at_guess(
     ctx: &GpuContext,

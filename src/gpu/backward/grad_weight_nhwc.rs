@@ -442,7 +442,7 @@ pub(crate) fn encode(
     let x_bytes = l.x_bytes(shape.batch) as u64;
     let xq = ctx.scoped(|| Ok(in_flight.keep(ctx.pool.get(&ctx.device, x_bytes, STORAGE))))?;
     let x_block = PrepBlock::of(l.x.channels, x_bytes as u128);
-    let guess_key = format!("grad_weight_nhwc x scale {:?}", ConvShape { batch: 0, ..*shape });
+    let guess_key = nhwc_copy::guess_key("grad_weight_nhwc x", shape);
     nhwc_copy::encode_at_guess(ctx, input, &l.x, x_block, &xq, &maxima, x_slot, guess_key, pass)?;
     let gq = match shared {
         Some(s) => {

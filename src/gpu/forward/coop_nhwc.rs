@@ -639,10 +639,9 @@ struct Dispatch {
     _pad: [u32; 3],
 }
 
-/// Where the context keeps a shape's guess of its input's scale exponent: per layer geometry, not per batch size
-/// (a layer's last batch is often smaller; its inputs' magnitudes are the same).
+/// Where the context keeps a shape's guess of its input's scale exponent (`nhwc_copy::guess_key`).
 fn scale_guess_key(shape: &ConvShape) -> String {
-    format!("coop_nhwc input scale {:?}", ConvShape { batch: 0, ..*shape })
+    nhwc_copy::guess_key("coop_nhwc input", shape)
 }
 
 /// The kernel's operands, prepared on the GPU: both tensors' largest magnitudes (which set their power-of-two
