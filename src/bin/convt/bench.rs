@@ -337,8 +337,10 @@ impl Prepared {
         }
     }
 
-    /// GPU times (ms) of `runs` calls after `warmup` untimed ones. `candidate` picks the forward's algorithm or
-    /// the backward's kernels; without one the selector (`gpu::select`) does.
+    /// GPU times (ms) of `runs` calls after `warmup` untimed ones, and the buffers the timed calls allocated (none
+    /// where each call finds its scratch idle in the pool; a buffer allocated anew may land elsewhere in device
+    /// memory, which a call's time can follow). `candidate` picks the forward's algorithm or the backward's
+    /// kernels; without one the selector (`gpu::select`) does.
     /// The warm-up is `warmup` calls, repeated until the GPU has been busy for `min_warmup`.
     pub fn time(
         &self,
@@ -347,19 +349,21 @@ impl Prepared {
         warmup: u32,
         min_warmup: std::time::Duration,
         runs: u32,
-    ) -> Result<Vec<f64>> {
+    ) -> Result<(Vec<f64>, u64)> {
         let timer = GpuTimer::new(ctx, runs)?;
         let candidate = candidate.or_else(|| self.selected(ctx));
         warm_up(ctx, warmup, min_warmup, |i| {
             self.call(ctx, candidate, &self.inputs[i as usize % self.inputs.len()], None)
         })?;
+        let created = ctx.buffer_stats().0;
         for i in warmup..warmup + runs {
             let slot = Some((&timer, i - warmup));
             let set = &self.inputs[i as usize % self.inputs.len()];
             self.call(ctx, candidate, set, slot)?;
         }
         ctx.device().poll(wgpu::PollType::Wait { submission_index: None, timeout: None }).ok();
-        Ok(timer.read_ms(ctx, runs)?)
+        let created = ctx.buffer_stats().0 - created;
+        Ok((timer.read_ms(ctx, runs)?, created))
     }
 
     /// The candidate a call runs without one given: the selector's forward strategy for a functional forward; none
@@ -652,7 +656,7 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
         ctx.wait_idle()?;
         let held = ctx.buffer_bytes_in_use();
         ctx.reset_peak_memory();
-        let times = prepared.time(&ctx, None, a.warmup, MIN_WARMUP, a.runs)?;
+        let (times, created) = prepared.time(&ctx, None, a.warmup, MIN_WARMUP, a.runs)?;
         let peak = ctx.peak_memory();
         let scratch_mb = peak.saturating_sub(held) as f64 / 1e6;
         // The time's parts, the same calls again with every dispatch timed on its own (the candidate the selector
@@ -687,7 +691,7 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
             String::new()
         };
         table(format!(
-            "{:<6} {:>9.3} {:>9.3} {:>9.2} {:>9.0} {:>8} {:>8} {:>9} {:>9.0} {:>10.0}  {algorithm}{gradient_errors}{}",
+            "{:<6} {:>9.3} {:>9.3} {:>9.2} {:>9.0} {:>8} {:>8} {:>9} {:>9.0} {:>10.0}  {algorithm}{gradient_errors}{}{}",
             case.name,
             ms,
             min,
@@ -698,13 +702,14 @@ pub fn run(a: BenchArgs) -> Result<Outcome> {
             rel_l2.map_or("-".to_string(), |e| format!("{e:.1e}")),
             peak as f64 / 1e6,
             scratch_mb,
-            if within == Some(false) { "  OVER TOLERANCE" } else { "" }
+            if within == Some(false) { "  OVER TOLERANCE" } else { "" },
+            if created > 0 { format!("  ({created} buffers allocated in the timed calls)") } else { String::new() }
         ));
         let mut row = json!({"case": case.name, "batch": case.batch, "ms": ms, "min_ms": min, "times_ms": times,
             "tflops": tflops, "gbs": gbs, "gflop": flops as f64 / 1e9, "gb": bytes as f64 / 1e9,
             "input_sets": prepared.inputs.len(), "algorithm": algorithm, "rel_l2": rel_l2,
             "error_samples": errors.first().map(|(_, e)| e.compared), "within_tolerance": within,
-            "peak_mb": peak as f64 / 1e6, "scratch_mb": scratch_mb});
+            "peak_mb": peak as f64 / 1e6, "scratch_mb": scratch_mb, "buffers_created": created});
         if let Ran::Backward(gi, gw) = prepared.ran(&ctx) {
             // Each gradient's kernel, and its error under the name PyTorch's side gives it
             // (`{mode}_grad_input_rel_l2` there, `grad_input_rel_l2` here), with the elements compared.

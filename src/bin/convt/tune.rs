@@ -173,7 +173,7 @@ fn fastest(
         // while the driver compiles them, and a kernel timed right after measured up to twice as slow).
         let min_warmup = std::time::Duration::from_millis(if i == 0 { 1000 } else { 250 });
         match prepared.time(ctx, Some(candidate), a.warmup, min_warmup, a.runs) {
-            Ok(times) => {
+            Ok((times, _)) => {
                 let ms = median(times);
                 line += &format!("  {} {:.3}", candidate.name(), ms);
                 timed.push((candidate, ms));
@@ -189,7 +189,7 @@ fn fastest(
     for &(candidate, _) in timed.iter().take(FINALISTS) {
         bar.set_message(format!("{} again", candidate.name()));
         let ms =
-            median(prepared.time(ctx, Some(candidate), a.warmup, std::time::Duration::from_millis(250), a.runs)?);
+            median(prepared.time(ctx, Some(candidate), a.warmup, std::time::Duration::from_millis(250), a.runs)?.0);
         bar.inc(1);
         line += &format!("  {} {:.3}", candidate.name(), ms);
         if best.is_none_or(|(_, b)| ms < b) {
