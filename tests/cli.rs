@@ -590,6 +590,8 @@ fn bench_backward_at_fast_on_f16_reports_each_gradient() {
     }
     assert_eq!(case["rel_l2"], case["grad_input_rel_l2"], "the row's error is grad_input's, as PyTorch's side has it");
     assert_eq!(case["within_tolerance"], serde_json::Value::Bool(true), "{case}");
+    // Warmed up, each call finds its scratch idle in the pool: the timed calls allocate nothing.
+    assert_eq!(case["buffers_created"].as_u64(), Some(0), "{case}");
     // The profile: every pipeline that ran, each with its dispatches per call and a time, the two gradients' GEMMs
     // among them, and each in the table.
     let profile = case["profile"].as_array().unwrap_or_else(|| panic!("profile in {case}"));
